@@ -1,0 +1,307 @@
+// Package redistest starts real redis-server processes on 127.0.0.1 for the
+// tests of this module. Each server lives in its own temporary directory and
+// is killed by t.Cleanup, and by the kernel if the test binary dies first.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Server is one redis-server process listening on 127.0.0.1.
+type Server struct {
+	t    testing.TB
+	port int
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Option adds redis-server configuration, as "--name value" pairs.
+type Option func(*[]string)
+
+// WithConfig passes "--name value" to redis-server.
+func WithConfig(name string, values ...string) Option {
+	return func(args *[]string) { *args = append(append(*args, "--"+name), values...) }
+}
+
+// WithAOF turns on the append-only file with appendfsync always, so a
+// restarted server keeps its keys.
+func WithAOF() Option {
+	return func(args *[]string) {
+		*args = append(*args, "--appendonly", "yes", "--appendfsync", "always")
+	}
+}
+
+// Binary returns the path of redis-server, failing the test with what to
+// install when it is missing.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed: run `apt-get install -y redis-server` (tests need real Redis): %v", err)
+	}
+	return p
+}
+
+// Start starts n servers and returns them once each answers PING.
+func Start(t testing.TB, n int, opts ...Option) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = StartOne(t, opts...)
+	}
+	return servers
+}
+
+// StartOne starts a server and returns it once it answers PING.
+func StartOne(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin := Binary(t)
+	var extra []string
+	for _, o := range opts {
+		o(&extra)
+	}
+	s := &Server{t: t, dir: t.TempDir()}
+	t.Cleanup(s.stop)
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: no free port: %v", err)
+		}
+		s.port = port
+		s.args = append([]string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", s.dir,
+			"--logfile", filepath.Join(s.dir, "redis.log"),
+			"--daemonize", "no",
+		}, extra...)
+		if lastErr = s.spawn(bin); lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
+	return nil
+}
+
+func (s *Server) spawn(bin string) error {
+	cmd := exec.Command(bin, s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, log)
+		default:
+		}
+		c, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second))
+		if err == nil {
+			_, err = c.Do("PING")
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.kill()
+	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.port)
+}
+
+// Addr returns the server's address, 127.0.0.1:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Pool returns a pool of connections to the server, closed by t.Cleanup.
+func (s *Server) Pool(opts ...pool.Option) *pool.RedisPool {
+	s.t.Helper()
+	p, err := pool.New(s.Addr(), opts...)
+	if err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+	s.t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Do runs one command on a fresh connection, for checking a server's state
+// from a test. It fails the test on a connection error, not on a reply
+// error, which it returns.
+func (s *Server) Do(cmd string, args ...any) (any, error) {
+	s.t.Helper()
+	c, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(2*time.Second),
+		redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(2*time.Second))
+	if err != nil {
+		s.t.Fatalf("redistest: dial %s: %v", s.Addr(), err)
+	}
+	defer c.Close()
+	return c.Do(cmd, args...)
+}
+
+// Pause stops the process with SIGSTOP: it keeps its sockets but answers
+// nothing, like a master frozen by a long pause.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+// Kill ends the process with SIGKILL and waits for it to exit.
+func (s *Server) Kill() { s.kill() }
+
+// Restart kills the process and starts it again on the same port and
+// directory. Without WithAOF it comes back empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.kill()
+	if err := s.spawn(Binary(s.t)); err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		s.t.Fatalf("redistest: %s is not running", s.Addr())
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v to %s: %v", sig, s.Addr(), err)
+	}
+}
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+func (s *Server) stop() { s.kill() }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, errors.New("not a TCP address")
+	}
+	return addr.Port, nil
+}
+
+// WaitFor polls cond every few milliseconds until it holds or ctx ends, for
+// state that settles asynchronously (a straggling command on one master).
+func WaitFor(ctx context.Context, cond func() bool) bool {
+	for {
+		if cond() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return cond()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Launch starts n servers outside any test, for TestMain and examples. It
+// returns their addresses and a function that stops them all.
+func Launch(n int, opts ...Option) (addrs []string, stop func(), err error) {
+	lt := &launchTB{}
+	defer func() {
+		if r := recover(); r != nil {
+			lt.cleanup()
+			if _, ok := r.(launchFailure); !ok {
+				panic(r)
+			}
+			addrs, stop, err = nil, nil, fmt.Errorf("redistest: %s", lt.msg)
+		}
+	}()
+	for _, s := range Start(lt, n, opts...) {
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs, lt.cleanup, nil
+}
+
+// launchTB is the little of testing.TB that Start needs, outside a test.
+type launchTB struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+	dirs     []string
+	msg      string
+}
+
+type launchFailure struct{}
+
+func (l *launchTB) Helper() {}
+func (l *launchTB) Cleanup(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cleanups = append(l.cleanups, f)
+}
+func (l *launchTB) TempDir() string {
+	d, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		l.Fatalf("%v", err)
+	}
+	l.mu.Lock()
+	l.dirs = append(l.dirs, d)
+	l.mu.Unlock()
+	return d
+}
+func (l *launchTB) Fatalf(format string, args ...any) {
+	l.msg = fmt.Sprintf(format, args...)
+	panic(launchFailure{})
+}
+func (l *launchTB) cleanup() {
+	l.mu.Lock()
+	fs, dirs := l.cleanups, l.dirs
+	l.cleanups, l.dirs = nil, nil
+	l.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
+}

@@ -1,0 +1,93 @@
+// Package scripts holds the Lua scripts quorumlock runs on each master.
+//
+// Each script is a .lua file embedded at build time and turned once into a
+// Script. Scripts take keys only through KEYS[] and values only through
+// ARGV[], so each call touches the keys it declares and nothing else.
+package scripts
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var (
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+)
+
+// The scripts, built once.
+var (
+	// Release deletes KEYS[1] if it holds ARGV[1] (the token); replies 1
+	// if it deleted the key, else 0.
+	Release = New("release", 1, releaseSrc)
+	// Extend sets the TTL of KEYS[1] to ARGV[2] milliseconds if it holds
+	// ARGV[1]; replies 1 if it did, else 0. It never creates the key.
+	Extend = New("extend", 1, extendSrc)
+)
+
+// Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
+// EVAL when the master's script cache does not hold it (after a restart or
+// SCRIPT FLUSH). A Script is immutable and safe for concurrent use.
+type Script struct {
+	name     string
+	src      string
+	sha      string
+	keyCount int
+}
+
+// New returns a script taking keyCount keys.
+func New(name string, keyCount int, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), keyCount: keyCount}
+}
+
+// Name returns the script's name, as used in errors.
+func (s *Script) Name() string { return s.name }
+
+// SHA returns the hex SHA1 of the script's source, as EVALSHA wants it.
+func (s *Script) SHA() string { return s.sha }
+
+// Source returns the Lua source.
+func (s *Script) Source() string { return s.src }
+
+// KeyCount returns how many of a call's arguments are keys.
+func (s *Script) KeyCount() int { return s.keyCount }
+
+// Do runs the script on c with keys and then values in keysAndArgs, waiting
+// at most timeout for the reply (the EVAL fallback gets what is left of it).
+// c must support redis.ConnWithTimeout.
+func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (any, error) {
+	start := time.Now()
+	args := make([]any, 0, 2+len(keysAndArgs))
+	args = append(args, s.sha, s.keyCount)
+	args = append(args, keysAndArgs...)
+	reply, err := redis.DoWithTimeout(c, timeout, "EVALSHA", args...)
+	if !IsNoScript(err) {
+		return reply, err
+	}
+	left := timeout - time.Since(start)
+	if left <= 0 {
+		return nil, err
+	}
+	args[0] = s.src
+	return redis.DoWithTimeout(c, left, "EVAL", args...)
+}
+
+// Load puts the script into the master's script cache.
+func (s *Script) Load(c redis.Conn, timeout time.Duration) error {
+	_, err := redis.DoWithTimeout(c, timeout, "SCRIPT", "LOAD", s.src)
+	return err
+}
+
+// IsNoScript reports whether err is the master's NOSCRIPT reply.
+func IsNoScript(err error) bool {
+	re, ok := err.(redis.Error)
+	return ok && strings.HasPrefix(string(re), "NOSCRIPT")
+}

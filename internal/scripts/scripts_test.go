@@ -1,0 +1,113 @@
+package scripts_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const timeout = 2 * time.Second
+
+func conn(t *testing.T, s *redistest.Server) redis.Conn {
+	t.Helper()
+	c, err := redis.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestRelease_deletesOnlyOwnToken(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	if _, err := c.Do("SET", "k", "mine", "PX", 10000); err != nil {
+		t.Fatal(err)
+	}
+	n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "theirs"))
+	if err != nil || n != 0 {
+		t.Fatalf("foreign release = %d, %v; want 0, nil", n, err)
+	}
+	if v, _ := redis.String(c.Do("GET", "k")); v != "mine" {
+		t.Fatalf("after foreign release GET = %q, want mine", v)
+	}
+	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine"))
+	if err != nil || n != 1 {
+		t.Fatalf("own release = %d, %v; want 1, nil", n, err)
+	}
+	if n, _ := redis.Int(c.Do("EXISTS", "k")); n != 0 {
+		t.Fatal("key still exists after release")
+	}
+	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine"))
+	if err != nil || n != 0 {
+		t.Fatalf("release of absent key = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestExtend_neverRecreatesAndChecksToken(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "mine", 5000)); err != nil || n != 0 {
+		t.Fatalf("extend of absent key = %d, %v; want 0, nil", n, err)
+	}
+	if n, _ := redis.Int(c.Do("EXISTS", "k")); n != 0 {
+		t.Fatal("extend re-created a missing key")
+	}
+	if _, err := c.Do("SET", "k", "mine", "PX", 1000); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "theirs", 50000)); err != nil || n != 0 {
+		t.Fatalf("foreign extend = %d, %v; want 0, nil", n, err)
+	}
+	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "mine", 50000)); err != nil || n != 1 {
+		t.Fatalf("own extend = %d, %v; want 1, nil", n, err)
+	}
+	if pttl, _ := redis.Int(c.Do("PTTL", "k")); pttl < 40000 {
+		t.Fatalf("PTTL after extend = %d, want > 40000", pttl)
+	}
+}
+
+func TestScript_Do_fallsBackToEvalAfterFlush(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	if err := scripts.Release.Load(c, timeout); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", "k", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	// EVALSHA alone now fails with NOSCRIPT ...
+	_, err := c.Do("EVALSHA", scripts.Release.SHA(), 1, "k", "tok")
+	if !scripts.IsNoScript(err) {
+		t.Fatalf("EVALSHA after flush: %v, want NOSCRIPT", err)
+	}
+	// ... and Do recovers through EVAL, which caches the script again.
+	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "tok")); err != nil || n != 1 {
+		t.Fatalf("Do after flush = %d, %v; want 1, nil", n, err)
+	}
+	exists, err := redis.Ints(c.Do("SCRIPT", "EXISTS", scripts.Release.SHA()))
+	if err != nil || len(exists) != 1 || exists[0] != 1 {
+		t.Fatalf("SCRIPT EXISTS after fallback = %v, %v", exists, err)
+	}
+}
+
+func TestScript_SHAMatchesServer(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	for _, s := range []*scripts.Script{scripts.Release, scripts.Extend} {
+		sha, err := redis.String(c.Do("SCRIPT", "LOAD", s.Source()))
+		if err != nil || sha != s.SHA() {
+			t.Errorf("%s: server SHA %q, %v; ours %q", s.Name(), sha, err, s.SHA())
+		}
+	}
+}

@@ -1,0 +1,275 @@
+// Package pool holds the connections to one Redis master.
+//
+// The redlock coordinator asks a master for nothing but a connection, through
+// the small Pool interface. A *redis.Pool from github.com/gomodule/redigo
+// satisfies it as is, so callers can hand in pools they already tune and
+// monitor. New and NewFromURL build a pool with settings suited to locking:
+// bounded dials, reads and writes, a health check of connections that sat
+// idle, and an address that errors can name without naming credentials.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Pool gives out connections to one Redis master.
+//
+// GetContext must honour ctx while it waits for or dials a connection, and
+// the connection it returns must support redis.ConnWithTimeout (every
+// connection of a redigo pool does). The caller closes the connection when
+// done with it. Implementations must be safe for concurrent use.
+type Pool interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// Addresser is implemented by pools that know the address of their master.
+// Errors and logs name a master by this address; a pool without it is named
+// by its position in the list of masters.
+type Addresser interface {
+	Addr() string
+}
+
+// Compile-time checks that both pool types fit the interfaces.
+var (
+	_ Pool      = (*redis.Pool)(nil)
+	_ Pool      = (*RedisPool)(nil)
+	_ Addresser = (*RedisPool)(nil)
+)
+
+// Defaults used by New and NewFromURL.
+const (
+	DefaultConnectTimeout   = time.Second
+	DefaultReadTimeout      = time.Second
+	DefaultWriteTimeout     = time.Second
+	DefaultMaxIdle          = 16
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultHealthCheckAfter = time.Minute
+)
+
+// RedisPool is a redigo pool of connections to one master together with the
+// master's address. Make one with New or NewFromURL; it is safe for
+// concurrent use and must not be copied after first use.
+type RedisPool struct {
+	addr string // host:port, never credentials
+	db   int
+	tls  bool
+	pool redis.Pool
+}
+
+// Option configures a RedisPool made by New or NewFromURL.
+type Option func(*options)
+
+type options struct {
+	connectTimeout   time.Duration
+	readTimeout      time.Duration
+	writeTimeout     time.Duration
+	maxIdle          int
+	maxActive        int
+	idleTimeout      time.Duration
+	healthCheckAfter time.Duration
+	username         string
+	password         string
+	db               int
+	useTLS           bool
+	dialOptions      []redis.DialOption
+}
+
+// WithConnectTimeout bounds the time to dial a connection and authenticate
+// on it. The default is DefaultConnectTimeout; the caller's context can
+// shorten it.
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
+
+// WithReadTimeout bounds a read from the master when the caller gives no
+// tighter bound. The redlock coordinator always gives its per-master
+// timeout. The default is DefaultReadTimeout.
+func WithReadTimeout(d time.Duration) Option { return func(o *options) { o.readTimeout = d } }
+
+// WithWriteTimeout bounds each write to the master (a full socket buffer
+// towards a hung master blocks a write). The default is DefaultWriteTimeout.
+func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
+
+// WithMaxIdle sets how many idle connections are kept. The default is
+// DefaultMaxIdle.
+func WithMaxIdle(n int) Option { return func(o *options) { o.maxIdle = n } }
+
+// WithMaxActive caps the connections open at once; callers beyond the cap
+// wait for one, bounded by their context. The default, 0, sets no cap.
+func WithMaxActive(n int) Option { return func(o *options) { o.maxActive = n } }
+
+// WithIdleTimeout closes connections idle for longer than d. The default
+// is DefaultIdleTimeout.
+func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
+
+// WithHealthCheckAfter makes a connection that sat idle for longer than d
+// answer a PING before it is given out. The default is
+// DefaultHealthCheckAfter; 0 checks every borrowed connection.
+func WithHealthCheckAfter(d time.Duration) Option {
+	return func(o *options) { o.healthCheckAfter = d }
+}
+
+// WithAuth authenticates every connection. An empty username uses the
+// master's default user.
+func WithAuth(username, password string) Option {
+	return func(o *options) { o.username, o.password = username, password }
+}
+
+// WithDB selects a database on every connection. The default is 0.
+func WithDB(db int) Option { return func(o *options) { o.db = db } }
+
+// WithDialOptions adds redigo dial options, applied after the pool's own
+// (for example redis.DialTLSConfig).
+func WithDialOptions(opts ...redis.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// New returns a pool of connections to the master at addr ("host:port").
+// It does not connect: the first connection is dialed when first needed.
+func New(addr string, opts ...Option) (*RedisPool, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("pool: address %q is not host:port: %w", addr, err)
+	}
+	if err := checkHostPort(host, port); err != nil {
+		return nil, fmt.Errorf("pool: address %q: %w", addr, err)
+	}
+	return build(net.JoinHostPort(host, port), opts)
+}
+
+func build(addr string, opts []Option) (*RedisPool, error) {
+	o := options{
+		connectTimeout:   DefaultConnectTimeout,
+		readTimeout:      DefaultReadTimeout,
+		writeTimeout:     DefaultWriteTimeout,
+		maxIdle:          DefaultMaxIdle,
+		idleTimeout:      DefaultIdleTimeout,
+		healthCheckAfter: DefaultHealthCheckAfter,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.connectTimeout <= 0:
+		return nil, fmt.Errorf("pool: %s: connect timeout must be positive, got %v", addr, o.connectTimeout)
+	case o.readTimeout <= 0:
+		return nil, fmt.Errorf("pool: %s: read timeout must be positive, got %v", addr, o.readTimeout)
+	case o.writeTimeout <= 0:
+		return nil, fmt.Errorf("pool: %s: write timeout must be positive, got %v", addr, o.writeTimeout)
+	case o.maxIdle < 0, o.maxActive < 0:
+		return nil, fmt.Errorf("pool: %s: connection limits must not be negative", addr)
+	case o.db < 0:
+		return nil, fmt.Errorf("pool: %s: database must not be negative, got %d", addr, o.db)
+	case o.username != "" && o.password == "":
+		return nil, fmt.Errorf("pool: %s: a username needs a password", addr)
+	}
+
+	dialOpts := []redis.DialOption{
+		redis.DialConnectTimeout(o.connectTimeout),
+		redis.DialReadTimeout(o.readTimeout),
+		redis.DialWriteTimeout(o.writeTimeout),
+		redis.DialTLSHandshakeTimeout(o.connectTimeout),
+	}
+	if o.password != "" {
+		dialOpts = append(dialOpts, redis.DialUsername(o.username), redis.DialPassword(o.password))
+	}
+	if o.db != 0 {
+		dialOpts = append(dialOpts, redis.DialDatabase(o.db))
+	}
+	if o.useTLS {
+		dialOpts = append(dialOpts, redis.DialUseTLS(true))
+	}
+	dialOpts = append(dialOpts, o.dialOptions...)
+
+	p := &RedisPool{addr: addr, db: o.db, tls: o.useTLS}
+	connectTimeout := o.connectTimeout
+	healthAfter := o.healthCheckAfter
+	p.pool = redis.Pool{
+		MaxIdle:     o.maxIdle,
+		MaxActive:   o.maxActive,
+		Wait:        o.maxActive > 0,
+		IdleTimeout: o.idleTimeout,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			defer cancel()
+			c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
+			if err != nil {
+				return nil, &DialError{Addr: addr, Err: err}
+			}
+			return c, nil
+		},
+		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
+			if time.Since(lastUsed) < healthAfter {
+				return nil
+			}
+			timeout := connectTimeout
+			if dl, ok := ctx.Deadline(); ok {
+				timeout = time.Until(dl)
+			}
+			if timeout <= 0 {
+				return context.DeadlineExceeded
+			}
+			_, err := redis.DoWithTimeout(c, timeout, "PING")
+			return err
+		},
+	}
+	return p, nil
+}
+
+// GetContext returns a connection to the master, honouring ctx while it
+// waits for a free connection or dials a new one. Close the connection to
+// give it back; a connection that failed is discarded, never reused.
+func (p *RedisPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addr returns the master's address as host:port.
+func (p *RedisPool) Addr() string { return p.addr }
+
+// String returns the master as a URL without credentials, for logs.
+func (p *RedisPool) String() string {
+	scheme := "redis"
+	if p.tls {
+		scheme = "rediss"
+	}
+	return scheme + "://" + p.addr + "/" + strconv.Itoa(p.db)
+}
+
+// Stats returns the pool's connection counts.
+func (p *RedisPool) Stats() redis.PoolStats { return p.pool.Stats() }
+
+// Close closes the idle connections and makes later GetContext calls fail.
+// Connections in use are closed when they are given back.
+func (p *RedisPool) Close() error { return p.pool.Close() }
+
+// DialError reports that a connection to a master could not be made.
+type DialError struct {
+	Addr string // host:port of the master
+	Err  error
+}
+
+func (e *DialError) Error() string { return "pool: dial " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *DialError) Unwrap() error { return e.Err }
+
+func checkHostPort(host, port string) error {
+	if host == "" {
+		return errors.New("host is empty")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Client acquires locks on a set of independent Redis masters. A lock is
+// granted when a quorum of N/2+1 masters grant it; a single master (N=1)
+// runs through the same code.
+//
+// A Client is safe for concurrent use. Close it when done: Close waits for
+// the commands still in flight to masters that were slow to answer.
+type Client struct {
+	masters []master
+	addrs   []string
+	quorum  int
+
+	timeout     time.Duration
+	driftFactor float64
+	clock       clock.Clock
+	logger      *slog.Logger
+	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
+
+	mu      sync.Mutex
+	closed  bool
+	workers sync.WaitGroup // every goroutine that talks to a master
+}
+
+type master struct {
+	index int
+	addr  string
+	pool  pool.Pool
+}
+
+// New returns a client for the masters behind pools, one pool per master.
+// The masters must be independent servers (not replicas of each other):
+// giving the same master twice would fake a quorum and is rejected, as are
+// an empty list and a nil pool. Masters are named in errors by the pool's
+// Addr method when it has one (pool.Addresser), else by their position.
+func New(pools []pool.Pool, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if len(pools) == 0 {
+		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
+	}
+	c := &Client{
+		masters:     make([]master, len(pools)),
+		addrs:       make([]string, len(pools)),
+		quorum:      len(pools)/2 + 1,
+		timeout:     cfg.timeout,
+		driftFactor: cfg.driftFactor,
+		clock:       cfg.clock,
+		logger:      cfg.logger,
+	}
+	seen := make(map[any]int, len(pools))
+	for i, p := range pools {
+		if p == nil || (reflect.ValueOf(p).Kind() == reflect.Pointer && reflect.ValueOf(p).IsNil()) {
+			return nil, fmt.Errorf("%w: pool %d is nil", ErrInvalid, i)
+		}
+		addr := "master-" + strconv.Itoa(i)
+		var id any
+		if a, ok := p.(pool.Addresser); ok {
+			addr = a.Addr()
+			id = strings.ToLower(addr)
+		} else if reflect.TypeOf(p).Comparable() {
+			id = p
+		}
+		if id != nil {
+			if j, dup := seen[id]; dup {
+				return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
+					ErrInvalid, j, i, addr)
+			}
+			seen[id] = i
+		}
+		c.masters[i] = master{index: i, addr: addr, pool: p}
+		c.addrs[i] = addr
+	}
+	return c, nil
+}
+
+// NewFromAddrs returns a client for the masters at addrs, each either
+// "host:port" or a URL as pool.NewFromURL takes it. It makes one pool per
+// master (configured by WithPoolOptions), which Close closes.
+func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var owned []*pool.RedisPool
+	closeAll := func() {
+		for _, p := range owned {
+			p.Close()
+		}
+	}
+	pools := make([]pool.Pool, 0, len(addrs))
+	for i, a := range addrs {
+		var p *pool.RedisPool
+		var err error
+		if strings.Contains(a, "://") {
+			p, err = pool.NewFromURL(a, cfg.poolOptions...)
+		} else {
+			p, err = pool.New(a, cfg.poolOptions...)
+		}
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
+		}
+		owned = append(owned, p)
+		pools = append(pools, p)
+	}
+	c, err := New(pools, opts...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	c.owned = owned
+	return c, nil
+}
+
+// Masters returns the number of masters.
+func (c *Client) Masters() int { return len(c.masters) }
+
+// Quorum returns how many masters must agree: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Close waits for commands still in flight (each bounded by the per-master
+// timeout) and closes the pools NewFromAddrs made. Locks not released
+// before Close expire at their TTL. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.workers.Wait()
+	for _, p := range c.owned {
+		p.Close()
+	}
+	return nil
+}
+
+// startWorkers registers n goroutines about to be started, or reports that
+// the client is closed.
+func (c *Client) startWorkers(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.workers.Add(n)
+	return true
+}
+
+// Acquire takes the lock on key, retrying with jittered exponential backoff
+// until it succeeds, ctx ends, or the wait bound (WithWait; by default the
+// TTL) is spent. On failure the error matches ErrNotAcquired, and also
+// ctx.Err() when ctx ended; it is a *QuorumError that tells what each
+// master answered. No failed attempt leaves the key on any master.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	lc, err := c.lockConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	giveUp := c.clock.Now().Add(lc.wait)
+	for attempt := 0; ; attempt++ {
+		l, err := c.attempt(ctx, key, lc.ttl)
+		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
+			return l, err
+		}
+		delay := backoff(lc.backoffMin, lc.backoffMax, attempt)
+		if c.clock.Now().Add(delay).After(giveUp) {
+			return nil, err
+		}
+		t := c.clock.NewTimer(delay)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			var qe *QuorumError
+			if asQuorumError(err, &qe) {
+				qe.ctxErr = ctx.Err()
+			}
+			return nil, err
+		}
+	}
+}
+
+// TryAcquire makes exactly one attempt to take the lock on key. On failure
+// the error matches ErrNotAcquired (see Acquire).
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	lc, err := c.lockConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.attempt(ctx, key, lc.ttl)
+}
+
+// backoff returns the delay before retry number attempt+1: a random
+// duration in [d/2, d] where d = min(max, min×2^attempt).
+func backoff(min, max time.Duration, attempt int) time.Duration {
+	d := max
+	if attempt < 30 {
+		if e := min << attempt; e > 0 && e < max {
+			d = e
+		}
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// attempt makes one acquisition attempt with a fresh token.
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
+			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
+	}
+	token := uuid.NewString()
+	start := c.clock.Now()
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil)
+	if err != nil {
+		return nil, err
+	}
+	t := c.collect(ctx, r)
+	validity := ttl - c.clock.Since(start) - c.drift(ttl)
+	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
+		r.decide(false)
+		return &Lock{c: c, key: key, token: token, until: start.Add(ttl - c.drift(ttl)), acquired: r.done}, nil
+	}
+	r.decide(true)
+	// Wait for the rollback on the masters that granted so far (one round
+	// trip), so that a failed attempt leaves no key where it was granted.
+	// Masters that failed or have not answered yet roll back in the
+	// background, each right after its own SET, bounded by the per-master
+	// timeout.
+	if t.ctxErr == nil {
+		for i, v := range t.votes {
+			if v == voteYes {
+				<-r.done[i]
+			}
+		}
+	}
+	return nil, c.quorumError(t, r, ErrNotAcquired, t.ok(c.quorum) && t.ctxErr == nil)
+}
+
+func isQuorumError(err error) bool {
+	var qe *QuorumError
+	return asQuorumError(err, &qe)
+}
+
+func asQuorumError(err error, target **QuorumError) bool {
+	qe, ok := err.(*QuorumError)
+	if ok {
+		*target = qe
+	}
+	return ok
+}
+
+// logFailure reports one master's failure to the logger, if any.
+func (c *Client) logFailure(op opKind, key string, m *master, err error) {
+	if c.logger == nil {
+		return
+	}
+	c.logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master failed",
+		slog.String("op", op.String()), slog.String("key", key),
+		slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err))
+}

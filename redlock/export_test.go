@@ -1,0 +1,4 @@
+package redlock
+
+// Backoff exposes the retry delay for tests.
+var Backoff = backoff

@@ -1,0 +1,135 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a lock held on a quorum of masters, as returned by Acquire and
+// TryAcquire. It is valid until Until(); past that moment another client
+// may hold the same key.
+//
+// A Lock is safe for concurrent use: Extend and Release calls are
+// serialised. Releasing twice is harmless.
+type Lock struct {
+	c     *Client
+	key   string
+	token string
+
+	// acquired[i] closes when the acquisition's worker for master i has
+	// finished; a release waits for it so that its DEL cannot overtake a
+	// SET still in flight to that master.
+	acquired []chan struct{}
+
+	op sync.Mutex // serialises Extend and Release
+
+	mu       sync.Mutex // guards the fields below
+	until    time.Time
+	released bool
+}
+
+// Key returns the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the random value that identifies this holder on every
+// master.
+func (l *Lock) Token() string { return l.token }
+
+// Until returns the end of the lock's validity, on the client's clock
+// (with a monotonic reading when it is the real clock). Compare it with
+// time.Now(), or use time.Until.
+func (l *Lock) Until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// Extend asks every master to set the lock's time to live to ttl, if it
+// still holds this lock's token. It succeeds when a quorum did so within
+// the new validity, which is then counted from the start of the call.
+//
+// It returns an error matching ErrLockLost when the lock had already
+// expired by the local clock (nothing is sent) or a quorum of masters no
+// longer holds its token; an expired lock is never silently taken again.
+// It returns an error matching ErrNotExtended when too few masters
+// answered while the old validity has not yet run out. Errors other than
+// bad arguments are *QuorumError.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	c := l.c
+	if err := c.checkTTL(ttl); err != nil {
+		return err
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	l.op.Lock()
+	defer l.op.Unlock()
+
+	start := c.clock.Now()
+	l.mu.Lock()
+	released, until := l.released, l.until
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: extend %q: the lock was released", ErrNotHeld, l.key)
+	}
+	if !start.Before(until) {
+		return fmt.Errorf("%w: extend %q: validity ran out %v ago", ErrLockLost, l.key, start.Sub(until))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
+	}
+
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, nil)
+	if err != nil {
+		return err
+	}
+	t := c.collect(ctx, r)
+	now := c.clock.Now()
+	newUntil := start.Add(ttl - c.drift(ttl))
+	if t.ok(c.quorum) && now.Before(newUntil) {
+		l.mu.Lock()
+		l.until = newUntil
+		l.mu.Unlock()
+		return nil
+	}
+	sentinel := ErrNotExtended
+	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
+		sentinel = ErrLockLost
+	}
+	return c.quorumError(t, r, sentinel, t.ok(c.quorum))
+}
+
+// Release deletes the lock on every master that still holds its token. It
+// returns nil when a quorum held it; an error matching ErrNotHeld when so
+// many masters did not hold it that no quorum could have (the lock had
+// expired or been taken), or when it was already released; and an error
+// matching ErrNotReleased when too few masters answered to tell.
+//
+// The release is sent even when ctx has already ended, so that a deferred
+// Release frees the lock; ctx bounds only how long the caller waits for
+// the answers. Each master's command is bounded by the per-master timeout.
+func (l *Lock) Release(ctx context.Context) error {
+	c := l.c
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	released := l.released
+	l.released = true
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
+	}
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acquired)
+	if err != nil {
+		return err
+	}
+	t := c.collect(ctx, r)
+	if t.ok(c.quorum) {
+		return nil
+	}
+	sentinel := ErrNotReleased
+	if t.no > len(c.masters)-c.quorum {
+		sentinel = ErrNotHeld
+	}
+	return c.quorumError(t, r, sentinel, false)
+}

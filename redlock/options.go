@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Defaults, as the Redlock specification suggests them.
+const (
+	// DefaultTTL is how long a lock lives on each master unless WithTTL
+	// says otherwise.
+	DefaultTTL = 10 * time.Second
+	// DefaultTimeout bounds each command to one master: a small fraction
+	// of DefaultTTL, so a hung master costs little of a lock's validity.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultDriftFactor is the share of the TTL set aside for clocks of
+	// client and masters running at different rates.
+	DefaultDriftFactor = 0.01
+	// DefaultBackoffMin and DefaultBackoffMax bound the jittered
+	// exponential delay between attempts of Acquire.
+	DefaultBackoffMin = 5 * time.Millisecond
+	DefaultBackoffMax = 250 * time.Millisecond
+)
+
+// expiryPrecision is added to the drift: Redis expires keys with up to one
+// millisecond of error, and the TTL is sent in whole milliseconds.
+const expiryPrecision = 2 * time.Millisecond
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	timeout     time.Duration
+	driftFactor float64
+	clock       clock.Clock
+	logger      *slog.Logger
+	poolOptions []pool.Option
+}
+
+func defaultConfig() config {
+	return config{
+		timeout:     DefaultTimeout,
+		driftFactor: DefaultDriftFactor,
+		clock:       clock.Real(),
+	}
+}
+
+func (c *config) check() error {
+	switch {
+	case c.timeout <= 0:
+		return fmt.Errorf("%w: per-master timeout must be positive, got %v", ErrInvalid, c.timeout)
+	case math.IsNaN(c.driftFactor) || c.driftFactor < 0 || c.driftFactor >= 1:
+		return fmt.Errorf("%w: drift factor must be in [0, 1), got %v", ErrInvalid, c.driftFactor)
+	case c.clock == nil:
+		return fmt.Errorf("%w: clock is nil", ErrInvalid)
+	}
+	return nil
+}
+
+// WithTimeout bounds every command to one master: a master that has not
+// answered within d counts as failed for that operation, and the caller
+// never waits longer than d for it. Keep it a small fraction of the TTL:
+// it is subtracted from every lock's validity. The default is
+// DefaultTimeout.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithDriftFactor sets the share of the TTL subtracted from a lock's
+// validity for clock drift (2 ms are always added for Redis's expiry
+// precision). The default is DefaultDriftFactor.
+func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
+
+// WithClock replaces the real clock, for tests. The default is clock.Real().
+func WithClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithLogger receives every failure of a single master (a timeout, a
+// refused connection, an error reply) at level Warn, with the master's
+// index and address. By default failures are only reported in the errors
+// the operations return.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithPoolOptions configures the pools that NewFromAddrs makes. New
+// ignores it.
+func WithPoolOptions(opts ...pool.Option) Option {
+	return func(c *config) { c.poolOptions = append(c.poolOptions, opts...) }
+}
+
+// LockOption configures one call of Acquire or TryAcquire.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl        time.Duration
+	wait       time.Duration
+	waitSet    bool
+	backoffMin time.Duration
+	backoffMax time.Duration
+}
+
+// WithTTL sets how long the lock lives on each master; it is sent in whole
+// milliseconds. The lock's validity is the TTL less the time the
+// acquisition took and the drift allowance. The default is DefaultTTL.
+func WithTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } }
+
+// WithWait bounds how long Acquire keeps trying; it stops earlier if its
+// ctx ends. Zero makes a single attempt. The default is the lock's TTL.
+func WithWait(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.wait, c.waitSet = d, true }
+}
+
+// WithBackoff sets the bounds of the delay between attempts: the n-th
+// delay is drawn from [d/2, d] with d = min(max, min×2ⁿ), so competing
+// clients fall out of step. The defaults are DefaultBackoffMin and
+// DefaultBackoffMax.
+func WithBackoff(min, max time.Duration) LockOption {
+	return func(c *lockConfig) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// lockConfig builds and checks the settings of one lock.
+func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
+	lc := lockConfig{ttl: DefaultTTL, backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax}
+	for _, o := range opts {
+		o(&lc)
+	}
+	if !lc.waitSet {
+		lc.wait = lc.ttl
+	}
+	if key == "" {
+		return lc, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if err := c.checkTTL(lc.ttl); err != nil {
+		return lc, err
+	}
+	switch {
+	case lc.wait < 0:
+		return lc, fmt.Errorf("%w: wait must not be negative, got %v", ErrInvalid, lc.wait)
+	case lc.backoffMin <= 0 || lc.backoffMax < lc.backoffMin:
+		return lc, fmt.Errorf("%w: backoff needs 0 < min <= max, got min %v, max %v", ErrInvalid, lc.backoffMin, lc.backoffMax)
+	}
+	lc.ttl = lc.ttl.Truncate(time.Millisecond)
+	return lc, nil
+}
+
+// maxTTL keeps PX arguments far from the overflow of Redis's millisecond
+// expiry arithmetic.
+const maxTTL = 100 * 365 * 24 * time.Hour
+
+// checkTTL rejects a TTL that would leave a lock no validity even if every
+// master answered at the last moment.
+func (c *Client) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < time.Millisecond:
+		return fmt.Errorf("%w: TTL must be at least 1ms, got %v", ErrInvalid, ttl)
+	case ttl > maxTTL:
+		return fmt.Errorf("%w: TTL %v is longer than the maximum %v", ErrInvalid, ttl, maxTTL)
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	if left := ttl - c.timeout - c.drift(ttl); left <= 0 {
+		return fmt.Errorf("%w: TTL %v leaves no validity after the per-master timeout %v and the drift allowance %v",
+			ErrInvalid, ttl, c.timeout, c.drift(ttl))
+	}
+	return nil
+}
+
+// drift is the time set aside for clock drift and expiry precision.
+func (c *Client) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.driftFactor) + expiryPrecision
+}

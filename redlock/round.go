@@ -1,0 +1,295 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// opKind is what a round asks of every master.
+type opKind uint8
+
+const (
+	opAcquire opKind = iota // SET key token NX PX ttl
+	opExtend                // compare-and-PEXPIRE
+	opRelease               // compare-and-DEL
+)
+
+func (o opKind) String() string {
+	switch o {
+	case opAcquire:
+		return "acquire"
+	case opExtend:
+		return "extend"
+	default:
+		return "release"
+	}
+}
+
+// vote is one master's answer in a round.
+type vote uint8
+
+const (
+	voteYes  vote = iota + 1 // granted, extended or released
+	voteNo                   // held by another token / not ours
+	voteFail                 // error or timeout: the outcome on that master is unknown
+)
+
+type reply struct {
+	index int
+	vote  vote
+	err   error
+}
+
+// round is one operation sent to every master in parallel. Each master has
+// its own worker goroutine, tracked by the client, which sends the command,
+// reports the reply, and — for an acquisition that failed — releases the
+// key on its master right after that master's SET has been answered or
+// timed out, so a rollback can never overtake the SET it undoes.
+type round struct {
+	c       *Client
+	op      opKind
+	key     string
+	token   string
+	ttlMS   int64
+	ctx     context.Context // per-round bound, free of the caller's cancellation
+	cancel  context.CancelFunc
+	running atomic.Int32 // workers still running; the last one cancels ctx
+
+	replies chan reply
+	decided chan struct{}
+	failed  bool            // written before decided is closed
+	done    []chan struct{} // done[i] closes when worker i has finished everything
+}
+
+// startRound starts one worker per master. after, when not nil, holds for
+// each master a channel to wait for before sending (the acquisition's
+// straggling workers, for a release).
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after []chan struct{}) (*round, error) {
+	n := len(c.masters)
+	if !c.startWorkers(n) {
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	r := &round{
+		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(),
+		ctx: rctx, cancel: cancel,
+		replies: make(chan reply, n),
+		decided: make(chan struct{}),
+		done:    make([]chan struct{}, n),
+	}
+	r.running.Store(int32(n))
+	for i := range c.masters {
+		r.done[i] = make(chan struct{})
+		var wait chan struct{}
+		if after != nil {
+			wait = after[i]
+		}
+		go r.work(i, wait)
+	}
+	return r, nil
+}
+
+// decide fixes the round's outcome and lets the workers act on it.
+func (r *round) decide(failed bool) {
+	r.failed = failed
+	close(r.decided)
+}
+
+func (r *round) work(i int, after chan struct{}) {
+	defer r.c.workers.Done()
+	defer close(r.done[i])
+	defer func() {
+		if r.running.Add(-1) == 0 {
+			r.cancel()
+		}
+	}()
+	ctx := r.ctx
+	if after != nil {
+		select {
+		case <-after:
+		default:
+			// Wait for the straggling SET on this master, then give the
+			// command its own full timeout.
+			<-after
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
+			defer cancel()
+		}
+	}
+	m := &r.c.masters[i]
+	v, err := r.c.exec(ctx, m, r.op, r.key, r.token, r.ttlMS)
+	if err != nil {
+		r.c.logFailure(r.op, r.key, m, err)
+	}
+	r.replies <- reply{index: i, vote: v, err: err}
+	if r.op != opAcquire || v == voteNo {
+		return
+	}
+	<-r.decided
+	if !r.failed {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
+	defer cancel()
+	if _, err := r.c.exec(rctx, m, opRelease, r.key, r.token, 0); err != nil {
+		r.c.logFailure(opRelease, r.key, m, err)
+	}
+}
+
+// exec sends one command to one master, bounded by ctx's deadline.
+func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token string, ttlMS int64) (vote, error) {
+	conn, err := m.pool.GetContext(ctx)
+	if err != nil {
+		return voteFail, c.nodeError(m, err)
+	}
+	defer conn.Close()
+	timeout := c.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return voteFail, c.nodeError(m, context.DeadlineExceeded)
+	}
+	var res any
+	switch op {
+	case opAcquire:
+		res, err = redis.DoWithTimeout(conn, timeout, "SET", key, token, "NX", "PX", ttlMS)
+		if err == nil {
+			switch res {
+			case "OK":
+				return voteYes, nil
+			case nil:
+				return voteNo, nil
+			}
+		}
+	case opExtend:
+		res, err = scripts.Extend.Do(conn, timeout, key, token, ttlMS)
+	case opRelease:
+		res, err = scripts.Release.Do(conn, timeout, key, token)
+	}
+	if err != nil {
+		return voteFail, c.nodeError(m, err)
+	}
+	switch res {
+	case int64(1):
+		if op != opAcquire {
+			return voteYes, nil
+		}
+	case int64(0):
+		if op != opAcquire {
+			return voteNo, nil
+		}
+	}
+	return voteFail, c.nodeError(m, fmt.Errorf("unexpected reply %s to %s", describe(res), op))
+}
+
+// nodeError names the master and turns the many shapes of a timeout into
+// ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
+// true only when the caller's own context expired.
+func (c *Client) nodeError(m *master, err error) *NodeError {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, c.timeout, err.Error())
+	}
+	return &NodeError{Index: m.index, Addr: m.addr, Err: err}
+}
+
+func describe(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nil"
+	case []byte:
+		if len(v) > 32 {
+			v = v[:32]
+		}
+		return strconv.Quote(string(v))
+	default:
+		return fmt.Sprintf("%T(%v)", v, v)
+	}
+}
+
+// tally counts a round's replies.
+type tally struct {
+	yes, no, fail int
+	votes         []vote // by master; 0 while it has not answered
+	refused       []int
+	errs          []error
+	ctxErr        error
+}
+
+func (t *tally) ok(quorum int) bool { return t.yes >= quorum }
+
+func (t *tally) add(rp reply) {
+	t.votes[rp.index] = rp.vote
+	switch rp.vote {
+	case voteYes:
+		t.yes++
+	case voteNo:
+		t.no++
+		t.refused = append(t.refused, rp.index)
+	default:
+		t.fail++
+		t.errs = append(t.errs, rp.err)
+	}
+}
+
+// collect gathers replies until the outcome is known: a quorum of yes, or
+// so many no and failures that a quorum is impossible. It never waits
+// longer than the per-master timeout, nor past ctx, and never for the
+// masters it does not need.
+func (c *Client) collect(ctx context.Context, r *round) tally {
+	n := len(c.masters)
+	t := tally{votes: make([]vote, n)}
+	timer := c.clock.NewTimer(c.timeout)
+	defer timer.Stop()
+	for t.yes < c.quorum && t.no+t.fail <= n-c.quorum {
+		select {
+		case rp := <-r.replies:
+			t.add(rp)
+		case <-timer.C():
+			// Count the replies that arrived with the timer first.
+			for drained := false; !drained; {
+				select {
+				case rp := <-r.replies:
+					t.add(rp)
+				default:
+					drained = true
+				}
+			}
+			for i, v := range t.votes {
+				if v == 0 {
+					t.fail++
+					t.errs = append(t.errs, c.nodeError(&c.masters[i], context.DeadlineExceeded))
+				}
+			}
+			return t
+		case <-ctx.Done():
+			t.ctxErr = ctx.Err()
+			return t
+		}
+	}
+	return t
+}
+
+// quorumError describes a round that did not succeed.
+func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool) *QuorumError {
+	qe := &QuorumError{
+		Op: r.op.String(), Key: r.key, Masters: len(c.masters), Quorum: c.quorum,
+		Succeeded: t.yes, Refused: t.refused, NoValidity: noValidity,
+		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
+	}
+	if len(t.errs) > 0 {
+		qe.Failed = multierror.Append(nil, t.errs...)
+	}
+	return qe
+}
