@@ -35,6 +35,9 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 	if rawURL == "" {
 		return "", nil, bad("empty")
 	}
+	if !strings.Contains(rawURL, "://") {
+		return "", nil, bad("no scheme: want redis://host:port or rediss://host:port")
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error repeats the whole URL, password included: keep only
@@ -54,9 +57,6 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 		return "", nil, bad("no scheme: want redis:// or rediss://")
 	default:
 		return "", nil, bad("scheme %q: want redis or rediss", u.Scheme)
-	}
-	if u.Opaque != "" {
-		return "", nil, bad("want %s://host:port, not %s:...", u.Scheme, u.Scheme)
 	}
 	host, port := u.Hostname(), u.Port()
 	if port == "" {

@@ -34,9 +34,10 @@ type Client struct {
 	logger      *slog.Logger
 	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
 
-	mu      sync.Mutex
-	closed  bool
-	workers sync.WaitGroup // every goroutine that talks to a master
+	mu       sync.Mutex
+	closed   bool
+	inflight map[string]*round // per key, the newest round with workers still running
+	workers  sync.WaitGroup    // every goroutine that talks to a master
 }
 
 type master struct {
@@ -69,6 +70,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		driftFactor: cfg.driftFactor,
 		clock:       cfg.clock,
 		logger:      cfg.logger,
+		inflight:    make(map[string]*round),
 	}
 	seen := make(map[any]int, len(pools))
 	for i, p := range pools {
@@ -155,18 +157,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// startWorkers registers n goroutines about to be started, or reports that
-// the client is closed.
-func (c *Client) startWorkers(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.workers.Add(n)
-	return true
-}
-
 // Acquire takes the lock on key, retrying with jittered exponential backoff
 // until it succeeds, ctx ends, or the wait bound (WithWait; by default the
 // TTL) is spent. On failure the error matches ErrNotAcquired, and also
@@ -232,7 +222,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	token := uuid.NewString()
 	start := c.clock.Now()
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +230,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		r.decide(false)
-		return &Lock{c: c, key: key, token: token, until: start.Add(ttl - c.drift(ttl)), acquired: r.done}, nil
+		return &Lock{c: c, key: key, token: token, until: start.Add(ttl - c.drift(ttl))}, nil
 	}
 	r.decide(true)
 	// Wait for the rollback on the masters that granted so far (one round

@@ -18,11 +18,6 @@ type Lock struct {
 	key   string
 	token string
 
-	// acquired[i] closes when the acquisition's worker for master i has
-	// finished; a release waits for it so that its DEL cannot overtake a
-	// SET still in flight to that master.
-	acquired []chan struct{}
-
 	op sync.Mutex // serialises Extend and Release
 
 	mu       sync.Mutex // guards the fields below
@@ -79,7 +74,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, nil)
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl)
 	if err != nil {
 		return err
 	}
@@ -119,7 +114,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acquired)
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0)
 	if err != nil {
 		return err
 	}

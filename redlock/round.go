@@ -63,7 +63,7 @@ type round struct {
 	ttlMS   int64
 	ctx     context.Context // per-round bound, free of the caller's cancellation
 	cancel  context.CancelFunc
-	running atomic.Int32 // workers still running; the last one cancels ctx
+	running atomic.Int32 // workers still running; the last one frees the round
 
 	replies chan reply
 	decided chan struct{}
@@ -71,14 +71,13 @@ type round struct {
 	done    []chan struct{} // done[i] closes when worker i has finished everything
 }
 
-// startRound starts one worker per master. after, when not nil, holds for
-// each master a channel to wait for before sending (the acquisition's
-// straggling workers, for a release).
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after []chan struct{}) (*round, error) {
+// startRound starts one worker per master. Rounds on the same key are
+// chained per master: worker i of a round sends nothing before worker i of
+// the previous round on that key has finished, so a release cannot
+// overtake the SET it undoes, nor the next acquisition overtake the
+// release, on any master. The wait is bounded by the round's own deadline.
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration) (*round, error) {
 	n := len(c.masters)
-	if !c.startWorkers(n) {
-		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	r := &round{
 		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(),
@@ -88,13 +87,21 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		done:    make([]chan struct{}, n),
 	}
 	r.running.Store(int32(n))
-	for i := range c.masters {
+	for i := range r.done {
 		r.done[i] = make(chan struct{})
-		var wait chan struct{}
-		if after != nil {
-			wait = after[i]
-		}
-		go r.work(i, wait)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cancel()
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
+	}
+	prev := c.inflight[key]
+	c.inflight[key] = r
+	c.workers.Add(n)
+	c.mu.Unlock()
+	for i := range c.masters {
+		go r.work(i, prev)
 	}
 	return r, nil
 }
@@ -105,29 +112,36 @@ func (r *round) decide(failed bool) {
 	close(r.decided)
 }
 
-func (r *round) work(i int, after chan struct{}) {
-	defer r.c.workers.Done()
-	defer close(r.done[i])
-	defer func() {
-		if r.running.Add(-1) == 0 {
-			r.cancel()
+// finish is run by each worker as it ends; the last one frees the round.
+func (r *round) finish(i int) {
+	close(r.done[i])
+	if r.running.Add(-1) == 0 {
+		r.cancel()
+		r.c.mu.Lock()
+		if r.c.inflight[r.key] == r {
+			delete(r.c.inflight, r.key)
 		}
-	}()
-	ctx := r.ctx
-	if after != nil {
+		r.c.mu.Unlock()
+	}
+	r.c.workers.Done()
+}
+
+func (r *round) work(i int, prev *round) {
+	defer r.finish(i)
+	m := &r.c.masters[i]
+	if prev != nil {
 		select {
-		case <-after:
-		default:
-			// Wait for the straggling SET on this master, then give the
-			// command its own full timeout.
-			<-after
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
-			defer cancel()
+		case <-prev.done[i]:
+		case <-r.ctx.Done():
+			// The previous command on this master is still pending: the
+			// master is slow or hung. Nothing was sent, so nothing needs
+			// undoing.
+			err := r.c.nodeError(m, fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
+			r.replies <- reply{index: i, vote: voteFail, err: err}
+			return
 		}
 	}
-	m := &r.c.masters[i]
-	v, err := r.c.exec(ctx, m, r.op, r.key, r.token, r.ttlMS)
+	v, err := r.c.exec(r.ctx, m, r.op, r.key, r.token, r.ttlMS)
 	if err != nil {
 		r.c.logFailure(r.op, r.key, m, err)
 	}

@@ -131,7 +131,8 @@ func (s *Server) spawn(bin string) error {
 		if err == nil {
 			_, err = c.Do("PING")
 			c.Close()
-			if err == nil {
+			var re redis.Error // NOAUTH and the like: the server is up
+			if err == nil || errors.As(err, &re) {
 				return nil
 			}
 		}
@@ -246,6 +247,17 @@ func WaitFor(ctx context.Context, cond func() bool) bool {
 // Launch starts n servers outside any test, for TestMain and examples. It
 // returns their addresses and a function that stops them all.
 func Launch(n int, opts ...Option) (addrs []string, stop func(), err error) {
+	servers, stop, err := LaunchServers(n, opts...)
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs, stop, err
+}
+
+// LaunchServers is Launch returning the servers, for programs (the demo)
+// that pause and kill them. Outside a test, a server method that fails
+// panics; the demo lets that end it.
+func LaunchServers(n int, opts ...Option) (servers []*Server, stop func(), err error) {
 	lt := &launchTB{}
 	defer func() {
 		if r := recover(); r != nil {
@@ -253,13 +265,10 @@ func Launch(n int, opts ...Option) (addrs []string, stop func(), err error) {
 			if _, ok := r.(launchFailure); !ok {
 				panic(r)
 			}
-			addrs, stop, err = nil, nil, fmt.Errorf("redistest: %s", lt.msg)
+			servers, stop, err = nil, nil, fmt.Errorf("redistest: %s", lt.msg)
 		}
 	}()
-	for _, s := range Start(lt, n, opts...) {
-		addrs = append(addrs, s.Addr())
-	}
-	return addrs, lt.cleanup, nil
+	return Start(lt, n, opts...), lt.cleanup, nil
 }
 
 // launchTB is the little of testing.TB that Start needs, outside a test.

@@ -1,0 +1,99 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// exampleMasters holds the "host:port" of three independent Redis masters
+// (started for these examples by TestMain).
+
+func Example() {
+	client, err := redlock.NewFromAddrs(exampleMasters)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Acquire(ctx, "reports:nightly", redlock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	// Do the work while time.Now() is before lock.Until().
+	fmt.Println("holding", lock.Key(), "on a quorum of", client.Quorum(), "of", client.Masters(), "masters")
+	// Output: holding reports:nightly on a quorum of 2 of 3 masters
+}
+
+func ExampleClient_TryAcquire() {
+	client, err := redlock.NewFromAddrs(exampleMasters)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	first, err := client.TryAcquire(ctx, "cron:draw")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer first.Release(ctx)
+
+	// A second instance of the job finds the lock taken and skips this run.
+	_, err = client.TryAcquire(ctx, "cron:draw")
+	var qe *redlock.QuorumError
+	if errors.Is(err, redlock.ErrNotAcquired) && errors.As(err, &qe) {
+		fmt.Printf("skipped: held elsewhere on %d of %d masters\n", len(qe.Refused), qe.Masters)
+	}
+	// Output: skipped: held elsewhere on 2 of 3 masters
+}
+
+func ExampleLock_Extend() {
+	client, err := redlock.NewFromAddrs(exampleMasters)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, err := client.Acquire(ctx, "import:batch-7", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	// The work needs longer than planned: ask for more time.
+	switch err := lock.Extend(ctx, 20*time.Second); {
+	case err == nil:
+		fmt.Println("extended; valid for more than 19s:", time.Until(lock.Until()) > 19*time.Second)
+	case errors.Is(err, redlock.ErrLockLost):
+		fmt.Println("lost: stop writing now")
+	case errors.Is(err, redlock.ErrNotExtended):
+		fmt.Println("not extended; still valid until", lock.Until())
+	}
+	// Output: extended; valid for more than 19s: true
+}
+
+func ExampleNodeError() {
+	// Masters that fail are reported one by one, by address.
+	client, err := redlock.NewFromAddrs([]string{exampleMasters[0], "127.0.0.1:1"},
+		redlock.WithTimeout(200*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	_, err = client.TryAcquire(context.Background(), "k")
+	var ne *redlock.NodeError
+	if errors.As(err, &ne) {
+		fmt.Println("master", ne.Index, "at", ne.Addr, "failed")
+	}
+	// Output: master 1 at 127.0.0.1:1 failed
+}
