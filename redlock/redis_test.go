@@ -3,9 +3,11 @@ package redlock_test
 // Tests against real redis-server masters on 127.0.0.1, started per test.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -522,4 +524,43 @@ func TestRedis_NewFromAddrs(t *testing.T) {
 	if !errors.Is(err, redlock.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL: %v", err)
 	}
+}
+
+func TestRedis_LoggerReceivesMasterFailures(t *testing.T) {
+	rs := startReal(t, 3)
+	var buf syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	c := rs.client(t, redlock.WithLogger(logger))
+	rs.servers[2].Kill()
+	l, err := c.Acquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	out := buf.String()
+	for _, want := range []string{`"level":"WARN"`, `"op":"acquire"`, `"master":2`, `"addr":"` + rs.servers[2].Addr() + `"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
