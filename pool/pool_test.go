@@ -149,7 +149,9 @@ func TestRedisPool_deadConnectionIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	srv.Restart() // the idle connection is now dead
+	if err := srv.Restart(); err != nil { // the idle connection is now dead
+		t.Fatal(err)
+	}
 	c, err = p.GetContext(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +170,9 @@ func TestRedisPool_hungMasterHonoursCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	srv.Pause()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

@@ -320,8 +320,10 @@ func TestRedis_PausedMasterDoesNotSlowLocking(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rs.servers[4].Pause()
-	t.Cleanup(rs.servers[4].Resume)
+	if err := rs.servers[4].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.servers[4].Resume() })
 
 	for i := 0; i < 3; i++ {
 		start := time.Now()
@@ -339,7 +341,9 @@ func TestRedis_PausedMasterDoesNotSlowLocking(t *testing.T) {
 			t.Fatalf("acquire+extend+release took %v with one master paused: it waited for the paused master", el)
 		}
 	}
-	rs.servers[4].Resume()
+	if err := rs.servers[4].Resume(); err != nil {
+		t.Fatal(err)
+	}
 	c.Close() // the paused master's commands finish (or time out) now
 }
 
@@ -376,7 +380,9 @@ func TestRedis_MinorityDownMajorityDown(t *testing.T) {
 	}
 
 	for _, i := range []int{0, 1, 3} {
-		rs.servers[i].Restart()
+		if err := rs.servers[i].Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l, err = c.Acquire(ctx, "k")
 	if err != nil {

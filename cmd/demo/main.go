@@ -56,22 +56,22 @@ func main() {
 	race(c, 5)
 
 	fmt.Println("\n2. master 0 is paused (SIGSTOP): locking goes on without waiting for it")
-	servers[0].Pause()
+	must(servers[0].Pause())
 	timed(c, "with 1 of 5 paused")
 	fmt.Println("   master 1 is killed as well: 3 of 5 still make a quorum")
-	servers[1].Kill()
+	must(servers[1].Kill())
 	timed(c, "with 2 of 5 down")
 
 	fmt.Println("\n3. master 2 is killed too: no majority is left")
-	servers[2].Kill()
+	must(servers[2].Kill())
 	_, err = c.TryAcquire(context.Background(), "demo:key")
 	fmt.Println("   TryAcquire:", err)
 	fmt.Println("   errors.Is(err, redlock.ErrNotAcquired):", errors.Is(err, redlock.ErrNotAcquired))
 
 	fmt.Println("\n4. the masters come back and locking works again")
-	servers[0].Resume()
-	servers[1].Restart()
-	servers[2].Restart()
+	must(servers[0].Resume())
+	must(servers[1].Start())
+	must(servers[2].Start())
 	timed(c, "with all 5 back")
 	fmt.Println("\nshutting down the masters.")
 }
@@ -124,4 +124,10 @@ func timed(c *redlock.Client, what string) {
 	}
 	err = l.Release(ctx)
 	fmt.Printf("   acquire+release %s: %v (release error: %v)\n", what, time.Since(start).Round(10*time.Microsecond), err)
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
 }

@@ -80,7 +80,7 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 		o(&extra)
 	}
 	s := &Server{t: t, dir: t.TempDir()}
-	t.Cleanup(s.stop)
+	t.Cleanup(func() { s.stop(syscall.SIGKILL) })
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
@@ -138,7 +138,7 @@ func (s *Server) spawn(bin string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.kill()
+	s.stop(syscall.SIGKILL)
 	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.port)
 }
 
@@ -172,37 +172,60 @@ func (s *Server) Do(cmd string, args ...any) (any, error) {
 
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
 // nothing, like a master frozen by a long pause.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused process with SIGCONT.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
-// Kill ends the process with SIGKILL and waits for it to exit.
-func (s *Server) Kill() { s.kill() }
-
-// Restart kills the process and starts it again on the same port and
-// directory. Without WithAOF it comes back empty.
-func (s *Server) Restart() {
-	s.t.Helper()
-	s.kill()
-	if err := s.spawn(Binary(s.t)); err != nil {
-		s.t.Fatalf("redistest: restart: %v", err)
-	}
+// Kill ends the process with SIGKILL (a crash) and waits for it to exit.
+func (s *Server) Kill() error {
+	s.stop(syscall.SIGKILL)
+	return nil
 }
 
-func (s *Server) signal(sig syscall.Signal) {
-	s.t.Helper()
+// Stop ends the process with SIGTERM (a clean shutdown, which writes the
+// AOF) and waits for it to exit.
+func (s *Server) Stop() error {
+	s.stop(syscall.SIGTERM)
+	return nil
+}
+
+// Start starts a stopped or killed server again on the same port and
+// directory. Without WithAOF it comes back empty.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if running {
+		return fmt.Errorf("redistest: %s is already running", s.Addr())
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	return s.spawn(bin)
+}
+
+// Restart kills the process (a crash) and starts it again.
+func (s *Server) Restart() error {
+	s.stop(syscall.SIGKILL)
+	return s.Start()
+}
+
+func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
-		s.t.Fatalf("redistest: %s is not running", s.Addr())
+		return fmt.Errorf("redistest: %s is not running", s.Addr())
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redistest: signal %v to %s: %v", sig, s.Addr(), err)
+		return fmt.Errorf("redistest: signal %v to %s: %w", sig, s.Addr(), err)
 	}
+	return nil
 }
 
-func (s *Server) kill() {
+// stop sends sig (continuing a paused process first) and waits for exit.
+func (s *Server) stop(sig syscall.Signal) {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
@@ -210,11 +233,10 @@ func (s *Server) kill() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Kill()
+	_ = cmd.Process.Signal(sig)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
 	<-exited
 }
-
-func (s *Server) stop() { s.kill() }
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
