@@ -42,6 +42,11 @@ func WithConfig(name string, values ...string) Option {
 	return func(args *[]string) { *args = append(append(*args, "--"+name), values...) }
 }
 
+// WithArgs passes raw arguments to redis-server.
+func WithArgs(args ...string) Option {
+	return func(a *[]string) { *a = append(*a, args...) }
+}
+
 // WithAOF turns on the append-only file with appendfsync always, so a
 // restarted server keeps its keys.
 func WithAOF() Option {

@@ -1,0 +1,267 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/ory/dockertest/v3"
+	dc "github.com/ory/dockertest/v3/docker"
+)
+
+// Labels on every container and network the Docker backend makes, so that
+// leftovers of a test binary that died can be found and removed.
+const (
+	labelKind  = "org.quorumlock.test"
+	labelOwner = "org.quorumlock.owner-pid"
+)
+
+// dockerAnswers reports whether a Docker engine answers a ping in time.
+func dockerAnswers() bool {
+	p, err := dockertest.NewPool("")
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return p.Client.PingWithContext(ctx) == nil
+}
+
+type dockerNode struct {
+	pool     *dockertest.Pool
+	res      *dockertest.Resource
+	network  *dockertest.Network
+	hostAddr string // 127.0.0.1:port, pinned so it survives restarts
+}
+
+func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
+	t.Helper()
+	p, err := dockertest.NewPool("")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: docker: %w", err)
+	}
+	p.MaxWait = 30 * time.Second
+	if err := p.Client.Ping(); err != nil {
+		return nil, fmt.Errorf("cluster: the Docker engine does not answer (use %s=%s for redis-server processes): %w", BackendEnv, Process, err)
+	}
+	reap(p)
+	repo, tag := splitImage(cfg.image)
+	if err := ensureImage(p, repo, tag); err != nil {
+		return nil, err
+	}
+
+	owner := strconv.Itoa(os.Getpid())
+	labels := map[string]string{labelKind: "1", labelOwner: owner}
+	netName := fmt.Sprintf("quorumlock-%s-%d", owner, time.Now().UnixNano())
+	network, err := p.CreateNetwork(netName, func(o *dc.CreateNetworkOptions) { o.Labels = labels })
+	if err != nil {
+		return nil, fmt.Errorf("cluster: create network: %w", err)
+	}
+	t.Cleanup(func() { _ = p.RemoveNetwork(network) })
+
+	nodes := make([]node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nd, err := runMaster(p, network, repo, tag, labels, cfg)
+			if nd != nil {
+				t.Cleanup(func() { _ = p.Purge(nd.res) })
+				nodes[i] = nd
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return nodes, nil
+}
+
+// runMaster starts one container with its port pinned to a free port of
+// 127.0.0.1, retrying with another port if that one was taken meanwhile.
+func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string, labels map[string]string, cfg *config) (*dockerNode, error) {
+	cmd := append([]string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
+		"--port", "6379", "--dir", "/data"}, cfg.redisArgs()...)
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.RunWithOptions(&dockertest.RunOptions{
+			Repository:   repo,
+			Tag:          tag,
+			Cmd:          cmd,
+			Labels:       labels,
+			Networks:     []*dockertest.Network{network},
+			ExposedPorts: []string{"6379/tcp"},
+			PortBindings: map[dc.Port][]dc.PortBinding{
+				"6379/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}},
+			},
+		}, func(hc *dc.HostConfig) {
+			hc.PublishAllPorts = false // only the binding above, on 127.0.0.1
+			hc.AutoRemove = false
+			hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
+		})
+		if err != nil {
+			lastErr = err
+			if res != nil {
+				_ = p.Purge(res)
+			}
+			continue
+		}
+		nd := &dockerNode{pool: p, res: res, network: network, hostAddr: "127.0.0.1:" + strconv.Itoa(port)}
+		if err := nd.waitReady(); err != nil {
+			return nd, err
+		}
+		return nd, nil
+	}
+	return nil, fmt.Errorf("cluster: run %s:%s: %w", repo, tag, lastErr)
+}
+
+// ensureImage pulls the image when it is missing and says how to build
+// one when that fails too.
+func ensureImage(p *dockertest.Pool, repo, tag string) error {
+	ref := repo + ":" + tag
+	if _, err := p.Client.InspectImage(ref); err == nil {
+		return nil
+	}
+	pullErr := p.Client.PullImage(dc.PullImageOptions{Repository: repo, Tag: tag}, dc.AuthConfiguration{})
+	if pullErr == nil {
+		return nil
+	}
+	return fmt.Errorf("cluster: image %s is not present and could not be pulled (%v). "+
+		"Without a registry, build one from Debian's redis-server with `make redis-image` "+
+		"(integration/image/build.sh) and set %s=%s; or run redis-server processes with %s=%s",
+		ref, pullErr, ImageEnv, LocalImage, BackendEnv, Process)
+}
+
+func splitImage(ref string) (repo, tag string) {
+	slash := strings.LastIndex(ref, "/")
+	if colon := strings.LastIndex(ref, ":"); colon > slash {
+		return ref[:colon], ref[colon+1:]
+	}
+	return ref, "latest"
+}
+
+// reap removes containers and networks left by test binaries that died.
+func reap(p *dockertest.Pool) {
+	filter := map[string][]string{"label": {labelKind + "=1"}}
+	if cs, err := p.Client.ListContainers(dc.ListContainersOptions{All: true, Filters: filter}); err == nil {
+		for _, c := range cs {
+			if ownerDead(c.Labels[labelOwner]) {
+				_ = p.Client.RemoveContainer(dc.RemoveContainerOptions{ID: c.ID, Force: true, RemoveVolumes: true})
+			}
+		}
+	}
+	if ns, err := p.Client.FilteredListNetworks(dc.NetworkFilterOpts{"label": {labelKind + "=1": true}}); err == nil {
+		for _, n := range ns {
+			if ownerDead(n.Labels[labelOwner]) {
+				_ = p.Client.RemoveNetwork(n.ID)
+			}
+		}
+	}
+}
+
+func ownerDead(pid string) bool {
+	if _, err := strconv.Atoi(pid); err != nil {
+		return true
+	}
+	_, err := os.Stat("/proc/" + pid)
+	return err != nil
+}
+
+func (d *dockerNode) addr() string { return d.hostAddr }
+
+func (d *dockerNode) pause() error  { return d.pool.Client.PauseContainer(d.res.Container.ID) }
+func (d *dockerNode) resume() error { return d.pool.Client.UnpauseContainer(d.res.Container.ID) }
+
+func (d *dockerNode) kill() error { return d.signalAndWait(dc.SIGKILL) }
+
+// stop sends SIGTERM: dockertest sets the container's StopSignal to
+// SIGWINCH, so StopContainer would end in a SIGKILL.
+func (d *dockerNode) stop() error { return d.signalAndWait(dc.SIGTERM) }
+
+func (d *dockerNode) signalAndWait(sig dc.Signal) error {
+	id := d.res.Container.ID
+	if err := d.pool.Client.KillContainer(dc.KillContainerOptions{ID: id, Signal: sig}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := d.pool.Client.WaitContainerWithContext(id, ctx); err != nil {
+		return fmt.Errorf("waiting for the container to exit: %w", err)
+	}
+	return nil
+}
+
+func (d *dockerNode) start() error {
+	if err := d.pool.Client.StartContainer(d.res.Container.ID, nil); err != nil {
+		return err
+	}
+	return d.waitReady()
+}
+
+// partition takes the container off the cluster's network: its published
+// port stops answering, and the master keeps running with its keys.
+func (d *dockerNode) partition() error {
+	return d.pool.Client.DisconnectNetwork(d.network.Network.ID,
+		dc.NetworkConnectionOptions{Container: d.res.Container.ID, Force: true})
+}
+
+func (d *dockerNode) heal() error {
+	return d.pool.Client.ConnectNetwork(d.network.Network.ID,
+		dc.NetworkConnectionOptions{Container: d.res.Container.ID})
+}
+
+// waitReady pings the master through its published port until it answers:
+// a scratch image has no shell for a health check.
+func (d *dockerNode) waitReady() error {
+	err := d.pool.Retry(func() error {
+		// Poll quickly before handing back to Retry's slower backoff.
+		var err error
+		for i := 0; i < 40; i++ {
+			if err = ping(d.hostAddr); err == nil {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: master %s did not answer PING: %w", d.hostAddr, err)
+	}
+	return nil
+}
+
+func ping(addr string) error {
+	c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second),
+		redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Do("PING")
+	return err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
