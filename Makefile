@@ -1,8 +1,15 @@
 # quorumlock — see README.md.
+SHELL := /bin/bash
 GO ?= go
 PKGS := ./...
+# The Redis image the Docker backend of the integration suites runs. No
+# registry is needed: `make redis-image` builds it from Debian's redis-server.
+# With a registry, run e.g. `make test QUORUMLOCK_REDIS_IMAGE=redis:7.2`.
+REDIS_IMAGE ?= quorumlock/redis:local
+QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
+export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit race lint vet fmt bench demo deps
+.PHONY: all test unit integration race lint vet fmt bench demo deps redis-image clean-containers
 
 all: lint test
 
@@ -12,13 +19,30 @@ deps:
 	  echo "installing redis-server ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
-## test: every test, with the race detector, against real redis-server masters
-test: deps
-	$(GO) test -race -count=1 $(PKGS)
+## redis-image: build $(REDIS_IMAGE) FROM scratch from Debian's redis-server (no registry needed)
+redis-image: deps
+	@if docker info >/dev/null 2>&1; then integration/image/build.sh $(REDIS_IMAGE); \
+	else echo "no Docker engine answers: the integration suites run on redis-server processes only"; fi
 
-## unit: the tests without the race detector (faster)
+## test: unit and integration tests, with the race detector, against real Redis masters
+test: deps redis-image
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## unit: the tests outside integration/, without the race detector (faster)
 unit: deps
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+
+## integration: the suites that kill, pause, restart and partition real masters
+##   (NEMESIS=10m for a soak; QUORUMLOCK_BACKEND=docker|process for one backend)
+NEMESIS ?= 30s
+integration: deps redis-image
+	$(GO) test -race -count=1 -timeout 60m -v ./integration/... -args -nemesis=$(NEMESIS) 2>&1 | \
+	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+
+## clean-containers: remove every container and network the suites made
+clean-containers:
+	-docker ps -aq --filter label=org.quorumlock.test=1 | xargs -r docker rm -f
+	-docker network ls -q --filter label=org.quorumlock.test=1 | xargs -r docker network rm
 
 ## race: same as test
 race: test

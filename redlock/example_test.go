@@ -14,7 +14,7 @@ import (
 // (started for these examples by TestMain).
 
 func Example() {
-	client, err := redlock.NewFromAddrs(exampleMasters)
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func Example() {
 }
 
 func ExampleClient_TryAcquire() {
-	client, err := redlock.NewFromAddrs(exampleMasters)
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func ExampleClient_TryAcquire() {
 }
 
 func ExampleLock_Extend() {
-	client, err := redlock.NewFromAddrs(exampleMasters)
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -160,11 +162,45 @@ func (r *round) work(i int, prev *round) {
 	}
 }
 
-// exec sends one command to one master, bounded by ctx's deadline.
+// exec sends one command to one master, bounded by ctx's deadline. A
+// pooled connection that the master closed (it restarted, or dropped idle
+// clients) fails at its first use; exec then tries once more on a fresh
+// connection within the same deadline. An answer to that second try that
+// could hide the first try's effect counts as unknown, not as a refusal.
 func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token string, ttlMS int64) (vote, error) {
+	v, err := c.execOnce(ctx, m, op, key, token, ttlMS)
+	if err == nil || !brokenConn(err) {
+		return v, c.wrapNodeError(m, err)
+	}
+	v, err2 := c.execOnce(ctx, m, op, key, token, ttlMS)
+	if err2 != nil {
+		return voteFail, c.wrapNodeError(m, err2)
+	}
+	// SET NX finds our own key if the first try ran; a release finds
+	// nothing to delete.
+	if v == voteNo && op != opExtend {
+		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after %v: the first try may have run", op, err))
+	}
+	return v, nil
+}
+
+func (c *Client) wrapNodeError(m *master, err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.nodeError(m, err)
+}
+
+// brokenConn reports whether err says the connection was already closed
+// by the other side, before the command could have been read.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token string, ttlMS int64) (vote, error) {
 	conn, err := m.pool.GetContext(ctx)
 	if err != nil {
-		return voteFail, c.nodeError(m, err)
+		return voteFail, err
 	}
 	defer conn.Close()
 	timeout := c.timeout
@@ -172,7 +208,7 @@ func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token stri
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return voteFail, c.nodeError(m, context.DeadlineExceeded)
+		return voteFail, context.DeadlineExceeded
 	}
 	var res any
 	switch op {
@@ -192,7 +228,7 @@ func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token stri
 		res, err = scripts.Release.Do(conn, timeout, key, token)
 	}
 	if err != nil {
-		return voteFail, c.nodeError(m, err)
+		return voteFail, err
 	}
 	switch res {
 	case int64(1):
@@ -204,7 +240,7 @@ func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token stri
 			return voteNo, nil
 		}
 	}
-	return voteFail, c.nodeError(m, fmt.Errorf("unexpected reply %s to %s", describe(res), op))
+	return voteFail, fmt.Errorf("unexpected reply %s to %s", describe(res), op)
 }
 
 // nodeError names the master and turns the many shapes of a timeout into

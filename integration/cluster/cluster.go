@@ -132,7 +132,7 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	if cfg.backend == "" {
 		cfg.backend = Process
-		if dockerAnswers() {
+		if DockerAvailable() {
 			cfg.backend = Docker
 		}
 	}

@@ -23,6 +23,13 @@ func backends() []cluster.Backend {
 	return []cluster.Backend{cluster.Docker, cluster.Process}
 }
 
+func skipWithoutDocker(t *testing.T, b cluster.Backend) {
+	t.Helper()
+	if b == cluster.Docker && os.Getenv(cluster.BackendEnv) == "" && !cluster.DockerAvailable() {
+		t.Skip("no Docker engine answers on this machine: the docker backend is not run")
+	}
+}
+
 func get(t *testing.T, m *cluster.Master, key string) string {
 	t.Helper()
 	v, err := redis.String(m.Do("GET", key))
@@ -35,6 +42,7 @@ func get(t *testing.T, m *cluster.Master, key string) string {
 func TestMaster_faultControls(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(string(b), func(t *testing.T) {
+			skipWithoutDocker(t, b)
 			c := cluster.Start(t, 2, cluster.WithBackend(b))
 			if c.Backend() != b || len(c.Masters) != 2 || len(c.Pools()) != 2 {
 				t.Fatalf("cluster %v with %d masters", c.Backend(), len(c.Masters))
@@ -113,6 +121,7 @@ func TestMaster_faultControls(t *testing.T) {
 func TestMaster_restartWithAOFKeepsKeys(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(string(b), func(t *testing.T) {
+			skipWithoutDocker(t, b)
 			c := cluster.Start(t, 1, cluster.WithBackend(b), cluster.WithAOF())
 			m := c.Masters[0]
 			if _, err := m.Do("SET", "k", "v", "PX", 60000); err != nil {
@@ -144,6 +153,7 @@ func TestStart_missingImageSaysHowToBuildOne(t *testing.T) {
 	if os.Getenv(cluster.BackendEnv) == string(cluster.Process) {
 		t.Skip("QUORUMLOCK_BACKEND=process: this test is about the Docker backend")
 	}
+	skipWithoutDocker(t, cluster.Docker)
 	ft := &fatalRecorder{TB: t}
 	func() {
 		defer func() { _ = recover() }()

@@ -24,8 +24,9 @@ const (
 	labelOwner = "org.quorumlock.owner-pid"
 )
 
-// dockerAnswers reports whether a Docker engine answers a ping in time.
-func dockerAnswers() bool {
+// DockerAvailable reports whether a Docker engine answers a ping within
+// two seconds.
+func DockerAvailable() bool {
 	p, err := dockertest.NewPool("")
 	if err != nil {
 		return false
@@ -101,11 +102,13 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			return nil, err
 		}
 		res, err := p.RunWithOptions(&dockertest.RunOptions{
-			Repository:   repo,
-			Tag:          tag,
-			Cmd:          cmd,
-			Labels:       labels,
-			Networks:     []*dockertest.Network{network},
+			Repository: repo,
+			Tag:        tag,
+			Cmd:        cmd,
+			Labels:     labels,
+			// By ID: RunWithOptions writes back into a *Network it is
+			// given, which would race between masters started at once.
+			NetworkID:    network.Network.ID,
 			ExposedPorts: []string{"6379/tcp"},
 			PortBindings: map[dc.Port][]dc.PortBinding{
 				"6379/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}},

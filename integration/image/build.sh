@@ -13,7 +13,8 @@ if [ -z "$bin" ]; then
   echo "build.sh: redis-server is not installed: apt-get install -y redis-server" >&2
   exit 1
 fi
-bin="$(readlink -f "$bin")"
+src="$bin"
+bin="$(readlink -f "$bin")" # Debian links redis-server to the redis-check-rdb binary
 sum="$(sha256sum "$bin" | cut -c1-16)"
 if [ "$(docker image inspect -f '{{index .Config.Labels "org.quorumlock.redis-sha"}}' "$image" 2>/dev/null || true)" = "$sum" ]; then
   echo "build.sh: $image is up to date"
@@ -43,4 +44,4 @@ LABEL org.quorumlock.redis-sha="$sum"
 CMD ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no"]
 DOCKERFILE
 docker build -q -t "$image" "$ctx" >/dev/null
-echo "build.sh: built $image from $bin ($(du -sh "$root" | cut -f1))"
+echo "build.sh: built $image from $src ($(du -sh "$root" | cut -f1))"

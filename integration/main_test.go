@@ -1,0 +1,119 @@
+// Package integration_test holds the suites that run quorumlock against
+// real Redis masters and break them: see docs/testing.md.
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backends lists the backends to run each suite on: the one named by
+// $QUORUMLOCK_BACKEND, else both.
+func backends() []cluster.Backend {
+	if b := os.Getenv(cluster.BackendEnv); b != "" {
+		return []cluster.Backend{cluster.Backend(b)}
+	}
+	return []cluster.Backend{cluster.Docker, cluster.Process}
+}
+
+// forBackends runs f once per backend, as subtests named by the backend.
+func forBackends(t *testing.T, f func(t *testing.T, b cluster.Backend)) {
+	for _, b := range backends() {
+		t.Run(string(b), func(t *testing.T) {
+			skipWithoutDocker(t, b)
+			f(t, b)
+		})
+	}
+}
+
+// skipWithoutDocker skips the Docker backend's runs, saying why, on a
+// machine where no Docker engine answers (unless $QUORUMLOCK_BACKEND asked
+// for Docker, when the harness fails instead).
+func skipWithoutDocker(t *testing.T, b cluster.Backend) {
+	t.Helper()
+	if b == cluster.Docker && os.Getenv(cluster.BackendEnv) == "" && !cluster.DockerAvailable() {
+		t.Skip("no Docker engine answers on this machine: the docker backend is not run; the process backend runs these suites")
+	}
+}
+
+// requirePartition skips a case that needs partitions on a backend that
+// cannot make them, saying so.
+func requirePartition(t *testing.T, b cluster.Backend) {
+	t.Helper()
+	if b == cluster.Process {
+		t.Skip("the process backend cannot partition a master (redis-server processes share the loopback interface); the docker backend runs this case")
+	}
+}
+
+// timeout is the per-master timeout of the suites' clients: generous, as
+// the suites run under -race on two cores beside the Docker engine.
+const timeout = 300 * time.Millisecond
+
+func newClient(t *testing.T, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	opts = append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...)
+	client, err := redlock.New(c.Pools(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// holders returns, per master, the value at key ("" when absent, "?" when
+// the master cannot be asked).
+func holders(c *cluster.Cluster, key string) []string {
+	vals := make([]string, len(c.Masters))
+	for i, m := range c.Masters {
+		if _, down, part := m.State(); down || part {
+			vals[i] = "?"
+			continue
+		}
+		v, err := redis.String(m.Do("GET", key))
+		switch {
+		case errors.Is(err, redis.ErrNil):
+		case err != nil:
+			vals[i] = "?"
+		default:
+			vals[i] = v
+		}
+	}
+	return vals
+}
+
+func count(vals []string, want string) int {
+	n := 0
+	for _, v := range vals {
+		if v == want {
+			n++
+		}
+	}
+	return n
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func key(t *testing.T) string { return fmt.Sprintf("lock:%s", t.Name()) }
