@@ -253,6 +253,35 @@ func TestTryAcquire_failedAttemptLeavesNoKey(t *testing.T) {
 	}
 }
 
+func TestTryAcquire_brokenConnectionIsRetriedButNotTrustedBlindly(t *testing.T) {
+	fs := newFakes(t, 1)
+	// The SET runs, then the connection breaks before the reply: the
+	// retry finds the key, which may be ours. That is not a refusal.
+	fs.masters[0].BreakNextReply()
+	_, err := fs.client.TryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL))
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || len(qe.Refused) != 0 || !strings.Contains(err.Error(), "may have run") {
+		t.Fatalf("err = %v, want an unknown outcome, not a refusal", err)
+	}
+	if got := fs.masters[0].Calls("SET"); got != 2 {
+		t.Errorf("SET ran %d times, want 2 (one retry)", got)
+	}
+	// Unknown outcomes are rolled back.
+	fs.closeAndCheckNoKey(t, "k", "")
+
+	// An extension is idempotent: its retry's answer counts.
+	fs2 := newFakes(t, 3)
+	l, err := fs2.client.TryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs2.waitCalls(t, "SET", 1)
+	fs2.masters[0].BreakNextReply()
+	if err := l.Extend(context.Background(), fakeTTL); err != nil {
+		t.Fatalf("an extension retried after a broken connection is idempotent: %v", err)
+	}
+}
+
 func TestTryAcquire_lateSuccessIsRolledBack(t *testing.T) {
 	fs := newFakes(t, 3)
 	fs.masters[1].Set("k", "other", time.Minute)

@@ -570,3 +570,36 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestRedis_MasterRestartDoesNotFailStaleConnections(t *testing.T) {
+	rs := startReal(t, 1)
+	c := rs.client(t)
+	ctx := context.Background()
+	// Fill the pool with idle connections.
+	var locks []*redlock.Lock
+	for i := 0; i < 4; i++ {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("warm-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rs.servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Every idle connection is now dead; each call retries on a fresh one.
+	for i := 0; i < 6; i++ {
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("call %d after the restart: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release %d after the restart: %v", i, err)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,14 +41,15 @@ type Master struct {
 	clock clock.Clock
 	addr  string
 
-	mu       sync.Mutex
-	data     map[string]entry
-	scripts  map[string]*scripts.Script // by SHA, what EVALSHA finds
-	delay    time.Duration              // reply delay; the command runs at once
-	hung     chan struct{}              // while not nil, commands wait for it to close
-	down     bool
-	replyErr error
-	calls    map[string]int
+	mu        sync.Mutex
+	data      map[string]entry
+	scripts   map[string]*scripts.Script // by SHA, what EVALSHA finds
+	delay     time.Duration              // reply delay; the command runs at once
+	hung      chan struct{}              // while not nil, commands wait for it to close
+	down      bool
+	replyErr  error
+	breakNext bool // the next command runs, then its connection breaks
+	calls     map[string]int
 }
 
 type entry struct {
@@ -104,6 +106,14 @@ func (m *Master) SetReplyError(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.replyErr = err
+}
+
+// BreakNextReply makes the next command run and then fail with io.EOF, as
+// when a connection breaks between the command and its reply.
+func (m *Master) BreakNextReply() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.breakNext = true
 }
 
 // FlushScripts empties the script cache, as a restart does.
@@ -224,6 +234,11 @@ func (c *conn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (an
 	}
 	m.mu.Lock()
 	res, err := m.run(strings.ToUpper(cmd), args)
+	if m.breakNext {
+		m.breakNext = false
+		res, err = nil, io.EOF
+		c.err = err
+	}
 	m.mu.Unlock()
 	if delay > 0 {
 		t := m.clock.NewTimer(delay)
