@@ -15,7 +15,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	forBackends(t, func(t *testing.T, b cluster.Backend) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		for _, n := range []int{1, 3, 5, 7} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 				c := cluster.Start(t, n, cluster.WithBackend(b))

@@ -17,7 +17,7 @@ import (
 // Suite 2: with ⌊(N−1)/2⌋ masters killed, locking works; with a majority
 // down it fails naming the failed masters; once they return it works again.
 func TestMinorityAndMajorityDown(t *testing.T) {
-	forBackends(t, func(t *testing.T, b cluster.Backend) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		for _, n := range []int{3, 5, 7} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 				c := cluster.Start(t, n, cluster.WithBackend(b))
@@ -76,7 +76,7 @@ func TestHungMinority(t *testing.T) {
 		{"paused", (*cluster.Master).Pause},
 		{"partitioned", (*cluster.Master).Partition},
 	}
-	forBackends(t, func(t *testing.T, b cluster.Backend) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		for _, f := range faults {
 			t.Run(f.name, func(t *testing.T) {
 				if f.name == "partitioned" {
@@ -125,7 +125,7 @@ func TestHungMinority(t *testing.T) {
 // key: the known Redlock hazard, asserted so the docs stay true. With AOF
 // appendfsync always the second client is refused.
 func TestRestartAmnesia(t *testing.T) {
-	forBackends(t, func(t *testing.T, b cluster.Backend) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		for _, persist := range []bool{false, true} {
 			name := "no persistence"
 			opts := []cluster.Option{cluster.WithBackend(b)}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -18,35 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// backends lists the backends to run each suite on: the one named by
-// $QUORUMLOCK_BACKEND, else both.
-func backends() []cluster.Backend {
-	if b := os.Getenv(cluster.BackendEnv); b != "" {
-		return []cluster.Backend{cluster.Backend(b)}
-	}
-	return []cluster.Backend{cluster.Docker, cluster.Process}
-}
-
-// forBackends runs f once per backend, as subtests named by the backend.
-func forBackends(t *testing.T, f func(t *testing.T, b cluster.Backend)) {
-	for _, b := range backends() {
-		t.Run(string(b), func(t *testing.T) {
-			skipWithoutDocker(t, b)
-			f(t, b)
-		})
-	}
-}
-
-// skipWithoutDocker skips the Docker backend's runs, saying why, on a
-// machine where no Docker engine answers (unless $QUORUMLOCK_BACKEND asked
-// for Docker, when the harness fails instead).
-func skipWithoutDocker(t *testing.T, b cluster.Backend) {
-	t.Helper()
-	if b == cluster.Docker && os.Getenv(cluster.BackendEnv) == "" && !cluster.DockerAvailable() {
-		t.Skip("no Docker engine answers on this machine: the docker backend is not run; the process backend runs these suites")
-	}
-}
 
 // requirePartition skips a case that needs partitions on a backend that
 // cannot make them, saying so.

@@ -33,7 +33,7 @@ type window struct {
 }
 
 func TestNemesis(t *testing.T) {
-	forBackends(t, func(t *testing.T, b cluster.Backend) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		const n, clients = 5, 8
 		c := cluster.Start(t, n, cluster.WithBackend(b), cluster.WithAOF())
 		counterSrv := cluster.Start(t, 1, cluster.WithBackend(b)).Masters[0]

@@ -377,3 +377,26 @@ func (m *Master) Heal() error {
 func (m *Master) wrap(what string, err error) error {
 	return fmt.Errorf("cluster: %s master %d (%s): %w", what, m.index, m.node.addr(), err)
 }
+
+// Backends returns the backends a suite should run on: the one named by
+// $QUORUMLOCK_BACKEND, else both.
+func Backends() []Backend {
+	if b := os.Getenv(BackendEnv); b != "" {
+		return []Backend{Backend(b)}
+	}
+	return []Backend{Docker, Process}
+}
+
+// ForEachBackend runs f as a subtest per backend of Backends. Where no
+// Docker engine answers (and $QUORUMLOCK_BACKEND did not ask for Docker),
+// the Docker subtest is skipped with that reason.
+func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
+	for _, b := range Backends() {
+		t.Run(string(b), func(t *testing.T) {
+			if b == Docker && os.Getenv(BackendEnv) == "" && !DockerAvailable() {
+				t.Skip("no Docker engine answers on this machine: the docker backend is not run; the process backend is")
+			}
+			f(t, b)
+		})
+	}
+}

@@ -14,22 +14,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// backends lists the backends to test: the one $QUORUMLOCK_BACKEND names,
-// else both.
-func backends() []cluster.Backend {
-	if b := os.Getenv(cluster.BackendEnv); b != "" {
-		return []cluster.Backend{cluster.Backend(b)}
-	}
-	return []cluster.Backend{cluster.Docker, cluster.Process}
-}
-
-func skipWithoutDocker(t *testing.T, b cluster.Backend) {
-	t.Helper()
-	if b == cluster.Docker && os.Getenv(cluster.BackendEnv) == "" && !cluster.DockerAvailable() {
-		t.Skip("no Docker engine answers on this machine: the docker backend is not run")
-	}
-}
-
 func get(t *testing.T, m *cluster.Master, key string) string {
 	t.Helper()
 	v, err := redis.String(m.Do("GET", key))
@@ -40,120 +24,116 @@ func get(t *testing.T, m *cluster.Master, key string) string {
 }
 
 func TestMaster_faultControls(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(string(b), func(t *testing.T) {
-			skipWithoutDocker(t, b)
-			c := cluster.Start(t, 2, cluster.WithBackend(b))
-			if c.Backend() != b || len(c.Masters) != 2 || len(c.Pools()) != 2 {
-				t.Fatalf("cluster %v with %d masters", c.Backend(), len(c.Masters))
-			}
-			m := c.Masters[0]
-			if _, err := m.Do("SET", "k", "v"); err != nil {
-				t.Fatal(err)
-			}
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		c := cluster.Start(t, 2, cluster.WithBackend(b))
+		if c.Backend() != b || len(c.Masters) != 2 || len(c.Pools()) != 2 {
+			t.Fatalf("cluster %v with %d masters", c.Backend(), len(c.Masters))
+		}
+		m := c.Masters[0]
+		if _, err := m.Do("SET", "k", "v"); err != nil {
+			t.Fatal(err)
+		}
 
-			// Pause: the connection opens (the kernel accepts) but no reply comes.
-			if err := m.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			conn, err := redis.Dial("tcp", m.Addr(), redis.DialConnectTimeout(time.Second))
-			if err == nil {
-				_, err = redis.DoWithTimeout(conn, 300*time.Millisecond, "PING")
-				conn.Close()
-			}
-			if err == nil {
-				t.Error("a paused master answered PING")
-			}
-			if err := m.Resume(); err != nil {
-				t.Fatal(err)
-			}
-			if get(t, m, "k") != "v" {
-				t.Error("the key was lost across a pause")
-			}
+		// Pause: the connection opens (the kernel accepts) but no reply comes.
+		if err := m.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := redis.Dial("tcp", m.Addr(), redis.DialConnectTimeout(time.Second))
+		if err == nil {
+			_, err = redis.DoWithTimeout(conn, 300*time.Millisecond, "PING")
+			conn.Close()
+		}
+		if err == nil {
+			t.Error("a paused master answered PING")
+		}
+		if err := m.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if get(t, m, "k") != "v" {
+			t.Error("the key was lost across a pause")
+		}
 
-			// Kill and start without persistence: the master comes back empty.
-			if err := m.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := m.Do("PING"); err == nil {
-				t.Error("a killed master answered")
-			}
-			if err := m.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if get(t, m, "k") != "" {
-				t.Error("a master without persistence kept its key across a crash")
-			}
+		// Kill and start without persistence: the master comes back empty.
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Do("PING"); err == nil {
+			t.Error("a killed master answered")
+		}
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if get(t, m, "k") != "" {
+			t.Error("a master without persistence kept its key across a crash")
+		}
 
-			// Partition: unreachable, still running, keys kept.
-			if _, err := m.Do("SET", "k", "v2"); err != nil {
-				t.Fatal(err)
+		// Partition: unreachable, still running, keys kept.
+		if _, err := m.Do("SET", "k", "v2"); err != nil {
+			t.Fatal(err)
+		}
+		err = m.Partition()
+		if b == cluster.Process {
+			if !errors.Is(err, cluster.ErrUnsupported) {
+				t.Fatalf("process Partition = %v, want ErrUnsupported", err)
 			}
-			err = m.Partition()
-			if b == cluster.Process {
-				if !errors.Is(err, cluster.ErrUnsupported) {
-					t.Fatalf("process Partition = %v, want ErrUnsupported", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := m.Do("PING"); err == nil {
-				t.Error("a partitioned master answered")
-			}
-			if _, err := c.Masters[1].Do("PING"); err != nil {
-				t.Errorf("the other master is unreachable too: %v", err)
-			}
-			if err := m.Heal(); err != nil {
-				t.Fatal(err)
-			}
-			if err := waitPing(m); err != nil {
-				t.Fatalf("after heal: %v", err)
-			}
-			if get(t, m, "k") != "v2" {
-				t.Error("the key was lost across a partition")
-			}
-		})
-	}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Do("PING"); err == nil {
+			t.Error("a partitioned master answered")
+		}
+		if _, err := c.Masters[1].Do("PING"); err != nil {
+			t.Errorf("the other master is unreachable too: %v", err)
+		}
+		if err := m.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitPing(m); err != nil {
+			t.Fatalf("after heal: %v", err)
+		}
+		if get(t, m, "k") != "v2" {
+			t.Error("the key was lost across a partition")
+		}
+	})
 }
 
 func TestMaster_restartWithAOFKeepsKeys(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(string(b), func(t *testing.T) {
-			skipWithoutDocker(t, b)
-			c := cluster.Start(t, 1, cluster.WithBackend(b), cluster.WithAOF())
-			m := c.Masters[0]
-			if _, err := m.Do("SET", "k", "v", "PX", 60000); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Restart(); err != nil { // SIGKILL, then start
-				t.Fatal(err)
-			}
-			if get(t, m, "k") != "v" {
-				t.Error("AOF appendfsync always lost a key across a crash")
-			}
-			if err := m.Stop(); err != nil { // SIGTERM
-				t.Fatal(err)
-			}
-			if err := m.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if get(t, m, "k") != "v" {
-				t.Error("the key was lost across a clean restart")
-			}
-			if err := c.HealAll(); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		c := cluster.Start(t, 1, cluster.WithBackend(b), cluster.WithAOF())
+		m := c.Masters[0]
+		if _, err := m.Do("SET", "k", "v", "PX", 60000); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Restart(); err != nil { // SIGKILL, then start
+			t.Fatal(err)
+		}
+		if get(t, m, "k") != "v" {
+			t.Error("AOF appendfsync always lost a key across a crash")
+		}
+		if err := m.Stop(); err != nil { // SIGTERM
+			t.Fatal(err)
+		}
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if get(t, m, "k") != "v" {
+			t.Error("the key was lost across a clean restart")
+		}
+		if err := c.HealAll(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestStart_missingImageSaysHowToBuildOne(t *testing.T) {
 	if os.Getenv(cluster.BackendEnv) == string(cluster.Process) {
 		t.Skip("QUORUMLOCK_BACKEND=process: this test is about the Docker backend")
 	}
-	skipWithoutDocker(t, cluster.Docker)
+	if !cluster.DockerAvailable() {
+		t.Skip("no Docker engine answers on this machine")
+	}
 	ft := &fatalRecorder{TB: t}
 	func() {
 		defer func() { _ = recover() }()
