@@ -36,6 +36,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	closed   bool
+	closing  chan struct{}     // closed by Close: stops the locks' watchdogs
 	inflight map[string]*round // per key, the newest round with workers still running
 	workers  sync.WaitGroup    // every goroutine that talks to a master
 }
@@ -71,6 +72,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		clock:       cfg.clock,
 		logger:      cfg.logger,
 		inflight:    make(map[string]*round),
+		closing:     make(chan struct{}),
 	}
 	seen := make(map[any]int, len(pools))
 	for i, p := range pools {
@@ -144,11 +146,15 @@ func (c *Client) Masters() int { return len(c.masters) }
 func (c *Client) Quorum() int { return c.quorum }
 
 // Close waits for commands still in flight (each bounded by the per-master
-// timeout) and closes the pools NewFromAddrs made. Locks not released
-// before Close expire at their TTL. Close is idempotent.
+// timeout), stops the watchdogs of auto-extended locks (they count as lost,
+// with ErrClosed) and closes the pools NewFromAddrs made. Locks not
+// released before Close expire at their TTL. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	c.closed = true
+	if !c.closed {
+		c.closed = true
+		close(c.closing)
+	}
 	c.mu.Unlock()
 	c.workers.Wait()
 	for _, p := range c.owned {
@@ -169,7 +175,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}
 	giveUp := c.clock.Now().Add(lc.wait)
 	for attempt := 0; ; attempt++ {
-		l, err := c.attempt(ctx, key, lc.ttl)
+		l, err := c.attempt(ctx, key, &lc)
 		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
 			return l, err
 		}
@@ -198,7 +204,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, key, lc.ttl)
+	return c.attempt(ctx, key, &lc)
 }
 
 // backoff returns the delay before retry number attempt+1: a random
@@ -215,7 +221,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 }
 
 // attempt makes one acquisition attempt with a fresh token.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig) (*Lock, error) {
+	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
@@ -230,7 +237,11 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		r.decide(false)
-		return &Lock{c: c, key: key, token: token, until: start.Add(ttl - c.drift(ttl))}, nil
+		l := newLock(c, key, token, start, start.Add(ttl-c.drift(ttl)), lc)
+		if lc.auto {
+			l.startMonitor()
+		}
+		return l, nil
 	}
 	r.decide(true)
 	// Wait for the rollback on the masters that granted so far (one round

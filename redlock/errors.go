@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,15 @@ var (
 	// trusted: its validity ran out, or a quorum of masters no longer
 	// holds its token. A lost lock is never silently taken again.
 	ErrLockLost = errors.New("redlock: lock lost")
+
+	// ErrMaxHold is the cause of the loss of an auto-extended lock that was
+	// held for its maximum hold time (WithMaxHold). It matches ErrLockLost
+	// too.
+	ErrMaxHold = fmt.Errorf("%w: held for the maximum hold time", ErrLockLost)
+
+	// ErrReleased is what Lock.Err returns after Release. It matches
+	// ErrLockLost: a released lock no longer protects anything.
+	ErrReleased = fmt.Errorf("%w: released", ErrLockLost)
 
 	// ErrNotExtended is returned by Extend when too few masters could be
 	// reached to extend the lock while its old validity has not run out:

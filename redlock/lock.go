@@ -18,11 +18,29 @@ type Lock struct {
 	key   string
 	token string
 
+	ttl        time.Duration // for auto-extension
+	autoPeriod time.Duration // 0: no auto-extension
+	maxHold    time.Duration
+	acquired   time.Time
+	lost       chan struct{} // closed when the lock can no longer be trusted
+
 	op sync.Mutex // serialises Extend and Release
 
 	mu       sync.Mutex // guards the fields below
 	until    time.Time
 	released bool
+	lostErr  error
+	onLost   func(error)
+	mon      *monitor // the running monitor, if any
+}
+
+func newLock(c *Client, key, token string, start, until time.Time, lc *lockConfig) *Lock {
+	l := &Lock{c: c, key: key, token: token, until: until, ttl: lc.ttl,
+		maxHold: lc.maxHold, acquired: start, lost: make(chan struct{})}
+	if lc.auto {
+		l.autoPeriod = lc.autoPeriod
+	}
+	return l
 }
 
 // Key returns the locked key.
@@ -68,7 +86,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: the lock was released", ErrNotHeld, l.key)
 	}
 	if !start.Before(until) {
-		return fmt.Errorf("%w: extend %q: validity ran out %v ago", ErrLockLost, l.key, start.Sub(until))
+		err := fmt.Errorf("%w: extend %q: validity ran out %v ago", ErrLockLost, l.key, start.Sub(until))
+		l.markLost(err)
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
@@ -87,11 +107,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	sentinel := ErrNotExtended
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
-		sentinel = ErrLockLost
+		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
+		l.markLost(err)
+		return err
 	}
-	return c.quorumError(t, r, sentinel, t.ok(c.quorum))
+	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
 }
 
 // Release deletes the lock on every master that still holds its token. It
@@ -105,6 +126,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // the answers. Each master's command is bounded by the per-master timeout.
 func (l *Lock) Release(ctx context.Context) error {
 	c := l.c
+	l.stopMonitor()
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
@@ -114,6 +136,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
+	defer l.markLost(ErrReleased)
 	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0)
 	if err != nil {
 		return err

@@ -98,6 +98,9 @@ type lockConfig struct {
 	waitSet    bool
 	backoffMin time.Duration
 	backoffMax time.Duration
+	auto       bool          // extend automatically
+	autoPeriod time.Duration // how often; 0: a third of the TTL
+	maxHold    time.Duration // 0: no cap
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole
@@ -118,6 +121,21 @@ func WithWait(d time.Duration) LockOption {
 func WithBackoff(min, max time.Duration) LockOption {
 	return func(c *lockConfig) { c.backoffMin, c.backoffMax = min, max }
 }
+
+// WithAutoExtend makes the lock keep itself alive: a watchdog extends it
+// to its TTL every period until it is released, retrying a failed
+// extension while validity is left. period 0 means a third of the TTL.
+// When extending fails for good the lock is lost: Lost() closes and Err()
+// says why. Client.Do always extends automatically.
+func WithAutoExtend(period time.Duration) LockOption {
+	return func(c *lockConfig) { c.auto, c.autoPeriod = true, period }
+}
+
+// WithMaxHold caps how long an auto-extended lock is kept alive: after d
+// from its acquisition the watchdog stops extending and the lock counts as
+// lost (ErrMaxHold), so a stuck holder cannot keep it forever. The default,
+// 0, sets no cap.
+func WithMaxHold(d time.Duration) LockOption { return func(c *lockConfig) { c.maxHold = d } }
 
 // lockConfig builds and checks the settings of one lock.
 func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
@@ -141,6 +159,17 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 		return lc, fmt.Errorf("%w: backoff needs 0 < min <= max, got min %v, max %v", ErrInvalid, lc.backoffMin, lc.backoffMax)
 	}
 	lc.ttl = lc.ttl.Truncate(time.Millisecond)
+	if lc.auto && lc.autoPeriod == 0 {
+		lc.autoPeriod = lc.ttl / 3
+	}
+	budget := lc.ttl - c.timeout - c.drift(lc.ttl)
+	switch {
+	case lc.auto && (lc.autoPeriod < 0 || lc.autoPeriod >= budget):
+		return lc, fmt.Errorf("%w: auto-extension period %v must be positive and shorter than the validity a TTL of %v leaves (%v)",
+			ErrInvalid, lc.autoPeriod, lc.ttl, budget)
+	case lc.maxHold < 0:
+		return lc, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalid, lc.maxHold)
+	}
 	return lc, nil
 }
 

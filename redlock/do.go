@@ -1,0 +1,41 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+)
+
+// Do acquires the lock on key (as Acquire does, with opts), runs fn while
+// holding it, and releases it when fn returns or panics.
+//
+// The lock is extended automatically while fn runs (WithAutoExtend; the
+// period defaults to a third of the TTL). fn's context is cancelled as soon
+// as the lock is lost, with the loss as its cause
+// (context.Cause(ctx)); fn must stop writing then. Do returns the
+// acquisition error, or fn's error joined with the loss when the lock was
+// lost while fn ran. Use WithMaxHold to cap how long a stuck fn can keep
+// the lock. No goroutine or timer of Do outlives it.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	opts = append([]LockOption{WithAutoExtend(0)}, opts...)
+	l, err := c.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	l.onLost = cancel
+	lostAlready := l.lostErr
+	l.mu.Unlock()
+	if lostAlready != nil {
+		cancel(lostAlready)
+	}
+	defer func() {
+		// Also on panic: free the lock for the next holder.
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.timeout)
+		_ = l.Release(relCtx)
+		relCancel()
+		cancel(nil)
+	}()
+	fnErr := fn(fnCtx)
+	return errors.Join(fnErr, l.Err())
+}

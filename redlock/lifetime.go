@@ -1,0 +1,177 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lost returns a channel that is closed as soon as the lock can no longer
+// be trusted: its validity ran out, an extension found a quorum no longer
+// holding it, it was held for its maximum hold time, its client was
+// closed, or it was released. Err then says why.
+//
+// For a lock without auto-extension, the first call starts a timer that
+// fires at Until(); Release stops it.
+func (l *Lock) Lost() <-chan struct{} {
+	l.startMonitor()
+	return l.lost
+}
+
+// Err returns nil while the lock is trusted, and once Lost is closed the
+// reason, an error matching ErrLockLost (ErrReleased after Release,
+// ErrMaxHold after the maximum hold time, ErrClosed as well when the client
+// was closed).
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostErr
+}
+
+// markLost records the first reason the lock was lost and closes Lost.
+func (l *Lock) markLost(err error) {
+	l.mu.Lock()
+	if l.lostErr != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.lostErr = err
+	close(l.lost)
+	cb := l.onLost
+	l.mu.Unlock()
+	if cb != nil {
+		cb(err)
+	}
+}
+
+// monitor is the goroutine that watches a lock: it extends it when
+// auto-extension is on, and closes Lost when it can no longer be trusted.
+type monitor struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startMonitor starts the lock's monitor unless one runs or the lock is
+// already lost.
+func (l *Lock) startMonitor() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mon != nil || l.lostErr != nil {
+		return
+	}
+	c := l.c
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		l.lostErr = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		close(l.lost)
+		return
+	}
+	c.workers.Add(1)
+	c.mu.Unlock()
+	m := &monitor{stop: make(chan struct{}), done: make(chan struct{})}
+	l.mon = m
+	go l.watch(m)
+}
+
+// stopMonitor stops the monitor, if one runs, and waits for it to exit.
+func (l *Lock) stopMonitor() {
+	l.mu.Lock()
+	m := l.mon
+	l.mu.Unlock()
+	if m == nil {
+		return
+	}
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+// maxExtendRetries bounds the retries of an extension that reached no
+// quorum: after them the lock counts as lost, well before its validity ends.
+const maxExtendRetries = 2
+
+// watch runs the monitor. With auto-extension it extends the lock every
+// period; an extension that reached no quorum is retried after a quarter
+// of the period, at most maxExtendRetries times, and then the lock is
+// lost: within one and a half periods of the failure. It closes Lost when the lock is lost.
+func (l *Lock) watch(m *monitor) {
+	c := l.c
+	defer c.workers.Done()
+	defer close(m.done)
+	next := l.acquired.Add(l.autoPeriod)
+	var lastErr error
+	retries := 0
+	for {
+		until := l.Until()
+		deadline := until
+		auto := l.autoPeriod > 0
+		var holdEnd time.Time
+		if l.maxHold > 0 {
+			holdEnd = l.acquired.Add(l.maxHold)
+			if holdEnd.Before(deadline) {
+				deadline = holdEnd
+			}
+		}
+		if auto && next.Before(deadline) {
+			deadline = next
+		}
+		t := c.clock.NewTimer(deadline.Sub(c.clock.Now()))
+		select {
+		case <-m.stop:
+			t.Stop()
+			return
+		case <-c.closing:
+			t.Stop()
+			l.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+			return
+		case <-t.C():
+		}
+		now := c.clock.Now()
+		switch {
+		case !holdEnd.IsZero() && !now.Before(holdEnd):
+			l.markLost(fmt.Errorf("%w: %q after %v", ErrMaxHold, l.key, l.maxHold))
+			return
+		case !now.Before(until):
+			err := fmt.Errorf("%w: %q: validity ran out", ErrLockLost, l.key)
+			if lastErr != nil {
+				err = fmt.Errorf("%w after a failed extension: %w", err, lastErr)
+			}
+			l.markLost(err)
+			return
+		case !auto || now.Before(next):
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
+		err := l.Extend(ctx, l.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			lastErr, retries = nil, 0
+			next = now.Add(l.autoPeriod)
+		case errors.Is(err, ErrNotExtended) && retries < maxExtendRetries:
+			// Too few masters answered; the lock is still valid. Try again
+			// shortly, a bounded number of times.
+			retries++
+			lastErr = err
+			next = c.clock.Now().Add(l.autoPeriod / 4)
+		case errors.Is(err, ErrNotExtended):
+			// The lock cannot be kept alive: stop trusting it now rather
+			// than when its validity runs out.
+			l.markLost(fmt.Errorf("%w: %q: %d extensions in a row reached no quorum: %w",
+				ErrLockLost, l.key, retries+1, err))
+			return
+		default:
+			// Lost (Extend marked it already), or the client closed.
+			if !errors.Is(err, ErrLockLost) {
+				err = fmt.Errorf("%w: %w", ErrLockLost, err)
+			}
+			l.markLost(err)
+			return
+		}
+	}
+}
