@@ -233,6 +233,12 @@ func (p *RedisPool) GetContext(ctx context.Context) (redis.Conn, error) {
 	return c, nil
 }
 
+// Dial returns a new connection of its own, outside the pool, for uses
+// that keep a connection (a pub/sub subscription). The caller closes it.
+func (p *RedisPool) Dial(ctx context.Context) (redis.Conn, error) {
+	return p.pool.DialContext(ctx)
+}
+
 // Addr returns the master's address as host:port.
 func (p *RedisPool) Addr() string { return p.addr }
 

@@ -39,6 +39,7 @@ type Client struct {
 	closing  chan struct{}     // closed by Close: stops the locks' watchdogs
 	inflight map[string]*round // per key, the newest round with workers still running
 	workers  sync.WaitGroup    // every goroutine that talks to a master
+	waker    *waker
 }
 
 type master struct {
@@ -74,6 +75,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		inflight:    make(map[string]*round),
 		closing:     make(chan struct{}),
 	}
+	c.waker = newWaker(c)
 	seen := make(map[any]int, len(pools))
 	for i, p := range pools {
 		if p == nil || (reflect.ValueOf(p).Kind() == reflect.Pointer && reflect.ValueOf(p).IsNil()) {
@@ -156,6 +158,7 @@ func (c *Client) Close() error {
 		close(c.closing)
 	}
 	c.mu.Unlock()
+	c.waker.close()
 	c.workers.Wait()
 	for _, p := range c.owned {
 		p.Close()
@@ -163,9 +166,10 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Acquire takes the lock on key, retrying with jittered exponential backoff
-// until it succeeds, ctx ends, or the wait bound (WithWait; by default the
-// TTL) is spent. On failure the error matches ErrNotAcquired, and also
+// Acquire takes the lock on key, retrying until it succeeds, ctx ends, or
+// the wait bound (WithWait; by default the TTL) is spent. Between attempts
+// it waits for the key's release to be announced by a master (see
+// docs/design.md), and at most a jittered exponential backoff. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
@@ -174,6 +178,12 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		return nil, err
 	}
 	giveUp := c.clock.Now().Add(lc.wait)
+	var wt *waiter // set once the first attempt failed
+	defer func() {
+		if wt != nil {
+			c.waker.unregister(wt)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		l, err := c.attempt(ctx, key, &lc)
 		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
@@ -183,9 +193,16 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		if c.clock.Now().Add(delay).After(giveUp) {
 			return nil, err
 		}
+		if wt == nil {
+			wt = c.waker.register(key)
+		} else {
+			c.waker.revive()
+		}
 		t := c.clock.NewTimer(delay)
 		select {
 		case <-t.C():
+		case <-wt.ch:
+			t.Stop() // released somewhere: try again at once
 		case <-ctx.Done():
 			t.Stop()
 			var qe *QuorumError

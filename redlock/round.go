@@ -24,6 +24,7 @@ const (
 	opAcquire opKind = iota // SET key token NX PX ttl
 	opExtend                // compare-and-PEXPIRE
 	opRelease               // compare-and-DEL
+	opWait                  // the wake-up subscription (for logs only)
 )
 
 func (o opKind) String() string {
@@ -32,8 +33,10 @@ func (o opKind) String() string {
 		return "acquire"
 	case opExtend:
 		return "extend"
-	default:
+	case opRelease:
 		return "release"
+	default:
+		return "wait"
 	}
 }
 
@@ -225,7 +228,7 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token 
 	case opExtend:
 		res, err = scripts.Extend.Do(conn, timeout, key, token, ttlMS)
 	case opRelease:
-		res, err = scripts.Release.Do(conn, timeout, key, token)
+		res, err = scripts.Release.Do(conn, timeout, key, token, wakeChannel(key))
 	}
 	if err != nil {
 		return voteFail, err

@@ -1,7 +1,10 @@
--- Compare-and-delete: remove the lock only if it still holds this token.
--- KEYS[1] lock key; ARGV[1] token.
+-- Compare-and-delete: remove the lock only if it still holds this token,
+-- and announce the release to waiters.
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] channel to PUBLISH on.
 -- Returns 1 if the key was deleted, 0 if it was absent or held another token.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
-	return redis.call("DEL", KEYS[1])
+	redis.call("DEL", KEYS[1])
+	redis.call("PUBLISH", ARGV[2], KEYS[1])
+	return 1
 end
 return 0

@@ -24,8 +24,8 @@ var (
 
 // The scripts, built once.
 var (
-	// Release deletes KEYS[1] if it holds ARGV[1] (the token); replies 1
-	// if it deleted the key, else 0.
+	// Release deletes KEYS[1] if it holds ARGV[1] (the token) and then
+	// PUBLISHes on channel ARGV[2]; replies 1 if it deleted the key, else 0.
 	Release = New("release", 1, releaseSrc)
 	// Extend sets the TTL of KEYS[1] to ARGV[2] milliseconds if it holds
 	// ARGV[1]; replies 1 if it did, else 0. It never creates the key.

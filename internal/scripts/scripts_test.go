@@ -31,21 +31,21 @@ func TestRelease_deletesOnlyOwnToken(t *testing.T) {
 	if _, err := c.Do("SET", "k", "mine", "PX", 10000); err != nil {
 		t.Fatal(err)
 	}
-	n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "theirs"))
+	n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "theirs", "ch"))
 	if err != nil || n != 0 {
 		t.Fatalf("foreign release = %d, %v; want 0, nil", n, err)
 	}
 	if v, _ := redis.String(c.Do("GET", "k")); v != "mine" {
 		t.Fatalf("after foreign release GET = %q, want mine", v)
 	}
-	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine"))
+	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine", "ch"))
 	if err != nil || n != 1 {
 		t.Fatalf("own release = %d, %v; want 1, nil", n, err)
 	}
 	if n, _ := redis.Int(c.Do("EXISTS", "k")); n != 0 {
 		t.Fatal("key still exists after release")
 	}
-	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine"))
+	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine", "ch"))
 	if err != nil || n != 0 {
 		t.Fatalf("release of absent key = %d, %v; want 0, nil", n, err)
 	}
@@ -87,12 +87,12 @@ func TestScript_Do_fallsBackToEvalAfterFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	// EVALSHA alone now fails with NOSCRIPT ...
-	_, err := c.Do("EVALSHA", scripts.Release.SHA(), 1, "k", "tok")
+	_, err := c.Do("EVALSHA", scripts.Release.SHA(), 1, "k", "tok", "ch")
 	if !scripts.IsNoScript(err) {
 		t.Fatalf("EVALSHA after flush: %v, want NOSCRIPT", err)
 	}
 	// ... and Do recovers through EVAL, which caches the script again.
-	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "tok")); err != nil || n != 1 {
+	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "tok", "ch")); err != nil || n != 1 {
 		t.Fatalf("Do after flush = %d, %v; want 1, nil", n, err)
 	}
 	exists, err := redis.Ints(c.Do("SCRIPT", "EXISTS", scripts.Release.SHA()))
