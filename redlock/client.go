@@ -34,12 +34,12 @@ type Client struct {
 	logger      *slog.Logger
 	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
 
-	mu       sync.Mutex
-	closed   bool
-	closing  chan struct{}     // closed by Close: stops the locks' watchdogs
-	inflight map[string]*round // per key, the newest round with workers still running
-	workers  sync.WaitGroup    // every goroutine that talks to a master
-	waker    *waker
+	mu        sync.Mutex
+	closed    bool
+	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
+	releasing map[string]*round // per key, the newest release whose workers still run
+	workers   sync.WaitGroup    // every goroutine that talks to a master
+	waker     *waker
 }
 
 type master struct {
@@ -72,7 +72,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		driftFactor: cfg.driftFactor,
 		clock:       cfg.clock,
 		logger:      cfg.logger,
-		inflight:    make(map[string]*round),
+		releasing:   make(map[string]*round),
 		closing:     make(chan struct{}),
 	}
 	c.waker = newWaker(c)
@@ -246,7 +246,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig) (*Lock
 	}
 	token := uuid.NewString()
 	start := c.clock.Now()
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig) (*Lock
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		r.decide(false)
-		l := newLock(c, key, token, start, start.Add(ttl-c.drift(ttl)), lc)
+		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		if lc.auto {
 			l.startMonitor()
 		}

@@ -18,6 +18,7 @@ type Lock struct {
 	key   string
 	token string
 
+	acq        *round        // the acquisition, which extensions and the release follow
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
@@ -34,8 +35,8 @@ type Lock struct {
 	mon      *monitor // the running monitor, if any
 }
 
-func newLock(c *Client, key, token string, start, until time.Time, lc *lockConfig) *Lock {
-	l := &Lock{c: c, key: key, token: token, until: until, ttl: lc.ttl,
+func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
+	l := &Lock{c: c, key: acq.key, token: acq.token, acq: acq, until: until, ttl: lc.ttl,
 		maxHold: lc.maxHold, acquired: start, lost: make(chan struct{})}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
@@ -94,7 +95,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl)
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq)
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
 	defer l.markLost(ErrReleased)
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0)
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq)
 	if err != nil {
 		return err
 	}

@@ -76,12 +76,15 @@ type round struct {
 	done    []chan struct{} // done[i] closes when worker i has finished everything
 }
 
-// startRound starts one worker per master. Rounds on the same key are
-// chained per master: worker i of a round sends nothing before worker i of
-// the previous round on that key has finished, so a release cannot
-// overtake the SET it undoes, nor the next acquisition overtake the
-// release, on any master. The wait is bounded by the round's own deadline.
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration) (*round, error) {
+// startRound starts one worker per master. Commands that must not pass
+// each other on a master are chained: worker i of a round sends nothing
+// before worker i of the round it follows has finished. A lock's extension
+// and release follow its acquisition (after), so a release cannot overtake
+// the SET it undoes; an acquisition follows the client's latest release of
+// the key still in flight, so a client that releases and locks again does
+// not find its own old token on the masters that were slow to delete it.
+// The wait is bounded by the round's own deadline.
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round) (*round, error) {
 	n := len(c.masters)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	r := &round{
@@ -101,8 +104,13 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		cancel()
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
-	prev := c.inflight[key]
-	c.inflight[key] = r
+	prev := after
+	switch op {
+	case opAcquire:
+		prev = c.releasing[key]
+	case opRelease:
+		c.releasing[key] = r
+	}
 	c.workers.Add(n)
 	c.mu.Unlock()
 	for i := range c.masters {
@@ -123,8 +131,8 @@ func (r *round) finish(i int) {
 	if r.running.Add(-1) == 0 {
 		r.cancel()
 		r.c.mu.Lock()
-		if r.c.inflight[r.key] == r {
-			delete(r.c.inflight, r.key)
+		if r.c.releasing[r.key] == r {
+			delete(r.c.releasing, r.key)
 		}
 		r.c.mu.Unlock()
 	}

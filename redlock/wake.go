@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,7 +15,9 @@ import (
 // The release script PUBLISHes on a channel named after the key when it
 // deletes the lock. A client keeps, per master, one subscriber connection
 // shared by all its waiters, subscribed to the channels of the keys they
-// wait for. A notice wakes every waiter of that key, which retries at once.
+// wait for. Each release (told apart by a prefix of its token, since every
+// master announces it) wakes one waiter of that key, the one that has
+// waited longest, which retries at once: no herd of retries per release.
 // Notices can be lost (a master restarts, a connection drops, a waiter
 // subscribes just after the release): waiters always keep their backoff
 // timer, so correctness never depends on a message.
@@ -33,9 +36,28 @@ type waker struct {
 	c *Client
 
 	mu      sync.Mutex
-	waiters map[string]map[*waiter]struct{} // by key
-	subs    []*subscriber                   // by master; nil until needed
+	waiters map[string]*keyWaiters // by key
+	subs    []*subscriber          // by master; nil until needed
 	closed  bool
+}
+
+// keyWaiters are the waiters of one key, longest waiting first, and the
+// releases recently announced for it.
+type keyWaiters struct {
+	queue  []*waiter
+	recent [8]string // ring of release ids already acted on
+	next   int
+}
+
+func (k *keyWaiters) seen(id string) bool {
+	for _, r := range k.recent {
+		if r == id {
+			return true
+		}
+	}
+	k.recent[k.next] = id
+	k.next = (k.next + 1) % len(k.recent)
+	return false
 }
 
 // waiter is one Acquire waiting for a key. Its channel holds at most one
@@ -46,7 +68,7 @@ type waiter struct {
 }
 
 func newWaker(c *Client) *waker {
-	return &waker{c: c, waiters: map[string]map[*waiter]struct{}{}, subs: make([]*subscriber, len(c.masters))}
+	return &waker{c: c, waiters: map[string]*keyWaiters{}, subs: make([]*subscriber, len(c.masters))}
 }
 
 // register adds a waiter for key and makes sure every master's subscriber
@@ -55,12 +77,12 @@ func (w *waker) register(key string) *waiter {
 	wt := &waiter{key: key, ch: make(chan struct{}, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	set := w.waiters[key]
-	if set == nil {
-		set = map[*waiter]struct{}{}
-		w.waiters[key] = set
+	kw := w.waiters[key]
+	if kw == nil {
+		kw = &keyWaiters{}
+		w.waiters[key] = kw
 	}
-	set[wt] = struct{}{}
+	kw.queue = append(kw.queue, wt)
 	w.syncLocked()
 	return wt
 }
@@ -69,9 +91,12 @@ func (w *waker) register(key string) *waiter {
 func (w *waker) unregister(wt *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	set := w.waiters[wt.key]
-	delete(set, wt)
-	if len(set) == 0 {
+	kw := w.waiters[wt.key]
+	if kw == nil {
+		return
+	}
+	kw.queue = slices.DeleteFunc(kw.queue, func(x *waiter) bool { return x == wt })
+	if len(kw.queue) == 0 {
 		delete(w.waiters, wt.key)
 		w.syncLocked()
 	}
@@ -117,15 +142,22 @@ func (w *waker) wanted() map[string]bool {
 	return chans
 }
 
-// notify wakes every waiter of key.
-func (w *waker) notify(key string) {
+// notify wakes the longest-waiting waiter of key for release id, once
+// per release however many masters announce it. The woken waiter goes to
+// the back of the queue: if it loses the race it waits its turn again.
+func (w *waker) notify(key, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for wt := range w.waiters[key] {
-		select {
-		case wt.ch <- struct{}{}:
-		default:
-		}
+	kw := w.waiters[key]
+	if kw == nil || kw.seen(id) {
+		return
+	}
+	wt := kw.queue[0]
+	copy(kw.queue, kw.queue[1:])
+	kw.queue[len(kw.queue)-1] = wt
+	select {
+	case wt.ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -283,7 +315,7 @@ func (s *subscriber) read(conn redis.Conn, done chan struct{}) {
 		switch v := psc.ReceiveWithTimeout(0).(type) {
 		case redis.Message:
 			if key, ok := strings.CutPrefix(v.Channel, wakePrefix); ok {
-				s.w.notify(key)
+				s.w.notify(key, string(v.Data))
 			}
 		case error:
 			return

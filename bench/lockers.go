@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+const ttl = 10 * time.Second
+
+// locker is one library, set up on the first n masters.
+type locker interface {
+	// lock takes key, waiting as long as ctx allows, and returns how to
+	// release it.
+	lock(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+	close()
+}
+
+type lib struct {
+	name string
+	// make returns the library on n masters, or nil when it cannot run
+	// there (bsm/redislock has one master).
+	make func(e *env, n int) locker
+}
+
+var libs = []lib{
+	{"quorumlock", newQuorumlock},
+	{"go-redsync", newRedsync},
+	{"bsm/redislock", newRedislock},
+}
+
+type env struct {
+	addrs    []string
+	duration time.Duration
+	closers  []func()
+}
+
+func (e *env) close() {
+	for _, c := range e.closers {
+		c()
+	}
+}
+
+// quorumlock with its defaults.
+type qlLocker struct{ c *redlock.Client }
+
+func newQuorumlock(e *env, n int) locker {
+	pools := make([]pool.Pool, n)
+	for i := range pools {
+		p, err := pool.New(e.addrs[i], pool.WithMaxIdle(128))
+		if err != nil {
+			panic(err)
+		}
+		pools[i] = p
+		e.closers = append(e.closers, func() { p.Close() })
+	}
+	c, err := redlock.New(pools)
+	if err != nil {
+		panic(err)
+	}
+	return &qlLocker{c}
+}
+
+func (q *qlLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := q.c.Acquire(ctx, key, redlock.WithTTL(ttl), redlock.WithWait(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+func (q *qlLocker) close() { q.c.Close() }
+
+// go-redsync v4 on redigo pools, with its default retry delays (50-250ms)
+// and unbounded tries.
+type rsLocker struct {
+	rs *redsync.Redsync
+}
+
+func newRedsync(e *env, n int) locker {
+	pools := make([]rsredis.Pool, n)
+	for i := range pools {
+		addr := e.addrs[i]
+		p := &redigo.Pool{
+			MaxIdle: 128,
+			Dial: func() (redigo.Conn, error) {
+				return redigo.Dial("tcp", addr, redigo.DialReadTimeout(time.Second), redigo.DialWriteTimeout(time.Second))
+			},
+		}
+		e.closers = append(e.closers, func() { p.Close() })
+		pools[i] = rsredigo.NewPool(p)
+	}
+	return &rsLocker{redsync.New(pools...)}
+}
+
+func (r *rsLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ok, err := m.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = errors.New("redsync: unlock failed")
+		}
+		return err
+	}, nil
+}
+
+func (r *rsLocker) close() {}
+
+// bsm/redislock on go-redis, single master, retrying every millisecond.
+type rlLocker struct {
+	c *redislock.Client
+}
+
+func newRedislock(e *env, n int) locker {
+	if n != 1 {
+		return nil
+	}
+	rc := goredis.NewClient(&goredis.Options{Addr: e.addrs[0], PoolSize: 128})
+	e.closers = append(e.closers, func() { rc.Close() })
+	return &rlLocker{redislock.New(rc)}
+}
+
+func (r *rlLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := r.c.Obtain(ctx, key, ttl, &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)})
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
+	}
+	return l.Release, nil
+}
+
+func (r *rlLocker) close() {}

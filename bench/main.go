@@ -1,0 +1,140 @@
+// Command bench runs quorumlock and the peers users would otherwise pick
+// (go-redsync v4 on redigo pools, bsm/redislock on go-redis) through the
+// same workloads, on the same masters, in one process, and prints a
+// markdown table with quorumlock's ratio to each peer. With -out it also
+// writes the report (table, command, machine) to a file.
+//
+// It lives in a module of its own so that the peers never enter the
+// library's dependencies.
+//
+//	go run . -workloads handoff,sequential -duration 3s -out ../docs/benchmarks.md
+//
+// Without -masters it starts seven throwaway redis-server processes on
+// 127.0.0.1 (redis-server must be installed).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func main() {
+	log.SetFlags(0)
+	mastersFlag := flag.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
+	workloads := flag.String("workloads", "sequential,handoff", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
+	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
+	out := flag.String("out", "", "write the report to this markdown file")
+	flag.Parse()
+
+	addrs := splitNonEmpty(*mastersFlag)
+	if len(addrs) == 0 {
+		servers, stop, err := redistest.LaunchServers(7)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer stop()
+		for _, s := range servers {
+			addrs = append(addrs, s.Addr())
+		}
+	}
+	if len(addrs) < 7 {
+		log.Fatalf("bench: %d masters given, the workloads need 7", len(addrs))
+	}
+	env := &env{addrs: addrs, duration: *duration}
+	defer env.close()
+
+	var report strings.Builder
+	for _, name := range splitNonEmpty(*workloads) {
+		w, ok := registry[name]
+		if !ok {
+			log.Fatalf("bench: unknown workload %q (have %s)", name, strings.Join(workloadNames(), ", "))
+		}
+		log.Printf("running %s ...", name)
+		section := w(context.Background(), env)
+		fmt.Print(section)
+		report.WriteString(section)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])), 0o644); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("wrote %s", *out)
+	}
+}
+
+type workload func(ctx context.Context, e *env) string
+
+var registry = map[string]workload{
+	"sequential": sequential,
+	"handoff":    handoff,
+}
+
+func workloadNames() []string {
+	var names []string
+	for n := range registry {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func splitNonEmpty(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// document wraps the tables with the command and the machine.
+func document(tables string, args []string) string {
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("Measured by `bench/` (its own Go module, so the peers never enter the library's dependencies): " +
+		"every library runs the same workloads against the same local `redis-server` masters, in one process, one after another. " +
+		"Numbers on this shared 2-core machine are noisy: read the ratios, measured side by side in one run, not the absolute times.\n\n")
+	fmt.Fprintf(&b, "Command: `cd bench && go run . %s`\n\n", strings.Join(args, " "))
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s, %s, generated %s.\n\n", cpuModel(), runtime.NumCPU(),
+		runtime.Version(), redisVersion(), time.Now().UTC().Format("2006-01-02"))
+	b.WriteString(tables)
+	return b.String()
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+		}
+	}
+	return runtime.GOARCH
+}
+
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "redis-server (version unknown)"
+	}
+	f := strings.Fields(string(out))
+	for _, w := range f {
+		if v, ok := strings.CutPrefix(w, "v="); ok {
+			return "redis-server " + v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
