@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit integration race lint vet fmt bench demo deps redis-image clean-containers
+.PHONY: all test unit integration race lint vet fmt bench bench-peers demo deps redis-image clean-containers
 
 all: lint test
 
@@ -61,3 +61,8 @@ bench: deps
 ## demo: the quorum at work on five throwaway local masters (or REDLOCK_MASTERS)
 demo: deps
 	$(GO) run ./cmd/demo
+
+## bench-peers: quorumlock beside go-redsync and bsm/redislock on the same local masters; writes docs/benchmarks.md
+BENCH_DURATION ?= 3s
+bench-peers: deps
+	cd bench && $(GO) run . -duration $(BENCH_DURATION) -out ../docs/benchmarks.md

@@ -48,11 +48,13 @@ func (r *result) jain() float64 {
 	return sum * sum / (float64(len(r.perCli)) * sq)
 }
 
-// run drives clients goroutines, each locking key (or its own key when
+// run drives one goroutine per locker (each a client of its own, as
+// separate processes would be), each locking key (or its own key when
 // ownKeys), holding for hold, until the duration is spent. It records the
 // wait for each lock (from the call to its return) when wait is true, else
 // the whole lock+unlock cycle.
-func run(ctx context.Context, e *env, l locker, key string, clients int, hold time.Duration, ownKeys, wait bool) *result {
+func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Duration, ownKeys, wait bool) *result {
+	clients := len(lockers)
 	ctx, cancel := context.WithTimeout(ctx, e.duration)
 	defer cancel()
 	res := &result{perCli: make([]int, clients)}
@@ -72,7 +74,7 @@ func run(ctx context.Context, e *env, l locker, key string, clients int, hold ti
 			n, fails := 0, 0
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				unlock, err := l.lock(ctx, k)
+				unlock, err := lockers[id].lock(ctx, k)
 				if err != nil {
 					if ctx.Err() == nil {
 						fails++
@@ -142,7 +144,7 @@ func sequential(ctx context.Context, e *env) string {
 			if l == nil {
 				continue
 			}
-			r := run(ctx, e, l, fmt.Sprintf("bench:seq:%s:%d", lb.name, n), 1, 0, true, false)
+			r := run(ctx, e, []locker{l}, fmt.Sprintf("bench:seq:%s:%d", lb.name, n), 0, true, false)
 			l.close()
 			adv := "—"
 			if ours == nil {
@@ -162,7 +164,7 @@ func sequential(ctx context.Context, e *env) string {
 func handoff(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Handoff: 8 clients on one key\n\n")
-	b.WriteString("Each client loops: lock, hold, unlock. The wait is from the call to lock to its return. " +
+	b.WriteString("Eight clients, each with its own connections (as eight processes would have), loop: lock, hold, unlock. The wait is from the call to lock to its return. " +
 		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often.\n\n")
 	b.WriteString("The handoff is the time from a holder starting its release to the next lock being returned, to whichever client.\n\n")
 	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | Jain | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|\n")
@@ -170,12 +172,17 @@ func handoff(ctx context.Context, e *env) string {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
 			var ours *result
 			for _, lb := range libs {
-				l := lb.make(e, n)
-				if l == nil {
+				lockers := make([]locker, 8)
+				for i := range lockers {
+					lockers[i] = lb.make(e, n)
+				}
+				if lockers[0] == nil {
 					continue
 				}
-				r := run(ctx, e, l, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold), 8, hold, false, true)
-				l.close()
+				r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold), hold, false, true)
+				for _, l := range lockers {
+					l.close()
+				}
 				adv := "—"
 				if ours == nil {
 					ours = r

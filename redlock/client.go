@@ -202,7 +202,20 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		select {
 		case <-t.C():
 		case <-wt.ch:
-			t.Stop() // released somewhere: try again at once
+			// Released: try again now. With several masters, contenders
+			// of other clients were woken by the same release; a short
+			// random spread (real time, shorter than a few round trips)
+			// lets one of them reach a quorum before the others split the
+			// vote.
+			t.Stop()
+			if len(c.masters) > 1 {
+				j := time.NewTimer(rand.N(wakeSpread))
+				select {
+				case <-j.C:
+				case <-ctx.Done():
+					j.Stop()
+				}
+			}
 		case <-ctx.Done():
 			t.Stop()
 			var qe *QuorumError
@@ -223,6 +236,9 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	}
 	return c.attempt(ctx, key, &lc)
 }
+
+// wakeSpread bounds the random delay of a woken waiter on several masters.
+const wakeSpread = time.Millisecond
 
 // backoff returns the delay before retry number attempt+1: a random
 // duration in [d/2, d] where d = min(max, min×2^attempt).

@@ -21,10 +21,11 @@ import (
 type opKind uint8
 
 const (
-	opAcquire opKind = iota // SET key token NX PX ttl
-	opExtend                // compare-and-PEXPIRE
-	opRelease               // compare-and-DEL
-	opWait                  // the wake-up subscription (for logs only)
+	opAcquire  opKind = iota // SET key token NX PX ttl
+	opExtend                 // compare-and-PEXPIRE
+	opRelease                // compare-and-DEL, announced to waiters
+	opRollback               // compare-and-DEL of a failed attempt, not announced
+	opWait                   // the wake-up subscription (for logs only)
 )
 
 func (o opKind) String() string {
@@ -35,6 +36,8 @@ func (o opKind) String() string {
 		return "extend"
 	case opRelease:
 		return "release"
+	case opRollback:
+		return "rollback"
 	default:
 		return "wait"
 	}
@@ -168,8 +171,8 @@ func (r *round) work(i int, prev *round) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
 	defer cancel()
-	if _, err := r.c.exec(rctx, m, opRelease, r.key, r.token, 0); err != nil {
-		r.c.logFailure(opRelease, r.key, m, err)
+	if _, err := r.c.exec(rctx, m, opRollback, r.key, r.token, 0); err != nil {
+		r.c.logFailure(opRollback, r.key, m, err)
 	}
 }
 
@@ -187,8 +190,8 @@ func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token stri
 	if err2 != nil {
 		return voteFail, c.wrapNodeError(m, err2)
 	}
-	// SET NX finds our own key if the first try ran; a release finds
-	// nothing to delete.
+	// SET NX finds our own key if the first try ran; a release or a
+	// rollback finds nothing to delete.
 	if v == voteNo && op != opExtend {
 		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after %v: the first try may have run", op, err))
 	}
@@ -237,6 +240,11 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token 
 		res, err = scripts.Extend.Do(conn, timeout, key, token, ttlMS)
 	case opRelease:
 		res, err = scripts.Release.Do(conn, timeout, key, token, wakeChannel(key))
+	case opRollback:
+		// Not announced: after a split vote every contender rolls back,
+		// and waking them all at once would split the vote again; their
+		// jittered backoff spreads the next attempts instead.
+		res, err = scripts.Release.Do(conn, timeout, key, token, "")
 	}
 	if err != nil {
 		return voteFail, err

@@ -1,13 +1,16 @@
 -- Compare-and-delete: remove the lock only if it still holds this token,
 -- and announce the release to waiters.
--- KEYS[1] lock key; ARGV[1] token; ARGV[2] channel to PUBLISH on.
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] channel to PUBLISH on ("" for
+-- none).
 -- The message is the token's first 8 characters: enough for a waiting
 -- client to tell one release from another (each master announces it), not
 -- enough to act as the token.
 -- Returns 1 if the key was deleted, 0 if it was absent or held another token.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
 	redis.call("DEL", KEYS[1])
-	redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8))
+	if ARGV[2] ~= "" then
+		redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8))
+	end
 	return 1
 end
 return 0
