@@ -47,10 +47,11 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet and gofmt
+## lint: go vet (the library and the bench/ module) and gofmt
 lint: vet fmt
 vet:
 	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 

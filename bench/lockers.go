@@ -29,16 +29,18 @@ type locker interface {
 }
 
 type lib struct {
-	name string
+	name        string
+	handoffOnly bool
 	// make returns the library on n masters, or nil when it cannot run
 	// there (bsm/redislock has one master).
 	make func(e *env, n int) locker
 }
 
 var libs = []lib{
-	{"quorumlock", newQuorumlock},
-	{"go-redsync", newRedsync},
-	{"bsm/redislock", newRedislock},
+	{"quorumlock", false, newQuorumlock},
+	{"quorumlock (fair)", true, newQuorumlockFair},
+	{"go-redsync", false, newRedsync},
+	{"bsm/redislock", false, newRedislock},
 }
 
 type env struct {
@@ -54,7 +56,16 @@ func (e *env) close() {
 }
 
 // quorumlock with its defaults.
-type qlLocker struct{ c *redlock.Client }
+type qlLocker struct {
+	c    *redlock.Client
+	opts []redlock.LockOption
+}
+
+func newQuorumlockFair(e *env, n int) locker {
+	l := newQuorumlock(e, n).(*qlLocker)
+	l.opts = append(l.opts, redlock.WithFair())
+	return l
+}
 
 func newQuorumlock(e *env, n int) locker {
 	pools := make([]pool.Pool, n)
@@ -70,11 +81,11 @@ func newQuorumlock(e *env, n int) locker {
 	if err != nil {
 		panic(err)
 	}
-	return &qlLocker{c}
+	return &qlLocker{c: c, opts: []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(time.Hour)}}
 }
 
 func (q *qlLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	l, err := q.c.Acquire(ctx, key, redlock.WithTTL(ttl), redlock.WithWait(time.Hour))
+	l, err := q.c.Acquire(ctx, key, q.opts...)
 	if err != nil {
 		return nil, err
 	}

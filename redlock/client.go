@@ -172,20 +172,31 @@ func (c *Client) Close() error {
 // docs/design.md), and at most a jittered exponential backoff. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
-func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (_ *Lock, err error) {
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
 	giveUp := c.clock.Now().Add(lc.wait)
-	var wt *waiter // set once the first attempt failed
+	fair := c.fairness(key, &lc)
+	var wt *waiter  // set once the first attempt failed
+	var last *round // the latest attempt
 	defer func() {
 		if wt != nil {
 			c.waker.unregister(wt)
 		}
+		if fair != nil && err != nil && last != nil {
+			// Give the place in the queue up now rather than at its
+			// expiry: in the background, each master bounded, after the
+			// latest attempt's command on that master.
+			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, fair)
+		}
 	}()
 	for attempt := 0; ; attempt++ {
-		l, err := c.attempt(ctx, key, &lc)
+		l, r, err := c.attempt(ctx, key, &lc, fair)
+		if r != nil {
+			last = r
+		}
 		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
 			return l, err
 		}
@@ -202,13 +213,15 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		select {
 		case <-t.C():
 		case <-wt.ch:
-			// Released: try again now. With several masters, contenders
+			// Released: try again now, and should that fail, soon again
+			// (the backoff starts over). With several masters, contenders
 			// of other clients were woken by the same release; a short
 			// random spread (real time, shorter than a few round trips)
 			// lets one of them reach a quorum before the others split the
-			// vote.
+			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
-			if len(c.masters) > 1 {
+			attempt = -1
+			if len(c.masters) > 1 && fair == nil {
 				j := time.NewTimer(rand.N(wakeSpread))
 				select {
 				case <-j.C:
@@ -234,7 +247,8 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, key, &lc)
+	l, _, err := c.attempt(ctx, key, &lc, c.fairness(key, &lc))
+	return l, err
 }
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
@@ -253,28 +267,30 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// attempt makes one acquisition attempt with a fresh token.
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig) (*Lock, error) {
+// attempt makes one acquisition attempt with a fresh token; fair, when not
+// nil, is the waiter's place in the key's queue.
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *fairness) (*Lock, *round, error) {
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
-		return nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
+		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
 	token := uuid.NewString()
 	start := c.clock.Now()
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, fair)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t := c.collect(ctx, r)
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
+		l.fair = fair
 		if lc.auto {
 			l.startMonitor()
 		}
-		return l, nil
+		return l, r, nil
 	}
 	r.decide(true)
 	// Wait for the rollback on the masters that granted so far (one round
@@ -289,7 +305,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig) (*Lock
 			}
 		}
 	}
-	return nil, c.quorumError(t, r, ErrNotAcquired, t.ok(c.quorum) && t.ctxErr == nil)
+	return nil, r, c.quorumError(t, r, ErrNotAcquired, t.ok(c.quorum) && t.ctxErr == nil)
 }
 
 func isQuorumError(err error) bool {

@@ -97,3 +97,63 @@ func ExampleNodeError() {
 	}
 	// Output: master 1 at 127.0.0.1:1 failed
 }
+
+func ExampleClient_Do() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	// The lock is extended while the function runs and released when it
+	// returns; ctx is cancelled if the lock is lost meanwhile.
+	err = client.Do(context.Background(), "invoices:run", func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond): // the work
+			return nil
+		}
+	}, redlock.WithTTL(5*time.Second))
+	fmt.Println("done:", err)
+	// Output: done: <nil>
+}
+
+func ExampleLock_Lost() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, err := client.Acquire(ctx, "leader", redlock.WithTTL(2*time.Second), redlock.WithAutoExtend(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		lock.Release(ctx) // stepping down; a lost quorum would close Lost too
+	}()
+	<-lock.Lost()
+	fmt.Println(errors.Is(lock.Err(), redlock.ErrLockLost), errors.Is(lock.Err(), redlock.ErrReleased))
+	// Output: true true
+}
+
+func ExampleWithFair() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	// Every client of the key passes WithFair: waiters are then served in
+	// the order they arrived.
+	lock, err := client.Acquire(context.Background(), "printer", redlock.WithFair())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("first in line:", lock.Key())
+	lock.Release(context.Background())
+	// Output: first in line: printer
+}

@@ -101,6 +101,7 @@ type lockConfig struct {
 	auto       bool          // extend automatically
 	autoPeriod time.Duration // how often; 0: a third of the TTL
 	maxHold    time.Duration // 0: no cap
+	fair       bool
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole
@@ -136,6 +137,15 @@ func WithAutoExtend(period time.Duration) LockOption {
 // lost (ErrMaxHold), so a stuck holder cannot keep it forever. The default,
 // 0, sets no cap.
 func WithMaxHold(d time.Duration) LockOption { return func(c *lockConfig) { c.maxHold = d } }
+
+// WithFair serves the waiters of the key in arrival order: each waiter
+// takes a place in a queue on every master (ordered by its arrival time,
+// the same on all of them), and only the waiter at the head can take the
+// lock. A waiter that stops trying leaves the queue after a short expiry,
+// so a vanished waiter cannot block it. Every client of a key must use
+// the same mode. Without it the lock is not fair: whoever retries first
+// after a release may take it.
+func WithFair() LockOption { return func(c *lockConfig) { c.fair = true } }
 
 // lockConfig builds and checks the settings of one lock.
 func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {

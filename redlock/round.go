@@ -25,6 +25,7 @@ const (
 	opExtend                 // compare-and-PEXPIRE
 	opRelease                // compare-and-DEL, announced to waiters
 	opRollback               // compare-and-DEL of a failed attempt, not announced
+	opLeave                  // a fair waiter that gives up leaves the queue
 	opWait                   // the wake-up subscription (for logs only)
 )
 
@@ -38,6 +39,8 @@ func (o opKind) String() string {
 		return "release"
 	case opRollback:
 		return "rollback"
+	case opLeave:
+		return "leave queue"
 	default:
 		return "wait"
 	}
@@ -69,6 +72,7 @@ type round struct {
 	key     string
 	token   string
 	ttlMS   int64
+	fair    *fairness       // nil for a plain lock
 	ctx     context.Context // per-round bound, free of the caller's cancellation
 	cancel  context.CancelFunc
 	running atomic.Int32 // workers still running; the last one frees the round
@@ -87,11 +91,11 @@ type round struct {
 // the key still in flight, so a client that releases and locks again does
 // not find its own old token on the masters that were slow to delete it.
 // The wait is bounded by the round's own deadline.
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round) (*round, error) {
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, fair *fairness) (*round, error) {
 	n := len(c.masters)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	r := &round{
-		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(),
+		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: fair,
 		ctx: rctx, cancel: cancel,
 		replies: make(chan reply, n),
 		decided: make(chan struct{}),
@@ -157,7 +161,7 @@ func (r *round) work(i int, prev *round) {
 			return
 		}
 	}
-	v, err := r.c.exec(r.ctx, m, r.op, r.key, r.token, r.ttlMS)
+	v, err := r.c.exec(r.ctx, m, r.op, r)
 	if err != nil {
 		r.c.logFailure(r.op, r.key, m, err)
 	}
@@ -171,7 +175,7 @@ func (r *round) work(i int, prev *round) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
 	defer cancel()
-	if _, err := r.c.exec(rctx, m, opRollback, r.key, r.token, 0); err != nil {
+	if _, err := r.c.exec(rctx, m, opRollback, r); err != nil {
 		r.c.logFailure(opRollback, r.key, m, err)
 	}
 }
@@ -181,12 +185,12 @@ func (r *round) work(i int, prev *round) {
 // clients) fails at its first use; exec then tries once more on a fresh
 // connection within the same deadline. An answer to that second try that
 // could hide the first try's effect counts as unknown, not as a refusal.
-func (c *Client) exec(ctx context.Context, m *master, op opKind, key, token string, ttlMS int64) (vote, error) {
-	v, err := c.execOnce(ctx, m, op, key, token, ttlMS)
+func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
+	v, err := c.execOnce(ctx, m, op, r)
 	if err == nil || !brokenConn(err) {
 		return v, c.wrapNodeError(m, err)
 	}
-	v, err2 := c.execOnce(ctx, m, op, key, token, ttlMS)
+	v, err2 := c.execOnce(ctx, m, op, r)
 	if err2 != nil {
 		return voteFail, c.wrapNodeError(m, err2)
 	}
@@ -211,7 +215,8 @@ func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token string, ttlMS int64) (vote, error) {
+func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
+	key, token, ttlMS, f := r.key, r.token, r.ttlMS, r.fair
 	conn, err := m.pool.GetContext(ctx)
 	if err != nil {
 		return voteFail, err
@@ -225,8 +230,11 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token 
 		return voteFail, context.DeadlineExceeded
 	}
 	var res any
-	switch op {
-	case opAcquire:
+	switch {
+	case op == opAcquire && f != nil:
+		res, err = scripts.FairAcquire.Do(conn, timeout, key, f.queue, f.deadlines,
+			token, ttlMS, f.waiter, f.arrival, f.entryTTLms)
+	case op == opAcquire:
 		res, err = redis.DoWithTimeout(conn, timeout, "SET", key, token, "NX", "PX", ttlMS)
 		if err == nil {
 			switch res {
@@ -236,28 +244,31 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, key, token 
 				return voteNo, nil
 			}
 		}
-	case opExtend:
+	case op == opExtend:
 		res, err = scripts.Extend.Do(conn, timeout, key, token, ttlMS)
-	case opRelease:
+	case op == opRelease && f != nil:
+		res, err = scripts.FairRelease.Do(conn, timeout, key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter)
+	case op == opRelease:
 		res, err = scripts.Release.Do(conn, timeout, key, token, wakeChannel(key))
-	case opRollback:
+	case op == opRollback:
 		// Not announced: after a split vote every contender rolls back,
 		// and waking them all at once would split the vote again; their
-		// jittered backoff spreads the next attempts instead.
+		// jittered backoff spreads the next attempts instead. A fair
+		// waiter keeps its place in the queue.
 		res, err = scripts.Release.Do(conn, timeout, key, token, "")
+	case op == opLeave:
+		if _, err = redis.DoWithTimeout(conn, timeout, "ZREM", f.queue, f.waiter); err == nil {
+			res, err = redis.DoWithTimeout(conn, timeout, "ZREM", f.deadlines, f.waiter)
+		}
 	}
 	if err != nil {
 		return voteFail, err
 	}
 	switch res {
 	case int64(1):
-		if op != opAcquire {
-			return voteYes, nil
-		}
+		return voteYes, nil
 	case int64(0):
-		if op != opAcquire {
-			return voteNo, nil
-		}
+		return voteNo, nil
 	}
 	return voteFail, fmt.Errorf("unexpected reply %s to %s", describe(res), op)
 }

@@ -20,6 +20,10 @@ var (
 	releaseSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed fair_acquire.lua
+	fairAcquireSrc string
+	//go:embed fair_release.lua
+	fairReleaseSrc string
 )
 
 // The scripts, built once.
@@ -30,6 +34,12 @@ var (
 	// Extend sets the TTL of KEYS[1] to ARGV[2] milliseconds if it holds
 	// ARGV[1]; replies 1 if it did, else 0. It never creates the key.
 	Extend = New("extend", 1, extendSrc)
+	// FairAcquire sets KEYS[1] only for the waiter at the head of the
+	// key's queue (KEYS[2], KEYS[3]); see fair_acquire.lua.
+	FairAcquire = New("fair_acquire", 3, fairAcquireSrc)
+	// FairRelease is Release for a fair lock: it also takes the holder's
+	// entry out of the queue.
+	FairRelease = New("fair_release", 3, fairReleaseSrc)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to

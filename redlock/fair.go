@@ -1,0 +1,48 @@
+package redlock
+
+import (
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// fairness is a waiter's place in the queue of a fair lock's key.
+type fairness struct {
+	queue, deadlines string // companion keys, in the lock key's hash slot
+	waiter           string // stable across the attempts of one Acquire
+	arrival          int64  // µs since the epoch: the queue's order
+	entryTTLms       int64  // an entry not refreshed for this long is dropped
+}
+
+// fairness returns the waiter's place for one Acquire of key, or nil for a
+// plain lock. The entry outlives the longest backoff several times over,
+// since every attempt refreshes it.
+func (c *Client) fairness(key string, lc *lockConfig) *fairness {
+	if !lc.fair {
+		return nil
+	}
+	entry := 4*lc.backoffMax + 2*c.timeout
+	if entry < 100*time.Millisecond {
+		entry = 100 * time.Millisecond
+	}
+	return &fairness{
+		queue:      companionKey(key, ":queue"),
+		deadlines:  companionKey(key, ":queue-deadlines"),
+		waiter:     uuid.NewString(),
+		arrival:    c.clock.Now().UnixMicro(),
+		entryTTLms: entry.Milliseconds(),
+	}
+}
+
+// companionKey names a key that lives beside key in the same Redis Cluster
+// hash slot: by key's own hash tag when it has one, else by making all of
+// key the tag.
+func companionKey(key, suffix string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return key + suffix
+		}
+	}
+	return "{" + key + "}" + suffix
+}

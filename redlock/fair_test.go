@@ -1,0 +1,132 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func queueLen(t *testing.T, rs *realSet, key string) int {
+	t.Helper()
+	n, err := redis.Int(rs.servers[0].Do("ZCARD", "{"+key+"}:queue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRedis_FairServesWaitersInArrivalOrder(t *testing.T) {
+	forN1N5(t, func(t *testing.T, n int) {
+		rs := startReal(t, n)
+		ctx := context.Background()
+		holder := rs.client(t)
+		l, err := holder.Acquire(ctx, "k", redlock.WithFair())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const waiters = 5
+		order := make(chan int, waiters)
+		errs := make(chan error, waiters)
+		for w := 0; w < waiters; w++ {
+			c := rs.client(t) // each waiter its own client, as its own process
+			go func() {
+				l, err := c.Acquire(ctx, "k", redlock.WithFair(), redlock.WithWait(30*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				order <- w
+				time.Sleep(5 * time.Millisecond)
+				errs <- l.Release(ctx)
+			}()
+			// The next waiter arrives only once this one has its place.
+			waitUntil(t, fmt.Sprintf("waiter %d queued", w), func() bool { return queueLen(t, rs, "k") == w+2 })
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for w := 0; w < waiters; w++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			if got := <-order; got != w {
+				t.Fatalf("lock %d went to waiter %d: not in arrival order", w, got)
+			}
+		}
+		waitUntil(t, "the queue is empty", func() bool { return queueLen(t, rs, "k") == 0 })
+	})
+}
+
+func TestRedis_FairVanishedWaiterDoesNotBlockTheQueue(t *testing.T) {
+	forN1N5(t, func(t *testing.T, n int) {
+		rs := startReal(t, n)
+		ctx := context.Background()
+		holder, next := rs.client(t), rs.client(t)
+		l, err := holder.Acquire(ctx, "k", redlock.WithFair())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A waiter took its place and then vanished (its process died):
+		// an entry that nobody refreshes, first in line.
+		arrival := time.Now().Add(-time.Second).UnixMicro()
+		for _, s := range rs.servers {
+			if _, err := s.Do("ZADD", "{k}:queue", arrival, "vanished"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Do("ZADD", "{k}:queue-deadlines", time.Now().Add(time.Second).UnixMilli(), "vanished"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// ... behind it another waits.
+		got := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			l2, err := next.Acquire(ctx, "k", redlock.WithFair(), redlock.WithWait(time.Minute))
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- err
+		}()
+		waitUntil(t, "the next waiter queued", func() bool { return queueLen(t, rs, "k") == 3 })
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the waiter behind a vanished one got the lock after %v", time.Since(start).Round(time.Millisecond))
+		case <-time.After(20 * time.Second):
+			t.Fatal("a vanished waiter blocked the queue")
+		}
+	})
+}
+
+func TestRedis_FairWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	rs := startReal(t, 3)
+	ctx := context.Background()
+	holder, quitter := rs.client(t), rs.client(t)
+	l, err := holder.Acquire(ctx, "k", redlock.WithFair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	qctx, quit := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = quitter.Acquire(qctx, "k", redlock.WithFair(), redlock.WithWait(time.Minute))
+	}()
+	waitUntil(t, "the waiter queued", func() bool { return queueLen(t, rs, "k") == 2 })
+	quit()
+	<-done
+	waitUntil(t, "the waiter left the queue", func() bool { return queueLen(t, rs, "k") == 1 })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
