@@ -38,6 +38,7 @@ type lib struct {
 
 var libs = []lib{
 	{"quorumlock", false, newQuorumlock},
+	{"quorumlock (pipelined)", false, newQuorumlockPipelined},
 	{"quorumlock (fair)", true, newQuorumlockFair},
 	{"go-redsync", false, newRedsync},
 	{"bsm/redislock", false, newRedislock},
@@ -67,7 +68,13 @@ func newQuorumlockFair(e *env, n int) locker {
 	return l
 }
 
-func newQuorumlock(e *env, n int) locker {
+func newQuorumlockPipelined(e *env, n int) locker {
+	return newQuorumlockWith(e, n, redlock.WithPipelining())
+}
+
+func newQuorumlock(e *env, n int) locker { return newQuorumlockWith(e, n) }
+
+func newQuorumlockWith(e *env, n int, opts ...redlock.Option) locker {
 	pools := make([]pool.Pool, n)
 	for i := range pools {
 		p, err := pool.New(e.addrs[i], pool.WithMaxIdle(128))
@@ -77,7 +84,7 @@ func newQuorumlock(e *env, n int) locker {
 		pools[i] = p
 		e.closers = append(e.closers, func() { p.Close() })
 	}
-	c, err := redlock.New(pools)
+	c, err := redlock.New(pools, opts...)
 	if err != nil {
 		panic(err)
 	}

@@ -31,7 +31,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	mastersFlag := flag.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
-	workloads := flag.String("workloads", "sequential,handoff", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
+	workloads := flag.String("workloads", "sequential,parallel,handoff", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
 	flag.Parse()
@@ -76,6 +76,7 @@ type workload func(ctx context.Context, e *env) string
 
 var registry = map[string]workload{
 	"sequential": sequential,
+	"parallel":   parallel,
 	"handoff":    handoff,
 }
 

@@ -201,3 +201,43 @@ func handoff(ctx context.Context, e *env) string {
 	b.WriteString("\n")
 	return b.String()
 }
+
+// parallel: 64 goroutines of one application, each locking its own key,
+// through one instance of the library.
+func parallel(ctx context.Context, e *env) string {
+	var b strings.Builder
+	b.WriteString("## 64 clients on their own keys\n\n")
+	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
+	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's cycles/s advantage | pipelined quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
+	for _, n := range []int{1, 5} {
+		var plain, piped *result
+		for _, lb := range libs {
+			if lb.handoffOnly {
+				continue
+			}
+			l := lb.make(e, n)
+			if l == nil {
+				continue
+			}
+			lockers := make([]locker, 64)
+			for i := range lockers {
+				lockers[i] = l
+			}
+			r := run(ctx, e, lockers, fmt.Sprintf("bench:par:%s:%d", lb.name, n), 0, true, false)
+			l.close()
+			adv1, adv2 := "—", "—"
+			switch lb.name {
+			case "quorumlock":
+				plain = r
+			case "quorumlock (pipelined)":
+				piped = r
+			default:
+				adv1 = ratio(plain.rate(), r.rate(), true)
+				adv2 = ratio(piped.rate(), r.rate(), true)
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}

@@ -34,12 +34,15 @@ type Client struct {
 	logger      *slog.Logger
 	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
 
-	mu        sync.Mutex
-	closed    bool
-	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
-	releasing map[string]*round // per key, the newest release whose workers still run
-	workers   sync.WaitGroup    // every goroutine that talks to a master
-	waker     *waker
+	mu         sync.Mutex
+	closed     bool
+	closing    chan struct{}     // closed by Close: stops the locks' watchdogs
+	releasing  map[string]*round // per key, the newest release whose workers still run
+	workers    sync.WaitGroup    // every goroutine that talks to a master
+	waker      *waker
+	muxes      []*mux                // per master with pipelining on; nil entries otherwise
+	muxConns   map[*muxConn]struct{} // live pipelined connections, closed by Close
+	muxWorkers sync.WaitGroup        // their readers and writers
 }
 
 type master struct {
@@ -76,6 +79,8 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		closing:     make(chan struct{}),
 	}
 	c.waker = newWaker(c)
+	c.muxConns = map[*muxConn]struct{}{}
+	c.muxes = make([]*mux, len(pools))
 	seen := make(map[any]int, len(pools))
 	for i, p := range pools {
 		if p == nil || (reflect.ValueOf(p).Kind() == reflect.Pointer && reflect.ValueOf(p).IsNil()) {
@@ -98,6 +103,13 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		}
 		c.masters[i] = master{index: i, addr: addr, pool: p}
 		c.addrs[i] = addr
+	}
+	if cfg.pipelining {
+		for i := range c.masters {
+			if _, ok := c.masters[i].pool.(dialer); ok {
+				c.muxes[i] = &mux{c: c, m: &c.masters[i]}
+			}
+		}
 	}
 	return c, nil
 }
@@ -159,7 +171,19 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.waker.close()
+	// Commands in flight finish (each bounded) before the pipelined
+	// connections that carry them close.
 	c.workers.Wait()
+	c.mu.Lock()
+	conns := make([]*muxConn, 0, len(c.muxConns))
+	for mc := range c.muxConns {
+		conns = append(conns, mc)
+	}
+	c.mu.Unlock()
+	for _, mc := range conns {
+		mc.fail(ErrClosed)
+	}
+	c.muxWorkers.Wait()
 	for _, p := range c.owned {
 		p.Close()
 	}

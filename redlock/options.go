@@ -40,6 +40,7 @@ type config struct {
 	clock       clock.Clock
 	logger      *slog.Logger
 	poolOptions []pool.Option
+	pipelining  bool
 }
 
 func defaultConfig() config {
@@ -82,6 +83,14 @@ func WithClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk 
 // index and address. By default failures are only reported in the errors
 // the operations return.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithPipelining carries the commands of all of the client's goroutines
+// to each master over one pipelined connection: concurrent operations
+// share writes and reads instead of each taking a connection of its own
+// (see docs/design.md). It needs pools that can dial connections of their
+// own, as those of package pool do; masters with other pools keep the
+// pooled path. The default is off.
+func WithPipelining() Option { return func(c *config) { c.pipelining = true } }
 
 // WithPoolOptions configures the pools that NewFromAddrs makes. New
 // ignores it.

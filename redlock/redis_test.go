@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,9 +40,16 @@ func startReal(t *testing.T, n int, opts ...redistest.Option) *realSet {
 	return rs
 }
 
+// pipelined runs the real-Redis tests with WithPipelining when
+// QUORUMLOCK_TEST_PIPELINING=1 (make test runs them both ways).
+var pipelined = os.Getenv("QUORUMLOCK_TEST_PIPELINING") == "1"
+
 func (rs *realSet) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	opts = append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...)
+	if pipelined {
+		opts = append(opts, redlock.WithPipelining())
+	}
 	c, err := redlock.New(rs.pools, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -217,11 +217,17 @@ func brokenConn(err error) bool {
 
 func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
 	key, token, ttlMS, f := r.key, r.token, r.ttlMS, r.fair
-	conn, err := m.pool.GetContext(ctx)
-	if err != nil {
-		return voteFail, err
+	var conn redis.Conn
+	if mx := c.muxes[m.index]; mx != nil {
+		conn = muxHandle{mx: mx, ctx: ctx}
+	} else {
+		var err error
+		if conn, err = m.pool.GetContext(ctx); err != nil {
+			return voteFail, err
+		}
+		defer conn.Close()
 	}
-	defer conn.Close()
+	var err error
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
