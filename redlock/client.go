@@ -41,6 +41,7 @@ type Client struct {
 	workers    sync.WaitGroup    // every goroutine that talks to a master
 	waker      *waker
 	muxes      []*mux                // per master with pipelining on; nil entries otherwise
+	allMux     bool                  // every master is pipelined: rounds need no goroutines
 	muxConns   map[*muxConn]struct{} // live pipelined connections, closed by Close
 	muxWorkers sync.WaitGroup        // their readers and writers
 }
@@ -105,9 +106,12 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		c.addrs[i] = addr
 	}
 	if cfg.pipelining {
+		c.allMux = true
 		for i := range c.masters {
 			if _, ok := c.masters[i].pool.(dialer); ok {
 				c.muxes[i] = &mux{c: c, m: &c.masters[i]}
+			} else {
+				c.allMux = false
 			}
 		}
 	}
@@ -322,7 +326,17 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *
 	// Masters that failed or have not answered yet roll back in the
 	// background, each right after its own SET, bounded by the per-master
 	// timeout.
-	if t.ctxErr == nil {
+	if c.allMux {
+		rolled := r.rollbackPipelined(t.votes)
+		if t.ctxErr == nil {
+			wait := c.clock.NewTimer(c.timeout)
+			select {
+			case <-rolled:
+			case <-wait.C():
+			}
+			wait.Stop()
+		}
+	} else if t.ctxErr == nil {
 		for i, v := range t.votes {
 			if v == voteYes {
 				<-r.done[i]

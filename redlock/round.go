@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -120,10 +121,107 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	}
 	c.workers.Add(n)
 	c.mu.Unlock()
+	if c.allMux {
+		// Pipelined: no goroutine per master; each reply is handled on
+		// its connection's reader. Commands to one master go out in the
+		// order they are submitted, so nothing needs chaining.
+		for i := range c.masters {
+			script, cmd, args := r.command(op)
+			r.submit(i, op, script, cmd, args, r.settle(i))
+		}
+		return r, nil
+	}
 	for i := range c.masters {
 		go r.work(i, prev)
 	}
 	return r, nil
+}
+
+// submit sends op to master i on its pipelined connection. A script's
+// NOSCRIPT (its cache was flushed) is answered once by EVAL of the source;
+// a connection the master had closed (it restarted) is answered once by a
+// retry on a new one, with the same caution as exec.
+func (r *round) submit(i int, op opKind, script *scripts.Script, cmd string, args []any, settle func(vote, error)) {
+	r.submitOnce(i, op, script, cmd, args, func(v vote, err error) {
+		if err == nil || !brokenConn(err) {
+			settle(v, err)
+			return
+		}
+		first := err
+		r.submitOnce(i, op, script, cmd, args, func(v vote, err error) {
+			if err == nil && v == voteNo && op != opExtend {
+				v, err = voteFail, fmt.Errorf("%s retried after %v: the first try may have run", op, first)
+			}
+			settle(v, err)
+		})
+	})
+}
+
+func (r *round) submitOnce(i int, op opKind, script *scripts.Script, cmd string, args []any, settle func(vote, error)) {
+	mx := r.c.muxes[i]
+	if script == nil {
+		mx.submit(cmd, args, func(v any, err error) { settle(decode(op, v, err)) })
+		return
+	}
+	mx.submit("EVALSHA", script.Args(args...), func(v any, err error) {
+		if !scripts.IsNoScript(err) {
+			settle(decode(op, v, err))
+			return
+		}
+		evalArgs := script.Args(args...)
+		evalArgs[0] = script.Source()
+		mx.submit("EVAL", evalArgs, func(v any, err error) { settle(decode(op, v, err)) })
+	})
+}
+
+// settle reports master i's answer to the round, on a pipelined path.
+func (r *round) settle(i int) func(vote, error) {
+	return func(v vote, err error) {
+		m := &r.c.masters[i]
+		if err != nil {
+			err = r.c.nodeError(m, err)
+			r.c.logFailure(r.op, r.key, m, err)
+		}
+		r.replies <- reply{index: i, vote: v, err: err}
+		r.finish(i)
+	}
+}
+
+// rollbackPipelined undoes a failed acquisition on every master that
+// granted it or might have (queued behind the SET on the same
+// connection). The returned channel closes when the masters that granted
+// it have answered the rollback.
+func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
+	c := r.c
+	done := make(chan struct{})
+	var granted sync.WaitGroup
+	for i, v := range votes {
+		if v == voteNo {
+			continue
+		}
+		if v == voteYes {
+			granted.Add(1)
+		}
+		c.mu.Lock()
+		c.workers.Add(1)
+		c.mu.Unlock()
+		m := &c.masters[i]
+		script, cmd, args := r.command(opRollback)
+		r.submit(i, opRollback, script, cmd, args, func(_ vote, err error) {
+			if err != nil {
+				c.logFailure(opRollback, r.key, m, c.nodeError(m, err))
+			}
+			if v == voteYes {
+				granted.Done()
+			}
+			c.workers.Done()
+		})
+	}
+	go func() {
+		granted.Wait()
+		close(done)
+	}()
+	return done
 }
 
 // decide fixes the round's outcome and lets the workers act on it.
@@ -212,11 +310,11 @@ func (c *Client) wrapNodeError(m *master, err error) error {
 // brokenConn reports whether err says the connection was already closed
 // by the other side, before the command could have been read.
 func brokenConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed)
 }
 
 func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
-	key, token, ttlMS, f := r.key, r.token, r.ttlMS, r.fair
 	var conn redis.Conn
 	if mx := c.muxes[m.index]; mx != nil {
 		conn = muxHandle{mx: mx, ctx: ctx}
@@ -227,7 +325,6 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (
 		}
 		defer conn.Close()
 	}
-	var err error
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -235,42 +332,57 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (
 	if timeout <= 0 {
 		return voteFail, context.DeadlineExceeded
 	}
+	script, cmd, args := r.command(op)
 	var res any
+	var err error
+	if script != nil {
+		res, err = script.Do(conn, timeout, args...)
+	} else {
+		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
+	}
+	return decode(op, res, err)
+}
+
+// command returns what op sends to a master: a script and its keys and
+// values, or a plain command and its arguments.
+func (r *round) command(op opKind) (script *scripts.Script, cmd string, args []any) {
+	key, token, f := r.key, r.token, r.fair
 	switch {
 	case op == opAcquire && f != nil:
-		res, err = scripts.FairAcquire.Do(conn, timeout, key, f.queue, f.deadlines,
-			token, ttlMS, f.waiter, f.arrival, f.entryTTLms)
+		return scripts.FairAcquire, "", []any{key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms}
 	case op == opAcquire:
-		res, err = redis.DoWithTimeout(conn, timeout, "SET", key, token, "NX", "PX", ttlMS)
-		if err == nil {
-			switch res {
-			case "OK":
-				return voteYes, nil
-			case nil:
-				return voteNo, nil
-			}
-		}
+		return nil, "SET", []any{key, token, "NX", "PX", r.ttlMS}
 	case op == opExtend:
-		res, err = scripts.Extend.Do(conn, timeout, key, token, ttlMS)
+		return scripts.Extend, "", []any{key, token, r.ttlMS}
 	case op == opRelease && f != nil:
-		res, err = scripts.FairRelease.Do(conn, timeout, key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter)
+		return scripts.FairRelease, "", []any{key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter}
 	case op == opRelease:
-		res, err = scripts.Release.Do(conn, timeout, key, token, wakeChannel(key))
+		return scripts.Release, "", []any{key, token, wakeChannel(key)}
 	case op == opRollback:
 		// Not announced: after a split vote every contender rolls back,
 		// and waking them all at once would split the vote again; their
 		// jittered backoff spreads the next attempts instead. A fair
 		// waiter keeps its place in the queue.
-		res, err = scripts.Release.Do(conn, timeout, key, token, "")
-	case op == opLeave:
-		if _, err = redis.DoWithTimeout(conn, timeout, "ZREM", f.queue, f.waiter); err == nil {
-			res, err = redis.DoWithTimeout(conn, timeout, "ZREM", f.deadlines, f.waiter)
-		}
+		return scripts.Release, "", []any{key, token, ""}
+	default: // opLeave
+		return scripts.Leave, "", []any{f.queue, f.deadlines, f.waiter}
 	}
+}
+
+// decode turns a master's reply to op into its vote.
+func decode(op opKind, res any, err error) (vote, error) {
 	if err != nil {
 		return voteFail, err
 	}
 	switch res {
+	case "OK":
+		if op == opAcquire {
+			return voteYes, nil
+		}
+	case nil:
+		if op == opAcquire {
+			return voteNo, nil
+		}
 	case int64(1):
 		return voteYes, nil
 	case int64(0):

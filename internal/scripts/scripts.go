@@ -24,6 +24,8 @@ var (
 	fairAcquireSrc string
 	//go:embed fair_release.lua
 	fairReleaseSrc string
+	//go:embed leave.lua
+	leaveSrc string
 )
 
 // The scripts, built once.
@@ -40,6 +42,11 @@ var (
 	// FairRelease is Release for a fair lock: it also takes the holder's
 	// entry out of the queue.
 	FairRelease = New("fair_release", 3, fairReleaseSrc)
+	// Leave takes a waiter out of a fair lock's queue (KEYS[1], KEYS[2]).
+	Leave = New("leave", 2, leaveSrc)
+
+	// All lists every script, for loading them on a new connection.
+	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave}
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
@@ -88,6 +95,13 @@ func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (an
 	}
 	args[0] = s.src
 	return redis.DoWithTimeout(c, left, "EVAL", args...)
+}
+
+// Args returns the arguments of EVALSHA for keysAndArgs.
+func (s *Script) Args(keysAndArgs ...any) []any {
+	args := make([]any, 0, 2+len(keysAndArgs))
+	args = append(args, s.sha, s.keyCount)
+	return append(args, keysAndArgs...)
 }
 
 // Load puts the script into the master's script cache.
