@@ -14,6 +14,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -46,6 +47,8 @@ var libs = []lib{
 
 type env struct {
 	addrs    []string
+	servers  []*redistest.Server // when the bench started the masters; nil with -masters
+	metrics  map[string]float64  // figures the targets are judged on, by name
 	duration time.Duration
 	closers  []func()
 }

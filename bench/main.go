@@ -31,14 +31,17 @@ import (
 func main() {
 	log.SetFlags(0)
 	mastersFlag := flag.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
-	workloads := flag.String("workloads", "sequential,parallel,handoff", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
+	workloads := flag.String("workloads", "sequential,parallel,handoff,degraded,allocs", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
 	flag.Parse()
 
 	addrs := splitNonEmpty(*mastersFlag)
+	var servers []*redistest.Server
 	if len(addrs) == 0 {
-		servers, stop, err := redistest.LaunchServers(7)
+		var stop func()
+		var err error
+		servers, stop, err = redistest.LaunchServers(7)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -50,7 +53,7 @@ func main() {
 	if len(addrs) < 7 {
 		log.Fatalf("bench: %d masters given, the workloads need 7", len(addrs))
 	}
-	env := &env{addrs: addrs, duration: *duration}
+	env := &env{addrs: addrs, servers: servers, duration: *duration, metrics: map[string]float64{}}
 	defer env.close()
 
 	var report strings.Builder
@@ -64,6 +67,9 @@ func main() {
 		fmt.Print(section)
 		report.WriteString(section)
 	}
+	targets := targetsSection(env.metrics)
+	fmt.Print(targets)
+	report.WriteString(targets)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])), 0o644); err != nil {
 			log.Fatal(err)
@@ -77,6 +83,8 @@ type workload func(ctx context.Context, e *env) string
 var registry = map[string]workload{
 	"sequential": sequential,
 	"parallel":   parallel,
+	"degraded":   degraded,
+	"allocs":     allocs,
 	"handoff":    handoff,
 }
 

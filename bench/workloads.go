@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -136,9 +137,9 @@ func ratio(ours, theirs float64, higherIsBetter bool) string {
 func sequential(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## One client, sequential lock+unlock\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's p50 advantage |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's p50 advantage | pipelined quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 3, 5, 7} {
-		var ours *result
+		var plain, piped *result
 		for _, lb := range libs {
 			if lb.handoffOnly {
 				continue
@@ -149,13 +150,18 @@ func sequential(ctx context.Context, e *env) string {
 			}
 			r := run(ctx, e, []locker{l}, fmt.Sprintf("bench:seq:%s:%d", lb.name, n), 0, true, false)
 			l.close()
-			adv := "—"
-			if ours == nil {
-				ours = r
-			} else {
-				adv = ratio(float64(ours.pct(0.5)), float64(r.pct(0.5)), false)
+			adv1, adv2 := "—", "—"
+			e.metrics[fmt.Sprintf("seq%d %s p50", n, lb.name)] = float64(r.pct(0.5))
+			switch lb.name {
+			case "quorumlock":
+				plain = r
+			case "quorumlock (pipelined)":
+				piped = r
+			default:
+				adv1 = ratio(float64(plain.pct(0.5)), float64(r.pct(0.5)), false)
+				adv2 = ratio(float64(piped.pct(0.5)), float64(r.pct(0.5)), false)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv)
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
 		}
 	}
 	b.WriteString("\n")
@@ -226,6 +232,7 @@ func parallel(ctx context.Context, e *env) string {
 			r := run(ctx, e, lockers, fmt.Sprintf("bench:par:%s:%d", lb.name, n), 0, true, false)
 			l.close()
 			adv1, adv2 := "—", "—"
+			e.metrics[fmt.Sprintf("par%d %s rate", n, lb.name)] = r.rate()
 			switch lb.name {
 			case "quorumlock":
 				plain = r
@@ -237,6 +244,179 @@ func parallel(ctx context.Context, e *env) string {
 			}
 			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
 		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// degraded: one client, sequential, on N=5 with one and then two masters
+// hung (SIGSTOP). Needs masters the bench started itself.
+func degraded(ctx context.Context, e *env) string {
+	var b strings.Builder
+	b.WriteString("## Degraded: hung masters\n\n")
+	if e.servers == nil {
+		b.WriteString("Skipped: the masters were given with -masters, and the bench pauses only masters it started.\n\n")
+		return b.String()
+	}
+	b.WriteString("One client, sequential lock+unlock on N=5 while masters are stopped with SIGSTOP (they accept connections and never answer). " +
+		"quorumlock's per-master timeout is its default, 50 ms; go-redsync's redigo pools have 1 s read timeouts. Cells with hung masters run for at least 10 s; " +
+		"a library that completes no cycle shows 0.\n\n")
+	b.WriteString("| hung | library | cycles/s | p50 ms | p99 ms | quorumlock's p99 advantage |\n|---|---|---|---|---|---|\n")
+	for _, hung := range []int{0, 1, 2} {
+		for i := 0; i < hung; i++ {
+			if err := e.servers[4-i].Pause(); err != nil {
+				panic(err)
+			}
+		}
+		// The peers first, so that nothing quorumlock did to the stopped
+		// masters' accept queues can slow them.
+		order := append(slices.Clone(libs[2:]), libs[:2]...)
+		results := map[string]*result{}
+		for _, lb := range order {
+			if lb.handoffOnly {
+				continue
+			}
+			l := lb.make(e, 5)
+			if l == nil {
+				continue
+			}
+			// A peer that waits for a hung master's read timeout needs
+			// seconds per cycle: give every hung cell 10 s or more.
+			de := *e
+			if hung > 0 && de.duration < 10*time.Second {
+				de.duration = 10 * time.Second
+			}
+			r := run(ctx, &de, []locker{l}, fmt.Sprintf("bench:deg:%s:%d", lb.name, hung), 0, true, false)
+			l.close()
+			e.metrics[fmt.Sprintf("deg%d %s p99", hung, lb.name)] = float64(r.pct(0.99))
+			results[lb.name] = r
+		}
+		ours := results["quorumlock"]
+		for _, lb := range libs {
+			r, ok := results[lb.name]
+			if !ok {
+				continue
+			}
+			adv := "—"
+			if !strings.HasPrefix(lb.name, "quorumlock") {
+				adv = ratio(float64(ours.pct(0.99)), float64(r.pct(0.99)), false)
+			}
+			fmt.Fprintf(&b, "| %d of 5 | %s | %.1f | %s | %s | %s |\n", hung, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv)
+		}
+		for i := 0; i < hung; i++ {
+			if err := e.servers[4-i].Resume(); err != nil {
+				panic(err)
+			}
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// allocs: allocations and bytes per lock+unlock on N=5, measured with
+// testing.Benchmark for each library.
+func allocs(ctx context.Context, e *env) string {
+	var b strings.Builder
+	b.WriteString("## Allocations per lock+unlock, N=5\n\n| library | allocs/op | B/op | ns/op |\n|---|---|---|---|\n")
+	for _, lb := range libs {
+		if lb.handoffOnly {
+			continue
+		}
+		l := lb.make(e, 5)
+		if l == nil {
+			continue
+		}
+		key := "bench:allocs:" + lb.name
+		res := testing.Benchmark(func(tb *testing.B) {
+			tb.ReportAllocs()
+			for i := 0; i < tb.N; i++ {
+				unlock, err := l.lock(ctx, key)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				if err := unlock(ctx); err != nil {
+					tb.Fatal(err)
+				}
+			}
+		})
+		l.close()
+		e.metrics["allocs "+lb.name] = float64(res.AllocsPerOp())
+		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", lb.name, res.AllocsPerOp(), res.AllocedBytesPerOp(), res.NsPerOp())
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// targetsSection judges the figures of this run against the project's
+// targets, taking the better of plain and pipelined quorumlock.
+func targetsSection(m map[string]float64) string {
+	best := func(format string, lower bool) float64 {
+		a, aok := m[fmt.Sprintf(format, "quorumlock")]
+		p, pok := m[fmt.Sprintf(format, "quorumlock (pipelined)")]
+		switch {
+		case !aok:
+			return p
+		case !pok:
+			return a
+		case lower:
+			return min(a, p)
+		default:
+			return max(a, p)
+		}
+	}
+	type target struct {
+		name     string
+		value    func() (float64, bool)
+		goal     float64
+		lowerBad bool // true when the value must be at least goal
+	}
+	ratioOf := func(ours, theirs string, oursLower bool) func() (float64, bool) {
+		return func() (float64, bool) {
+			o := best(ours, oursLower)
+			t, ok := m[theirs]
+			if !ok || o == 0 || t == 0 {
+				return 0, false
+			}
+			return o / t, true
+		}
+	}
+	ts := []target{
+		{"one client, N=5, p50: quorumlock ÷ go-redsync ≤ 0.5", ratioOf("seq5 %s p50", "seq5 go-redsync p50", true), 0.5, false},
+		{"64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3", ratioOf("par5 %s rate", "par5 go-redsync rate", false), 3, true},
+		{"one client, N=1, p50: bsm/redislock ÷ quorumlock ≥ 1", func() (float64, bool) {
+			o, t := best("seq1 %s p50", true), m["seq1 bsm/redislock p50"]
+			if o == 0 || t == 0 {
+				return 0, false
+			}
+			return t / o, true
+		}, 1, true},
+		{"64 clients, N=1, cycles/s: quorumlock ÷ bsm/redislock ≥ 1", ratioOf("par1 %s rate", "par1 bsm/redislock rate", false), 1, true},
+		{"2 of 5 hung, p99: quorumlock's ÷ its healthy p99 ≤ 2", func() (float64, bool) {
+			h, d := best("deg0 %s p99", true), best("deg2 %s p99", true)
+			if h == 0 || d == 0 {
+				return 0, false
+			}
+			return d / h, true
+		}, 2, false},
+		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false},
+	}
+	var b strings.Builder
+	b.WriteString("## Targets\n\nJudged on this run, with the better of plain and pipelined quorumlock.\n\n| target | this run | met |\n|---|---|---|\n")
+	for _, t := range ts {
+		v, ok := t.value()
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured | – |\n", t.name)
+			continue
+		}
+		met := v <= t.goal
+		if t.lowerBad {
+			met = v >= t.goal
+		}
+		verdict := "no"
+		if met {
+			verdict = "yes"
+		}
+		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", t.name, v, verdict)
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -13,14 +13,26 @@ import (
 // BenchmarkAcquireRelease measures one lock+unlock cycle on real masters:
 // the hot path's latency, allocations and bytes.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, n := range []int{1, 3, 5} {
-		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+	for _, mode := range []string{"pooled", "pipelined"} {
+		for _, n := range []int{1, 3, 5} {
+			b.Run(fmt.Sprintf("%s/N=%d", mode, n), func(b *testing.B) { benchAcquireRelease(b, n, mode == "pipelined") })
+		}
+	}
+}
+
+func benchAcquireRelease(b *testing.B, n int, pipelined bool) {
+	{
+		{
 			servers := redistest.Start(b, n)
 			pools := make([]pool.Pool, n)
 			for i, s := range servers {
 				pools[i] = s.Pool()
 			}
-			c, err := redlock.New(pools)
+			var opts []redlock.Option
+			if pipelined {
+				opts = append(opts, redlock.WithPipelining())
+			}
+			c, err := redlock.New(pools, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -37,6 +49,6 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-		})
+		}
 	}
 }

@@ -42,6 +42,19 @@ type mux struct {
 	dialing chan struct{} // while a dialer runs; closed when it ends
 	backlog []*muxReq     // submitted while no connection was live, in order
 	dialErr error         // the last dial's failure
+	failAt  time.Time     // when it failed
+}
+
+// redialDelay spaces dials to a master whose last dial failed: meanwhile
+// commands to it fail at once. (A stopped master accepts connections
+// without ever answering; dialing it on every command would fill its
+// accept queue.)
+func (mx *mux) redialDelay() time.Duration {
+	d := 10 * mx.c.timeout
+	if d > time.Second {
+		d = time.Second
+	}
+	return d
 }
 
 type muxReq struct {
@@ -103,6 +116,9 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	if mx.dialing != nil {
 		return mx.dialing, nil
 	}
+	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
+		return nil, mx.dialErr
+	}
 	c := mx.c
 	c.mu.Lock()
 	if c.closed {
@@ -139,6 +155,9 @@ func (mx *mux) dialer(ch chan struct{}) {
 		failed = backlog
 	}
 	mx.dialErr = err
+	if err != nil {
+		mx.failAt = time.Now()
+	}
 	mx.dialing = nil
 	mx.mu.Unlock()
 	close(ch)
