@@ -28,7 +28,8 @@ redis-image: deps
 ##   then the real-Redis tests of redlock and the suites again with pipelining on
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	QUORUMLOCK_TEST_PIPELINING=1 $(GO) test -race -count=1 -timeout 20m ./redlock ./integration -args -nemesis=15s
+	QUORUMLOCK_TEST_PIPELINING=1 $(GO) test -race -count=1 -timeout 20m ./redlock
+	QUORUMLOCK_TEST_PIPELINING=1 $(GO) test -race -count=1 -timeout 20m ./integration -args -nemesis=15s
 
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps
