@@ -139,33 +139,45 @@ func sequential(ctx context.Context, e *env) string {
 	b.WriteString("## One client, sequential lock+unlock\n\n")
 	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's p50 advantage | pipelined quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 3, 5, 7} {
-		var plain, piped *result
-		for _, lb := range libs {
-			if lb.handoffOnly {
-				continue
-			}
-			l := lb.make(e, n)
-			if l == nil {
-				continue
-			}
-			r := run(ctx, e, []locker{l}, fmt.Sprintf("bench:seq:%s:%d", lb.name, n), 0, true, false)
-			l.close()
-			adv1, adv2 := "—", "—"
-			e.metrics[fmt.Sprintf("seq%d %s p50", n, lb.name)] = float64(r.pct(0.5))
-			switch lb.name {
-			case "quorumlock":
-				plain = r
-			case "quorumlock (pipelined)":
-				piped = r
-			default:
-				adv1 = ratio(float64(plain.pct(0.5)), float64(r.pct(0.5)), false)
-				adv2 = ratio(float64(piped.pct(0.5)), float64(r.pct(0.5)), false)
-			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
-		}
+		compare(ctx, e, &b, n, 1, "seq", "p50", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// compare runs every library but the handoff-only ones with clients
+// goroutines sharing one instance, each on a key of its own, and writes a
+// row per library with the plain and pipelined quorumlock's advantage in
+// figure over each peer. It records figure as "<tag><n> <library> <name>".
+func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
+	var plain, piped *result
+	for _, lb := range libs {
+		if lb.handoffOnly {
+			continue
+		}
+		l := lb.make(e, n)
+		if l == nil {
+			continue
+		}
+		lockers := make([]locker, clients)
+		for i := range lockers {
+			lockers[i] = l
+		}
+		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, true, false)
+		l.close()
+		e.metrics[fmt.Sprintf("%s%d %s %s", tag, n, lb.name, name)] = figure(r)
+		adv1, adv2 := "—", "—"
+		switch lb.name {
+		case "quorumlock":
+			plain = r
+		case "quorumlock (pipelined)":
+			piped = r
+		default:
+			adv1 = ratio(figure(plain), figure(r), higherBetter)
+			adv2 = ratio(figure(piped), figure(r), higherBetter)
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
+	}
 }
 
 // handoff: 8 clients on one key; how fast the lock passes from one holder
@@ -216,34 +228,7 @@ func parallel(ctx context.Context, e *env) string {
 	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
 	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's cycles/s advantage | pipelined quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 5} {
-		var plain, piped *result
-		for _, lb := range libs {
-			if lb.handoffOnly {
-				continue
-			}
-			l := lb.make(e, n)
-			if l == nil {
-				continue
-			}
-			lockers := make([]locker, 64)
-			for i := range lockers {
-				lockers[i] = l
-			}
-			r := run(ctx, e, lockers, fmt.Sprintf("bench:par:%s:%d", lb.name, n), 0, true, false)
-			l.close()
-			adv1, adv2 := "—", "—"
-			e.metrics[fmt.Sprintf("par%d %s rate", n, lb.name)] = r.rate()
-			switch lb.name {
-			case "quorumlock":
-				plain = r
-			case "quorumlock (pipelined)":
-				piped = r
-			default:
-				adv1 = ratio(plain.rate(), r.rate(), true)
-				adv2 = ratio(piped.rate(), r.rate(), true)
-			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
-		}
+		compare(ctx, e, &b, n, 64, "par", "rate", (*result).rate, true)
 	}
 	b.WriteString("\n")
 	return b.String()
