@@ -166,6 +166,8 @@ func TestRedis_SecondClientIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The masters not needed for the quorum answer a moment later.
+		redistest.WaitFor(ctxT(t), func() bool { return count(rs.values(t, "k"), l.Token()) == n })
 		_, err = b.TryAcquire(ctx, "k")
 		if !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("second client: %v, want ErrNotAcquired", err)
