@@ -20,6 +20,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -31,7 +32,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	mastersFlag := flag.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
-	workloads := flag.String("workloads", "sequential,parallel,handoff,degraded,allocs", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
+	workloads := flag.String("workloads", "sequential,parallel,scale,handoff,degraded,allocs", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
 	flag.Parse()
@@ -71,6 +72,15 @@ func main() {
 	fmt.Print(targets)
 	report.WriteString(targets)
 	if *out != "" {
+		svgPath := strings.TrimSuffix(*out, ".md") + ".svg"
+		if svg := plot(env.metrics); svg != "" {
+			if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
+				log.Fatal(err)
+			}
+			report.WriteString("## Plot\n\n![p50 latency by number of masters, and throughput by number of clients](" +
+				filepath.Base(svgPath) + ")\n\n")
+			log.Printf("wrote %s", svgPath)
+		}
 		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])), 0o644); err != nil {
 			log.Fatal(err)
 		}
@@ -85,6 +95,7 @@ var registry = map[string]workload{
 	"parallel":   parallel,
 	"degraded":   degraded,
 	"allocs":     allocs,
+	"scale":      scale,
 	"handoff":    handoff,
 }
 

@@ -406,3 +406,82 @@ func targetsSection(m map[string]float64) string {
 	b.WriteString("\n")
 	return b.String()
 }
+
+// scale: throughput on N=5 as the clients of one application grow, and as
+// the keys they lock spread over more distinct keys.
+func scale(ctx context.Context, e *env) string {
+	var b strings.Builder
+	b.WriteString("## Scale on N=5\n\n")
+	b.WriteString("Clients are goroutines sharing one instance of each library, each locking keys of its own.\n\n")
+	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | plain quorumlock's cycles/s advantage | pipelined quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
+	for _, clients := range scaleClients {
+		var rows strings.Builder
+		compare(ctx, e, &rows, 5, clients, fmt.Sprintf("scale%d-", clients), "rate", (*result).rate, true)
+		// compare writes N in the first column; here it is the clients.
+		b.WriteString(strings.ReplaceAll(rows.String(), "| 5 |", fmt.Sprintf("| %d |", clients)))
+	}
+	b.WriteString("\n64 clients, each cycling through its share of K distinct keys (every key locked and released in turn):\n\n")
+	b.WriteString("| distinct keys | library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
+	for _, keys := range []int{64, 10_000, 100_000} {
+		for _, lb := range libs {
+			if lb.handoffOnly {
+				continue
+			}
+			l := lb.make(e, 5)
+			if l == nil {
+				continue
+			}
+			lockers := make([]locker, 64)
+			for i := range lockers {
+				lockers[i] = l
+			}
+			r := runKeys(ctx, e, lockers, fmt.Sprintf("bench:keys:%s:%d", lb.name, keys), keys)
+			l.close()
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s |\n", keys, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)))
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+var scaleClients = []int{1, 4, 16, 64, 256}
+
+// runKeys is run with each client cycling through keys/len(lockers)
+// distinct keys of its own.
+func runKeys(ctx context.Context, e *env, lockers []locker, prefix string, keys int) *result {
+	ctx, cancel := context.WithTimeout(ctx, e.duration)
+	defer cancel()
+	clients := len(lockers)
+	per := max(keys/clients, 1)
+	res := &result{perCli: make([]int, clients)}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for id := 0; id < clients; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			n := 0
+			for ctx.Err() == nil {
+				k := fmt.Sprintf("%s:%d", prefix, id*per+n%per)
+				t0 := time.Now()
+				unlock, err := lockers[id].lock(ctx, k)
+				if err != nil {
+					continue
+				}
+				_ = unlock(context.Background())
+				lat = append(lat, time.Since(t0))
+				n++
+			}
+			mu.Lock()
+			res.lat = append(res.lat, lat...)
+			res.perCli[id] = n
+			res.cycles += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}

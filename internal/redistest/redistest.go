@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -136,8 +137,10 @@ func (s *Server) spawn(bin string) error {
 		if err == nil {
 			_, err = c.Do("PING")
 			c.Close()
-			var re redis.Error // NOAUTH and the like: the server is up
-			if err == nil || errors.As(err, &re) {
+			// NOAUTH: up, behind a password. LOADING: not ready yet (it
+			// is reading its AOF).
+			var re redis.Error
+			if err == nil || (errors.As(err, &re) && strings.HasPrefix(string(re), "NOAUTH")) {
 				return nil
 			}
 		}
