@@ -68,6 +68,7 @@ type Option func(*config)
 type config struct {
 	backend Backend
 	image   string
+	noPull  bool
 	aof     bool
 	extra   []string
 }
@@ -79,6 +80,10 @@ func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
 // WithImage sets the Docker image ("name:tag"); by default
 // $QUORUMLOCK_REDIS_IMAGE, else DefaultImage.
 func WithImage(ref string) Option { return func(c *config) { c.image = ref } }
+
+// WithoutPull makes a missing image an error at once, without asking the
+// Docker engine to pull it from a registry.
+func WithoutPull() Option { return func(c *config) { c.noPull = true } }
 
 // WithAOF makes the masters persist every write before answering
 // (appendonly yes, appendfsync always), so a killed and restarted master

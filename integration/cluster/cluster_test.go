@@ -137,7 +137,8 @@ func TestStart_missingImageSaysHowToBuildOne(t *testing.T) {
 	ft := &fatalRecorder{TB: t}
 	func() {
 		defer func() { _ = recover() }()
-		cluster.Start(ft, 1, cluster.WithBackend(cluster.Docker), cluster.WithImage("quorumlock/no-such-image:never"))
+		// WithoutPull: the test must not make the engine reach for a registry.
+		cluster.Start(ft, 1, cluster.WithBackend(cluster.Docker), cluster.WithImage("quorumlock/no-such-image:never"), cluster.WithoutPull())
 	}()
 	for _, want := range []string{"quorumlock/no-such-image:never", "make redis-image", cluster.ImageEnv} {
 		if !contains(ft.msg, want) {

@@ -55,7 +55,7 @@ func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 	}
 	reap(p)
 	repo, tag := splitImage(cfg.image)
-	if err := ensureImage(p, repo, tag); err != nil {
+	if err := ensureImage(p, repo, tag, !cfg.noPull); err != nil {
 		return nil, err
 	}
 
@@ -136,14 +136,16 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 
 // ensureImage pulls the image when it is missing and says how to build
 // one when that fails too.
-func ensureImage(p *dockertest.Pool, repo, tag string) error {
+func ensureImage(p *dockertest.Pool, repo, tag string, pull bool) error {
 	ref := repo + ":" + tag
 	if _, err := p.Client.InspectImage(ref); err == nil {
 		return nil
 	}
-	pullErr := p.Client.PullImage(dc.PullImageOptions{Repository: repo, Tag: tag}, dc.AuthConfiguration{})
-	if pullErr == nil {
-		return nil
+	pullErr := errors.New("pulling is turned off")
+	if pull {
+		if pullErr = p.Client.PullImage(dc.PullImageOptions{Repository: repo, Tag: tag}, dc.AuthConfiguration{}); pullErr == nil {
+			return nil
+		}
 	}
 	return fmt.Errorf("cluster: image %s is not present and could not be pulled (%v). "+
 		"Without a registry, build one from Debian's redis-server with `make redis-image` "+
