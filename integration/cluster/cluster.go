@@ -78,7 +78,8 @@ type config struct {
 func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
 
 // WithImage sets the Docker image ("name:tag"); by default
-// $QUORUMLOCK_REDIS_IMAGE, else DefaultImage.
+// $QUORUMLOCK_REDIS_IMAGE, else LocalImage when it has been built, else
+// DefaultImage.
 func WithImage(ref string) Option { return func(c *config) { c.image = ref } }
 
 // WithoutPull makes a missing image an error at once, without asking the
@@ -133,7 +134,11 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 		o(&cfg)
 	}
 	if cfg.image == "" {
+		// The image `make redis-image` built, when there is one: no pull.
 		cfg.image = DefaultImage
+		if localImageExists() {
+			cfg.image = LocalImage
+		}
 	}
 	if cfg.backend == "" {
 		cfg.backend = Process

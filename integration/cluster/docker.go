@@ -36,6 +36,16 @@ func DockerAvailable() bool {
 	return p.Client.PingWithContext(ctx) == nil
 }
 
+// localImageExists reports whether LocalImage is in the Docker engine.
+func localImageExists() bool {
+	p, err := dockertest.NewPool("")
+	if err != nil {
+		return false
+	}
+	_, err = p.Client.InspectImage(LocalImage)
+	return err == nil
+}
+
 type dockerNode struct {
 	pool     *dockertest.Pool
 	res      *dockertest.Resource
