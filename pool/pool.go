@@ -264,6 +264,7 @@ type DialError struct {
 	Err  error
 }
 
+// Error names the master and the reason.
 func (e *DialError) Error() string { return "pool: dial " + e.Addr + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying error.

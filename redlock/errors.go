@@ -67,6 +67,7 @@ type NodeError struct {
 	Err   error
 }
 
+// Error names the master by index and address, and its failure.
 func (e *NodeError) Error() string {
 	return "master " + strconv.Itoa(e.Index) + " (" + e.Addr + "): " + e.Err.Error()
 }
@@ -97,6 +98,8 @@ type QuorumError struct {
 	addrs    []string
 }
 
+// Error says how many masters agreed, which held the key or did not hold
+// the token, and how each failed master failed.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.sentinel.Error())
