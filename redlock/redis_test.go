@@ -585,25 +585,32 @@ func TestRedis_MasterRestartDoesNotFailStaleConnections(t *testing.T) {
 	rs := startReal(t, 1)
 	c := rs.client(t)
 	ctx := context.Background()
-	// Fill the pool with idle connections.
-	var locks []*redlock.Lock
-	for i := 0; i < 4; i++ {
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("warm-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		locks = append(locks, l)
+	// Fill the pool with idle connections: concurrent calls each take one.
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("warm-%d", i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
 	}
-	for _, l := range locks {
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	wg.Wait()
 	if err := rs.servers[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	// Every idle connection is now dead; each call retries on a fresh one.
-	for i := 0; i < 6; i++ {
+	// Every idle connection is now dead; each call retries once on a newly
+	// dialed connection, never on another stale one.
+	for i := 0; i < 12; i++ {
 		l, err := c.TryAcquire(ctx, "k")
 		if err != nil {
 			t.Fatalf("call %d after the restart: %v", i, err)

@@ -284,11 +284,12 @@ func (r *round) work(i int, prev *round) {
 // connection within the same deadline. An answer to that second try that
 // could hide the first try's effect counts as unknown, not as a refusal.
 func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
-	v, err := c.execOnce(ctx, m, op, r)
+	v, err := c.execOnce(ctx, m, op, r, false)
 	if err == nil || !brokenConn(err) {
 		return v, c.wrapNodeError(m, err)
 	}
-	v, err2 := c.execOnce(ctx, m, op, r)
+	// The other idle connections are likely as stale: retry on a fresh one.
+	v, err2 := c.execOnce(ctx, m, op, r, true)
 	if err2 != nil {
 		return voteFail, c.wrapNodeError(m, err2)
 	}
@@ -314,13 +315,20 @@ func brokenConn(err error) bool {
 		errors.Is(err, net.ErrClosed)
 }
 
-func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
+// execOnce sends one command; fresh asks for a newly dialed connection
+// rather than an idle one of the pool, where the pool can dial.
+func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, fresh bool) (vote, error) {
 	var conn redis.Conn
 	if mx := c.muxes[m.index]; mx != nil {
 		conn = muxHandle{mx: mx, ctx: ctx}
 	} else {
 		var err error
-		if conn, err = m.pool.GetContext(ctx); err != nil {
+		if d, ok := m.pool.(dialer); fresh && ok {
+			conn, err = d.Dial(ctx)
+		} else {
+			conn, err = m.pool.GetContext(ctx)
+		}
+		if err != nil {
 			return voteFail, err
 		}
 		defer conn.Close()
