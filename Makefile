@@ -25,11 +25,11 @@ redis-image: deps
 	else echo "no Docker engine answers: the integration suites run on redis-server processes only"; fi
 
 ## test: unit and integration tests, with the race detector, against real Redis masters;
-##   then the real-Redis tests of redlock and the suites again with pipelining on
+##   then the real-Redis tests of redlock and the suites again on the pooled path
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	QUORUMLOCK_TEST_PIPELINING=1 $(GO) test -race -count=1 -timeout 20m ./redlock
-	QUORUMLOCK_TEST_PIPELINING=1 $(GO) test -race -count=1 -timeout 20m ./integration -args -nemesis=15s
+	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./redlock
+	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./integration -args -nemesis=15s
 
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps

@@ -39,7 +39,7 @@ type lib struct {
 
 var libs = []lib{
 	{"quorumlock", false, newQuorumlock},
-	{"quorumlock (pipelined)", false, newQuorumlockPipelined},
+	{"quorumlock (pooled)", false, newQuorumlockPooled},
 	{"quorumlock (fair)", true, newQuorumlockFair},
 	{"go-redsync", false, newRedsync},
 	{"bsm/redislock", false, newRedislock},
@@ -59,7 +59,7 @@ func (e *env) close() {
 	}
 }
 
-// quorumlock with its defaults.
+// quorumlock with its defaults (pipelined), or on its pooled path.
 type qlLocker struct {
 	c    *redlock.Client
 	opts []redlock.LockOption
@@ -71,8 +71,8 @@ func newQuorumlockFair(e *env, n int) locker {
 	return l
 }
 
-func newQuorumlockPipelined(e *env, n int) locker {
-	return newQuorumlockWith(e, n, redlock.WithPipelining())
+func newQuorumlockPooled(e *env, n int) locker {
+	return newQuorumlockWith(e, n, redlock.WithPipelining(false))
 }
 
 func newQuorumlock(e *env, n int) locker { return newQuorumlockWith(e, n) }

@@ -44,10 +44,10 @@ func plot(m map[string]float64) string {
 }
 
 var colors = map[string]string{
-	"quorumlock":             "#1f77b4",
-	"quorumlock (pipelined)": "#2ca02c",
-	"go-redsync":             "#d62728",
-	"bsm/redislock":          "#9467bd",
+	"quorumlock":          "#1f77b4",
+	"quorumlock (pooled)": "#2ca02c",
+	"go-redsync":          "#d62728",
+	"bsm/redislock":       "#9467bd",
 }
 
 func chart(b *strings.Builder, x0 float64, title string, xs []int, series map[string][]float64, logX bool) {

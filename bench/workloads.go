@@ -137,7 +137,7 @@ func ratio(ours, theirs float64, higherIsBetter bool) string {
 func sequential(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## One client, sequential lock+unlock\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's p50 advantage | pipelined quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's p50 advantage | pooled quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 3, 5, 7} {
 		compare(ctx, e, &b, n, 1, "seq", "p50", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
 	}
@@ -147,10 +147,10 @@ func sequential(ctx context.Context, e *env) string {
 
 // compare runs every library but the handoff-only ones with clients
 // goroutines sharing one instance, each on a key of its own, and writes a
-// row per library with the plain and pipelined quorumlock's advantage in
+// row per library with quorumlock's advantage (pipelined, the default, and pooled) in
 // figure over each peer. It records figure as "<tag><n> <library> <name>".
 func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
-	var plain, piped *result
+	var ours, pooled *result
 	for _, lb := range libs {
 		if lb.handoffOnly {
 			continue
@@ -169,12 +169,12 @@ func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, ta
 		adv1, adv2 := "—", "—"
 		switch lb.name {
 		case "quorumlock":
-			plain = r
-		case "quorumlock (pipelined)":
-			piped = r
+			ours = r
+		case "quorumlock (pooled)":
+			pooled = r
 		default:
-			adv1 = ratio(figure(plain), figure(r), higherBetter)
-			adv2 = ratio(figure(piped), figure(r), higherBetter)
+			adv1 = ratio(figure(ours), figure(r), higherBetter)
+			adv2 = ratio(figure(pooled), figure(r), higherBetter)
 		}
 		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
 	}
@@ -188,7 +188,7 @@ func handoff(ctx context.Context, e *env) string {
 	b.WriteString("Eight clients, each with its own connections (as eight processes would have), loop: lock, hold, unlock. The wait is from the call to lock to its return. " +
 		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often.\n\n")
 	b.WriteString("The handoff is the time from a holder starting its release to the next lock being returned, to whichever client.\n\n")
-	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | Jain | per-client cycles | plain quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | Jain | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 5} {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
 			var ours *result
@@ -226,7 +226,7 @@ func parallel(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## 64 clients on their own keys\n\n")
 	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | plain quorumlock's cycles/s advantage | pipelined quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 5} {
 		compare(ctx, e, &b, n, 64, "par", "rate", (*result).rate, true)
 	}
@@ -333,11 +333,11 @@ func allocs(ctx context.Context, e *env) string {
 }
 
 // targetsSection judges the figures of this run against the project's
-// targets, taking the better of plain and pipelined quorumlock.
+// targets, taking the better of quorumlock's pipelined and pooled paths.
 func targetsSection(m map[string]float64) string {
 	best := func(format string, lower bool) float64 {
 		a, aok := m[fmt.Sprintf(format, "quorumlock")]
-		p, pok := m[fmt.Sprintf(format, "quorumlock (pipelined)")]
+		p, pok := m[fmt.Sprintf(format, "quorumlock (pooled)")]
 		switch {
 		case !aok:
 			return p
@@ -386,7 +386,7 @@ func targetsSection(m map[string]float64) string {
 		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false},
 	}
 	var b strings.Builder
-	b.WriteString("## Targets\n\nJudged on this run, with the better of plain and pipelined quorumlock.\n\n| target | this run | met |\n|---|---|---|\n")
+	b.WriteString("## Targets\n\nJudged on this run, with the better of quorumlock's two connection paths (pipelined, the default, and pooled).\n\n| target | this run | met |\n|---|---|---|\n")
 	for _, t := range ts {
 		v, ok := t.value()
 		if !ok {
@@ -413,7 +413,7 @@ func scale(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Scale on N=5\n\n")
 	b.WriteString("Clients are goroutines sharing one instance of each library, each locking keys of its own.\n\n")
-	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | plain quorumlock's cycles/s advantage | pipelined quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, clients := range scaleClients {
 		var rows strings.Builder
 		compare(ctx, e, &rows, 5, clients, fmt.Sprintf("scale%d-", clients), "rate", (*result).rate, true)

@@ -32,15 +32,15 @@ func requirePartition(t *testing.T, b cluster.Backend) {
 // the suites run under -race on two cores beside the Docker engine.
 const timeout = 300 * time.Millisecond
 
-// pipelined runs the suites with WithPipelining when
-// QUORUMLOCK_TEST_PIPELINING=1 (make test runs them both ways).
-var pipelined = os.Getenv("QUORUMLOCK_TEST_PIPELINING") == "1"
+// pooled runs the suites with WithPipelining(false) when
+// QUORUMLOCK_TEST_POOLED=1 (make test runs them both ways).
+var pooled = os.Getenv("QUORUMLOCK_TEST_POOLED") == "1"
 
 func newClient(t *testing.T, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	opts = append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...)
-	if pipelined {
-		opts = append(opts, redlock.WithPipelining())
+	if pooled {
+		opts = append(opts, redlock.WithPipelining(false))
 	}
 	client, err := redlock.New(c.Pools(), opts...)
 	if err != nil {

@@ -28,11 +28,7 @@ func benchAcquireRelease(b *testing.B, n int, pipelined bool) {
 			for i, s := range servers {
 				pools[i] = s.Pool()
 			}
-			var opts []redlock.Option
-			if pipelined {
-				opts = append(opts, redlock.WithPipelining())
-			}
-			c, err := redlock.New(pools, opts...)
+			c, err := redlock.New(pools, redlock.WithPipelining(pipelined))
 			if err != nil {
 				b.Fatal(err)
 			}

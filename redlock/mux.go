@@ -11,7 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
-// Pipelining (WithPipelining).
+// Pipelining (WithPipelining, on by default).
 //
 // A mux carries the commands of every goroutine of a client bound for one
 // master over one connection: a writer goroutine takes what is queued and

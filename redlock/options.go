@@ -48,6 +48,7 @@ func defaultConfig() config {
 		timeout:     DefaultTimeout,
 		driftFactor: DefaultDriftFactor,
 		clock:       clock.Real(),
+		pipelining:  true,
 	}
 }
 
@@ -84,13 +85,14 @@ func WithClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk 
 // the operations return.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithPipelining carries the commands of all of the client's goroutines
-// to each master over one pipelined connection: concurrent operations
-// share writes and reads instead of each taking a connection of its own
-// (see docs/design.md). It needs pools that can dial connections of their
-// own, as those of package pool do; masters with other pools keep the
-// pooled path. The default is off.
-func WithPipelining() Option { return func(c *config) { c.pipelining = true } }
+// WithPipelining chooses how commands reach the masters. On (the
+// default), all of the client's goroutines share one pipelined connection
+// per master: concurrent operations share writes and reads, and a round
+// needs no goroutine per master (see docs/design.md). It needs pools that
+// can dial connections of their own, as those of package pool do; with
+// other pools, or off, each command borrows a pooled connection and a
+// goroutine carries it.
+func WithPipelining(on bool) Option { return func(c *config) { c.pipelining = on } }
 
 // WithPoolOptions configures the pools that NewFromAddrs makes. New
 // ignores it.

@@ -40,15 +40,15 @@ func startReal(t *testing.T, n int, opts ...redistest.Option) *realSet {
 	return rs
 }
 
-// pipelined runs the real-Redis tests with WithPipelining when
-// QUORUMLOCK_TEST_PIPELINING=1 (make test runs them both ways).
-var pipelined = os.Getenv("QUORUMLOCK_TEST_PIPELINING") == "1"
+// pooled runs the real-Redis tests with WithPipelining(false) when
+// QUORUMLOCK_TEST_POOLED=1 (make test runs them both ways).
+var pooled = os.Getenv("QUORUMLOCK_TEST_POOLED") == "1"
 
 func (rs *realSet) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	opts = append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...)
-	if pipelined {
-		opts = append(opts, redlock.WithPipelining())
+	if pooled {
+		opts = append(opts, redlock.WithPipelining(false))
 	}
 	c, err := redlock.New(rs.pools, opts...)
 	if err != nil {
