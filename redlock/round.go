@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -125,9 +126,10 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		// Pipelined: no goroutine per master; each reply is handled on
 		// its connection's reader. Commands to one master go out in the
 		// order they are submitted, so nothing needs chaining.
+		w := r.wire(op)
+		settle := r.settle
 		for i := range c.masters {
-			script, cmd, args := r.command(op)
-			r.submit(i, op, script, cmd, args, r.settle(i))
+			r.submit(i, w, false, settle)
 		}
 		return r, nil
 	}
@@ -141,50 +143,56 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 // NOSCRIPT (its cache was flushed) is answered once by EVAL of the source;
 // a connection the master had closed (it restarted) is answered once by a
 // retry on a new one, with the same caution as exec.
-func (r *round) submit(i int, op opKind, script *scripts.Script, cmd string, args []any, settle func(vote, error)) {
-	r.submitOnce(i, op, script, cmd, args, func(v vote, err error) {
-		if err == nil || !brokenConn(err) {
-			settle(v, err)
+func (r *round) submit(i int, w *wireCmd, retried bool, settle func(i int, v vote, err error)) {
+	mx := r.c.muxes[i]
+	mx.submit(w.cmd, w.args, func(reply any, err error) {
+		if w.script != nil && scripts.IsNoScript(err) {
+			evalArgs := slices.Clone(w.args)
+			evalArgs[0] = w.script.Source()
+			mx.submit("EVAL", evalArgs, func(reply any, err error) {
+				v, err := decode(w.op, reply, err)
+				settle(i, v, err)
+			})
 			return
 		}
-		first := err
-		r.submitOnce(i, op, script, cmd, args, func(v vote, err error) {
-			if err == nil && v == voteNo && op != opExtend {
-				v, err = voteFail, fmt.Errorf("%s retried after %v: the first try may have run", op, first)
-			}
-			settle(v, err)
-		})
+		if err != nil && brokenConn(err) && !retried {
+			r.submit(i, w, true, settle)
+			return
+		}
+		v, err := decode(w.op, reply, err)
+		if retried && err == nil && v == voteNo && w.op != opExtend {
+			v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
+		}
+		settle(i, v, err)
 	})
 }
 
-func (r *round) submitOnce(i int, op opKind, script *scripts.Script, cmd string, args []any, settle func(vote, error)) {
-	mx := r.c.muxes[i]
+// wireCmd is an operation's command as a pipelined connection sends it:
+// built once per round and shared, read-only, by every master.
+type wireCmd struct {
+	op     opKind
+	script *scripts.Script // nil for a plain command
+	cmd    string          // "EVALSHA", or the plain command
+	args   []any
+}
+
+func (r *round) wire(op opKind) *wireCmd {
+	script, cmd, args := r.command(op)
 	if script == nil {
-		mx.submit(cmd, args, func(v any, err error) { settle(decode(op, v, err)) })
-		return
+		return &wireCmd{op: op, cmd: cmd, args: args}
 	}
-	mx.submit("EVALSHA", script.Args(args...), func(v any, err error) {
-		if !scripts.IsNoScript(err) {
-			settle(decode(op, v, err))
-			return
-		}
-		evalArgs := script.Args(args...)
-		evalArgs[0] = script.Source()
-		mx.submit("EVAL", evalArgs, func(v any, err error) { settle(decode(op, v, err)) })
-	})
+	return &wireCmd{op: op, script: script, cmd: "EVALSHA", args: script.Args(args...)}
 }
 
 // settle reports master i's answer to the round, on a pipelined path.
-func (r *round) settle(i int) func(vote, error) {
-	return func(v vote, err error) {
-		m := &r.c.masters[i]
-		if err != nil {
-			err = r.c.nodeError(m, err)
-			r.c.logFailure(r.op, r.key, m, err)
-		}
-		r.replies <- reply{index: i, vote: v, err: err}
-		r.finish(i)
+func (r *round) settle(i int, v vote, err error) {
+	m := &r.c.masters[i]
+	if err != nil {
+		err = r.c.nodeError(m, err)
+		r.c.logFailure(r.op, r.key, m, err)
 	}
+	r.replies <- reply{index: i, vote: v, err: err}
+	r.finish(i)
 }
 
 // rollbackPipelined undoes a failed acquisition on every master that
@@ -195,6 +203,18 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 	c := r.c
 	done := make(chan struct{})
 	var granted sync.WaitGroup
+	w := r.wire(opRollback)
+	votes = slices.Clone(votes)
+	settle := func(i int, _ vote, err error) {
+		if err != nil {
+			m := &c.masters[i]
+			c.logFailure(opRollback, r.key, m, c.nodeError(m, err))
+		}
+		if votes[i] == voteYes {
+			granted.Done()
+		}
+		c.workers.Done()
+	}
 	for i, v := range votes {
 		if v == voteNo {
 			continue
@@ -205,17 +225,7 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 		c.mu.Lock()
 		c.workers.Add(1)
 		c.mu.Unlock()
-		m := &c.masters[i]
-		script, cmd, args := r.command(opRollback)
-		r.submit(i, opRollback, script, cmd, args, func(_ vote, err error) {
-			if err != nil {
-				c.logFailure(opRollback, r.key, m, c.nodeError(m, err))
-			}
-			if v == voteYes {
-				granted.Done()
-			}
-			c.workers.Done()
-		})
+		r.submit(i, w, false, settle)
 	}
 	go func() {
 		granted.Wait()
