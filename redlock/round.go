@@ -75,14 +75,14 @@ type round struct {
 	token   string
 	ttlMS   int64
 	fair    *fairness       // nil for a plain lock
-	ctx     context.Context // per-round bound, free of the caller's cancellation
+	ctx     context.Context // per-round bound, free of the caller's cancellation (pooled path only)
 	cancel  context.CancelFunc
 	running atomic.Int32 // workers still running; the last one frees the round
 
 	replies chan reply
-	decided chan struct{}
+	decided chan struct{}   // pooled path only
 	failed  bool            // written before decided is closed
-	done    []chan struct{} // done[i] closes when worker i has finished everything
+	done    []chan struct{} // pooled path only: done[i] closes when worker i has finished
 }
 
 // startRound starts one worker per master. Commands that must not pass
@@ -95,30 +95,37 @@ type round struct {
 // The wait is bounded by the round's own deadline.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, fair *fairness) (*round, error) {
 	n := len(c.masters)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	r := &round{
 		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: fair,
-		ctx: rctx, cancel: cancel,
 		replies: make(chan reply, n),
-		decided: make(chan struct{}),
-		done:    make([]chan struct{}, n),
 	}
 	r.running.Store(int32(n))
-	for i := range r.done {
-		r.done[i] = make(chan struct{})
+	if !c.allMux {
+		// What the worker goroutines need: a bound, the decision, and
+		// their completion for the rounds chained after this one.
+		r.ctx, r.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		r.decided = make(chan struct{})
+		r.done = make([]chan struct{}, n)
+		for i := range r.done {
+			r.done[i] = make(chan struct{})
+		}
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cancel()
+		if r.cancel != nil {
+			r.cancel()
+		}
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
 	prev := after
-	switch op {
-	case opAcquire:
-		prev = c.releasing[key]
-	case opRelease:
-		c.releasing[key] = r
+	if !c.allMux {
+		switch op {
+		case opAcquire:
+			prev = c.releasing[key]
+		case opRelease:
+			c.releasing[key] = r
+		}
 	}
 	c.workers.Add(n)
 	c.mu.Unlock()
@@ -237,13 +244,17 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 // decide fixes the round's outcome and lets the workers act on it.
 func (r *round) decide(failed bool) {
 	r.failed = failed
-	close(r.decided)
+	if r.decided != nil {
+		close(r.decided)
+	}
 }
 
 // finish is run by each worker as it ends; the last one frees the round.
 func (r *round) finish(i int) {
-	close(r.done[i])
-	if r.running.Add(-1) == 0 {
+	if r.done != nil {
+		close(r.done[i])
+	}
+	if r.running.Add(-1) == 0 && r.cancel != nil {
 		r.cancel()
 		r.c.mu.Lock()
 		if r.c.releasing[r.key] == r {
