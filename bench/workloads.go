@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,11 +51,12 @@ func (r *result) jain() float64 {
 }
 
 // run drives one goroutine per locker (each a client of its own, as
-// separate processes would be), each locking key (or its own key when
-// ownKeys), holding for hold, until the duration is spent. It records the
-// wait for each lock (from the call to its return) when wait is true, else
-// the whole lock+unlock cycle.
-func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Duration, ownKeys, wait bool) *result {
+// separate processes would be), each holding every lock for hold, until
+// the duration is spent. With keysPerClient 0 all clients lock key; with
+// k ≥ 1 each client cycles through k keys of its own. It records the wait
+// for each lock (from the call to its return) when wait is true, else the
+// whole lock+unlock cycle.
+func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Duration, keysPerClient int, wait bool) *result {
 	clients := len(lockers)
 	ctx, cancel := context.WithTimeout(ctx, e.duration)
 	defer cancel()
@@ -68,12 +70,15 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 		go func() {
 			defer wg.Done()
 			k := key
-			if ownKeys {
+			if keysPerClient == 1 {
 				k = fmt.Sprintf("%s:%d", key, id)
 			}
 			var lat, hos []time.Duration
 			n, fails := 0, 0
 			for ctx.Err() == nil {
+				if keysPerClient > 1 {
+					k = fmt.Sprintf("%s:%d", key, id*keysPerClient+n%keysPerClient)
+				}
 				t0 := time.Now()
 				unlock, err := lockers[id].lock(ctx, k)
 				if err != nil {
@@ -139,7 +144,7 @@ func sequential(ctx context.Context, e *env) string {
 	b.WriteString("## One client, sequential lock+unlock\n\n")
 	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's p50 advantage | pooled quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 3, 5, 7} {
-		compare(ctx, e, &b, n, 1, "seq", "p50", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
+		compare(ctx, e, &b, strconv.Itoa(n), n, 1, "seq", "p50", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -149,7 +154,7 @@ func sequential(ctx context.Context, e *env) string {
 // goroutines sharing one instance, each on a key of its own, and writes a
 // row per library with quorumlock's advantage (pipelined, the default, and pooled) in
 // figure over each peer. It records figure as "<tag><n> <library> <name>".
-func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
+func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
 	var ours, pooled *result
 	for _, lb := range libs {
 		if lb.handoffOnly {
@@ -163,7 +168,7 @@ func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, ta
 		for i := range lockers {
 			lockers[i] = l
 		}
-		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, true, false)
+		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, 1, false)
 		l.close()
 		e.metrics[fmt.Sprintf("%s%d %s %s", tag, n, lb.name, name)] = figure(r)
 		adv1, adv2 := "—", "—"
@@ -176,7 +181,7 @@ func compare(ctx context.Context, e *env, b *strings.Builder, n, clients int, ta
 			adv1 = ratio(figure(ours), figure(r), higherBetter)
 			adv2 = ratio(figure(pooled), figure(r), higherBetter)
 		}
-		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %s | %s | %s |\n", n, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
 	}
 }
 
@@ -200,7 +205,7 @@ func handoff(ctx context.Context, e *env) string {
 				if lockers[0] == nil {
 					continue
 				}
-				r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold), hold, false, true)
+				r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold), hold, 0, true)
 				for _, l := range lockers {
 					l.close()
 				}
@@ -228,7 +233,7 @@ func parallel(ctx context.Context, e *env) string {
 	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
 	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 5} {
-		compare(ctx, e, &b, n, 64, "par", "rate", (*result).rate, true)
+		compare(ctx, e, &b, strconv.Itoa(n), n, 64, "par", "rate", (*result).rate, true)
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -271,7 +276,7 @@ func degraded(ctx context.Context, e *env) string {
 			if hung > 0 && de.duration < 10*time.Second {
 				de.duration = 10 * time.Second
 			}
-			r := run(ctx, &de, []locker{l}, fmt.Sprintf("bench:deg:%s:%d", lb.name, hung), 0, true, false)
+			r := run(ctx, &de, []locker{l}, fmt.Sprintf("bench:deg:%s:%d", lb.name, hung), 0, 1, false)
 			l.close()
 			e.metrics[fmt.Sprintf("deg%d %s p99", hung, lb.name)] = float64(r.pct(0.99))
 			results[lb.name] = r
@@ -415,10 +420,7 @@ func scale(ctx context.Context, e *env) string {
 	b.WriteString("Clients are goroutines sharing one instance of each library, each locking keys of its own.\n\n")
 	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
 	for _, clients := range scaleClients {
-		var rows strings.Builder
-		compare(ctx, e, &rows, 5, clients, fmt.Sprintf("scale%d-", clients), "rate", (*result).rate, true)
-		// compare writes N in the first column; here it is the clients.
-		b.WriteString(strings.ReplaceAll(rows.String(), "| 5 |", fmt.Sprintf("| %d |", clients)))
+		compare(ctx, e, &b, strconv.Itoa(clients), 5, clients, fmt.Sprintf("scale%d-", clients), "rate", (*result).rate, true)
 	}
 	b.WriteString("\n64 clients, each cycling through its share of K distinct keys (every key locked and released in turn):\n\n")
 	b.WriteString("| distinct keys | library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
@@ -435,7 +437,7 @@ func scale(ctx context.Context, e *env) string {
 			for i := range lockers {
 				lockers[i] = l
 			}
-			r := runKeys(ctx, e, lockers, fmt.Sprintf("bench:keys:%s:%d", lb.name, keys), keys)
+			r := run(ctx, e, lockers, fmt.Sprintf("bench:keys:%s:%d", lb.name, keys), 0, max(keys/len(lockers), 1), false)
 			l.close()
 			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s |\n", keys, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)))
 		}
@@ -445,43 +447,3 @@ func scale(ctx context.Context, e *env) string {
 }
 
 var scaleClients = []int{1, 4, 16, 64, 256}
-
-// runKeys is run with each client cycling through keys/len(lockers)
-// distinct keys of its own.
-func runKeys(ctx context.Context, e *env, lockers []locker, prefix string, keys int) *result {
-	ctx, cancel := context.WithTimeout(ctx, e.duration)
-	defer cancel()
-	clients := len(lockers)
-	per := max(keys/clients, 1)
-	res := &result{perCli: make([]int, clients)}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := time.Now()
-	for id := 0; id < clients; id++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var lat []time.Duration
-			n := 0
-			for ctx.Err() == nil {
-				k := fmt.Sprintf("%s:%d", prefix, id*per+n%per)
-				t0 := time.Now()
-				unlock, err := lockers[id].lock(ctx, k)
-				if err != nil {
-					continue
-				}
-				_ = unlock(context.Background())
-				lat = append(lat, time.Since(t0))
-				n++
-			}
-			mu.Lock()
-			res.lat = append(res.lat, lat...)
-			res.perCli[id] = n
-			res.cycles += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	return res
-}

@@ -327,9 +327,7 @@ func (s *subscriber) read(conn redis.Conn, done chan struct{}) {
 // pool's dialer when it has one, else borrowed from the pool for as long as
 // the subscriber lives.
 func dialDedicated(ctx context.Context, m *master) (redis.Conn, error) {
-	if d, ok := m.pool.(interface {
-		Dial(ctx context.Context) (redis.Conn, error)
-	}); ok {
+	if d, ok := m.pool.(dialer); ok {
 		return d.Dial(ctx)
 	}
 	return m.pool.GetContext(ctx)

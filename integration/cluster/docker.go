@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 // Labels on every container and network the Docker backend makes, so that
@@ -107,7 +108,7 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 		"--port", "6379", "--dir", "/data"}, cfg.redisArgs()...)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := redistest.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -270,13 +271,4 @@ func ping(addr string) error {
 	defer c.Close()
 	_, err = c.Do("PING")
 	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

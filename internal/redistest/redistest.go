@@ -89,7 +89,7 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 	t.Cleanup(func() { s.stop(syscall.SIGKILL) })
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			t.Fatalf("redistest: no free port: %v", err)
 		}
@@ -246,7 +246,8 @@ func (s *Server) stop(sig syscall.Signal) {
 	<-exited
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port that is free on 127.0.0.1 now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
