@@ -60,10 +60,22 @@ func (mx *mux) redialDelay() time.Duration {
 type muxReq struct {
 	cmd  string
 	args []any
-	// done receives the reply, exactly once, on the reader's goroutine (or
-	// whichever fails the request); it must not block.
-	done func(v any, err error)
+	// to receives the reply, exactly once, on the reader's goroutine (or
+	// whichever fails the request); it must not block. A round's requests
+	// are part of the round, and to is the round's own per-master state, so
+	// that sending a command allocates nothing.
+	to replier
 }
+
+// replier receives a pipelined command's reply.
+type replier interface {
+	deliver(v any, err error)
+}
+
+// replyFunc is a replier for the paths off the hot one.
+type replyFunc func(v any, err error)
+
+func (f replyFunc) deliver(v any, err error) { f(v, err) }
 
 type muxConn struct {
 	mx      *mux
@@ -165,7 +177,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 		err = errMuxBusy
 	}
 	for _, r := range failed {
-		r.done(nil, err)
+		r.to.deliver(nil, err)
 	}
 }
 
@@ -276,7 +288,7 @@ func (mc *muxConn) writeBatch() {
 		}
 		mc.fail(err)
 		for _, q := range batch[i:] {
-			q.done(nil, err)
+			q.to.deliver(nil, err)
 		}
 		break
 	}
@@ -322,13 +334,12 @@ func (mc *muxConn) read() {
 			return
 		}
 		v, err := redis.ReceiveWithTimeout(mc.nc, mc.stallTimeout())
-		var re redis.Error
-		if err != nil && !errors.As(err, &re) {
-			mc.fail(err) // first, so that a retry from done dials anew
-			r.done(nil, err)
+		if _, isReply := err.(redis.Error); err != nil && !isReply {
+			mc.fail(err) // first, so that a retry from deliver dials anew
+			r.to.deliver(nil, err)
 			continue
 		}
-		r.done(v, err)
+		r.to.deliver(v, err)
 	}
 }
 
@@ -339,7 +350,7 @@ func drain(ch chan *muxReq, err error) {
 	for {
 		select {
 		case r := <-ch:
-			r.done(nil, err)
+			r.to.deliver(nil, err)
 		default:
 			return
 		}
@@ -357,7 +368,7 @@ func (mx *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 		err error
 	}
 	res := make(chan result, 1)
-	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, done: func(v any, err error) { res <- result{v, err} }}); err != nil {
+	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, to: replyFunc(func(v any, err error) { res <- result{v, err} })}); err != nil {
 		return nil, err
 	}
 	select {
@@ -388,22 +399,22 @@ func (mc *muxConn) enqueue(r *muxReq) error {
 	}
 }
 
-// submit sends a command without waiting: done gets the reply (or the
+// submit sends a command without waiting: r.to gets the reply (or the
 // failure) exactly once, without blocking the caller. Commands one
 // goroutine submits reach the master in that order, also across a dial.
-func (mx *mux) submit(cmd string, args []any, done func(any, error)) {
-	r := &muxReq{cmd: cmd, args: args, done: done}
+// r must not be touched again before its reply is delivered.
+func (mx *mux) submit(r *muxReq) {
 	mx.mu.Lock()
 	if mc := mx.cur; mc != nil && !mc.isClosed() {
 		mx.mu.Unlock()
 		if err := mc.enqueue(r); err != nil {
-			done(nil, err)
+			r.to.deliver(nil, err)
 		}
 		return
 	}
 	if _, err := mx.startDialLocked(); err != nil {
 		mx.mu.Unlock()
-		done(nil, err)
+		r.to.deliver(nil, err)
 		return
 	}
 	mx.backlog = append(mx.backlog, r)

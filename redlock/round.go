@@ -83,6 +83,12 @@ type round struct {
 	decided chan struct{}   // pooled path only
 	failed  bool            // written before decided is closed
 	done    []chan struct{} // pooled path only: done[i] closes when worker i has finished
+
+	// Pipelined path only: the round's command and its per-master
+	// requests, held here so that a round is one allocation.
+	wireBuf wireCmd
+	argBuf  [10]any
+	reqBuf  [inlineMasters]roundReq
 }
 
 // startRound starts one worker per master. Commands that must not pass
@@ -133,11 +139,9 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		// Pipelined: no goroutine per master; each reply is handled on
 		// its connection's reader. Commands to one master go out in the
 		// order they are submitted, so nothing needs chaining.
-		w := r.wire(op)
-		settle := r.settle
-		for i := range c.masters {
-			r.submit(i, w, false, settle)
-		}
+		w := &r.wireBuf
+		r.wireInto(w, op, r.argBuf[:])
+		r.send(w, nil)
 		return r, nil
 	}
 	for i := range c.masters {
@@ -146,32 +150,77 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	return r, nil
 }
 
-// submit sends op to master i on its pipelined connection. A script's
-// NOSCRIPT (its cache was flushed) is answered once by EVAL of the source;
-// a connection the master had closed (it restarted) is answered once by a
-// retry on a new one, with the same caution as exec.
-func (r *round) submit(i int, w *wireCmd, retried bool, settle func(i int, v vote, err error)) {
-	mx := r.c.muxes[i]
-	mx.submit(w.cmd, w.args, func(reply any, err error) {
-		if w.script != nil && scripts.IsNoScript(err) {
-			evalArgs := slices.Clone(w.args)
-			evalArgs[0] = w.script.Source()
-			mx.submit("EVAL", evalArgs, func(reply any, err error) {
-				v, err := decode(w.op, reply, err)
-				settle(i, v, err)
-			})
-			return
+// roundReq is one master's share of a round on a pipelined connection:
+// the request and what its reply needs. A round holds them, so sending a
+// command allocates nothing.
+type roundReq struct {
+	req     muxReq
+	r       *round
+	i       int
+	w       *wireCmd
+	retried bool
+	// settle gets the master's vote; nil means the round's own settle.
+	settle func(i int, v vote, err error)
+}
+
+// inlineMasters is how many masters' requests a round holds without a
+// further allocation.
+const inlineMasters = 7
+
+// send submits w to every master for which skip is nil or false, on the
+// pipelined connections; settle (nil: the round's own) gets each vote.
+func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...bool) {
+	n := len(r.c.masters)
+	var reqs []roundReq
+	if settle == nil && n <= inlineMasters {
+		reqs = r.reqBuf[:n]
+	} else {
+		reqs = make([]roundReq, n)
+	}
+	for i := range reqs {
+		if len(skip) > 0 && skip[i] {
+			continue
 		}
-		if err != nil && brokenConn(err) && !retried {
-			r.submit(i, w, true, settle)
-			return
-		}
-		v, err := decode(w.op, reply, err)
-		if retried && err == nil && v == voteNo && w.op != opExtend {
-			v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
-		}
-		settle(i, v, err)
-	})
+		q := &reqs[i]
+		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args}, r: r, i: i, w: w, settle: settle}
+		q.req.to = q
+		r.c.muxes[i].submit(&q.req)
+	}
+}
+
+// deliver handles master q.i's reply. A script's NOSCRIPT (its cache was
+// flushed) is answered once by EVAL of the source; a connection the master
+// had closed (it restarted) is answered once by a retry on a new one, with
+// the same caution as exec.
+func (q *roundReq) deliver(reply any, err error) {
+	w, mx := q.w, q.r.c.muxes[q.i]
+	if w.script != nil && scripts.IsNoScript(err) {
+		evalArgs := slices.Clone(w.args)
+		evalArgs[0] = w.script.Source()
+		mx.submit(&muxReq{cmd: "EVAL", args: evalArgs, to: replyFunc(func(reply any, err error) {
+			v, err := decode(w.op, reply, err)
+			q.settleVote(v, err)
+		})})
+		return
+	}
+	if err != nil && brokenConn(err) && !q.retried {
+		q.retried = true
+		mx.submit(&q.req)
+		return
+	}
+	v, err := decode(w.op, reply, err)
+	if q.retried && err == nil && v == voteNo && w.op != opExtend {
+		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
+	}
+	q.settleVote(v, err)
+}
+
+func (q *roundReq) settleVote(v vote, err error) {
+	if q.settle != nil {
+		q.settle(q.i, v, err)
+		return
+	}
+	q.r.settle(q.i, v, err)
 }
 
 // wireCmd is an operation's command as a pipelined connection sends it:
@@ -183,12 +232,24 @@ type wireCmd struct {
 	args   []any
 }
 
-func (r *round) wire(op opKind) *wireCmd {
-	script, cmd, args := r.command(op)
-	if script == nil {
-		return &wireCmd{op: op, cmd: cmd, args: args}
+// wireInto builds op's command into w, its arguments in buf when it has
+// room, after two slots kept for EVALSHA's script hash and key count.
+func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
+	if cap(buf) < 2 {
+		buf = make([]any, 0, 10)
 	}
-	return &wireCmd{op: op, script: script, cmd: "EVALSHA", args: script.Args(args...)}
+	script, cmd, args := r.command(op, buf[2:2])
+	if script == nil {
+		*w = wireCmd{op: op, cmd: cmd, args: args}
+		return
+	}
+	full := buf[:2+len(args)]
+	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
+		full = script.Args(args...)
+	} else {
+		script.PrefixArgs(full)
+	}
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full}
 }
 
 // settle reports master i's answer to the round, on a pipelined path.
@@ -210,7 +271,8 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 	c := r.c
 	done := make(chan struct{})
 	var granted sync.WaitGroup
-	w := r.wire(opRollback)
+	w := new(wireCmd)
+	r.wireInto(w, opRollback, nil)
 	votes = slices.Clone(votes)
 	settle := func(i int, _ vote, err error) {
 		if err != nil {
@@ -222,18 +284,21 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 		}
 		c.workers.Done()
 	}
+	skip := make([]bool, len(votes))
+	sends := 0
 	for i, v := range votes {
-		if v == voteNo {
-			continue
+		skip[i] = v == voteNo
+		if !skip[i] {
+			sends++
 		}
 		if v == voteYes {
 			granted.Add(1)
 		}
-		c.mu.Lock()
-		c.workers.Add(1)
-		c.mu.Unlock()
-		r.submit(i, w, false, settle)
 	}
+	c.mu.Lock()
+	c.workers.Add(sends)
+	c.mu.Unlock()
+	r.send(w, settle, skip...)
 	go func() {
 		granted.Wait()
 		close(done)
@@ -361,7 +426,7 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 	if timeout <= 0 {
 		return voteFail, context.DeadlineExceeded
 	}
-	script, cmd, args := r.command(op)
+	script, cmd, args := r.command(op, nil)
 	var res any
 	var err error
 	if script != nil {
@@ -373,28 +438,28 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 }
 
 // command returns what op sends to a master: a script and its keys and
-// values, or a plain command and its arguments.
-func (r *round) command(op opKind) (script *scripts.Script, cmd string, args []any) {
+// values, or a plain command and its arguments, appended to dst.
+func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
 	key, token, f := r.key, r.token, r.fair
 	switch {
 	case op == opAcquire && f != nil:
-		return scripts.FairAcquire, "", []any{key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms}
+		return scripts.FairAcquire, "", append(dst, key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
 	case op == opAcquire:
-		return nil, "SET", []any{key, token, "NX", "PX", r.ttlMS}
+		return nil, "SET", append(dst, key, token, "NX", "PX", r.ttlMS)
 	case op == opExtend:
-		return scripts.Extend, "", []any{key, token, r.ttlMS}
+		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
 	case op == opRelease && f != nil:
-		return scripts.FairRelease, "", []any{key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter}
+		return scripts.FairRelease, "", append(dst, key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter)
 	case op == opRelease:
-		return scripts.Release, "", []any{key, token, wakeChannel(key)}
+		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
 	case op == opRollback:
 		// Not announced: after a split vote every contender rolls back,
 		// and waking them all at once would split the vote again; their
 		// jittered backoff spreads the next attempts instead. A fair
 		// waiter keeps its place in the queue.
-		return scripts.Release, "", []any{key, token, ""}
+		return scripts.Release, "", append(dst, key, token, "")
 	default: // opLeave
-		return scripts.Leave, "", []any{f.queue, f.deadlines, f.waiter}
+		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
 	}
 }
 

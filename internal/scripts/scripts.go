@@ -57,12 +57,15 @@ type Script struct {
 	src      string
 	sha      string
 	keyCount int
+	// The two leading EVALSHA arguments, boxed once.
+	shaArg, keyCountArg any
 }
 
 // New returns a script taking keyCount keys.
 func New(name string, keyCount int, src string) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), keyCount: keyCount}
+	sha := hex.EncodeToString(sum[:])
+	return &Script{name: name, src: src, sha: sha, keyCount: keyCount, shaArg: sha, keyCountArg: keyCount}
 }
 
 // Name returns the script's name, as used in errors.
@@ -82,9 +85,7 @@ func (s *Script) KeyCount() int { return s.keyCount }
 // c must support redis.ConnWithTimeout.
 func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (any, error) {
 	start := time.Now()
-	args := make([]any, 0, 2+len(keysAndArgs))
-	args = append(args, s.sha, s.keyCount)
-	args = append(args, keysAndArgs...)
+	args := s.Args(keysAndArgs...)
 	reply, err := redis.DoWithTimeout(c, timeout, "EVALSHA", args...)
 	if !IsNoScript(err) {
 		return reply, err
@@ -99,9 +100,19 @@ func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (an
 
 // Args returns the arguments of EVALSHA for keysAndArgs.
 func (s *Script) Args(keysAndArgs ...any) []any {
-	args := make([]any, 0, 2+len(keysAndArgs))
-	args = append(args, s.sha, s.keyCount)
-	return append(args, keysAndArgs...)
+	return s.AppendArgs(make([]any, 0, 2+len(keysAndArgs)), keysAndArgs...)
+}
+
+// AppendArgs is Args appending to dst.
+func (s *Script) AppendArgs(dst []any, keysAndArgs ...any) []any {
+	dst = append(dst, s.shaArg, s.keyCountArg)
+	return append(dst, keysAndArgs...)
+}
+
+// PrefixArgs writes EVALSHA's two leading arguments (the hash and the key
+// count) into the first two slots of args, which must have them free.
+func (s *Script) PrefixArgs(args []any) {
+	args[0], args[1] = s.shaArg, s.keyCountArg
 }
 
 // Load puts the script into the master's script cache.
