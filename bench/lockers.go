@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -32,18 +35,24 @@ type locker interface {
 type lib struct {
 	name        string
 	handoffOnly bool
+	// floor marks the reference client that is no library: it runs only
+	// in the sequential workload.
+	floor bool
 	// make returns the library on n masters, or nil when it cannot run
 	// there (bsm/redislock has one master).
 	make func(e *env, n int) locker
 }
 
 var libs = []lib{
-	{"quorumlock", false, newQuorumlock},
-	{"quorumlock (pooled)", false, newQuorumlockPooled},
-	{"quorumlock (fair)", true, newQuorumlockFair},
-	{"go-redsync", false, newRedsync},
-	{"bsm/redislock", false, newRedislock},
+	{"quorumlock", false, false, newQuorumlock},
+	{"quorumlock (pooled)", false, false, newQuorumlockPooled},
+	{"quorumlock (fair)", true, false, newQuorumlockFair},
+	{"go-redsync", false, false, newRedsync},
+	{"bsm/redislock", false, false, newRedislock},
+	{floorName, false, true, newFloor},
 }
+
+const floorName = "floor: write all, read all"
 
 type env struct {
 	addrs    []string
@@ -165,3 +174,59 @@ func (r *rlLocker) lock(ctx context.Context, key string) (func(context.Context) 
 }
 
 func (r *rlLocker) close() {}
+
+// floorLocker is no lock library but the least a client can do per cycle:
+// from one goroutine, write SET NX PX to every master, then read every
+// reply; likewise DEL. No token check, no timeouts, no early decision. Its
+// p50 is the practical floor that the one-client target is judged beside.
+type floorLocker struct {
+	conns []net.Conn
+	rd    []*bufio.Reader
+}
+
+func newFloor(e *env, n int) locker {
+	f := &floorLocker{}
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", e.addrs[i])
+		if err != nil {
+			panic(err)
+		}
+		f.conns = append(f.conns, c)
+		f.rd = append(f.rd, bufio.NewReader(c))
+	}
+	return f
+}
+
+func (f *floorLocker) roundTrip(cmd []byte) error {
+	for _, c := range f.conns {
+		if _, err := c.Write(cmd); err != nil {
+			return err
+		}
+	}
+	for _, r := range f.rd {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line[0] == '-' {
+			return errors.New(strings.TrimSpace(line))
+		}
+	}
+	return nil
+}
+
+func (f *floorLocker) lock(_ context.Context, key string) (func(context.Context) error, error) {
+	set := fmt.Sprintf("*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$5\r\ntoken\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n", len(key), key)
+	if err := f.roundTrip([]byte(set)); err != nil {
+		return nil, err
+	}
+	return func(context.Context) error {
+		return f.roundTrip([]byte(fmt.Sprintf("*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n", len(key), key)))
+	}, nil
+}
+
+func (f *floorLocker) close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+}

@@ -157,7 +157,7 @@ func sequential(ctx context.Context, e *env) string {
 func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
 	var ours, pooled *result
 	for _, lb := range libs {
-		if lb.handoffOnly {
+		if lb.handoffOnly || (lb.floor && tag != "seq") {
 			continue
 		}
 		l := lb.make(e, n)
@@ -198,6 +198,9 @@ func handoff(ctx context.Context, e *env) string {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
 			var ours *result
 			for _, lb := range libs {
+				if lb.floor {
+					continue
+				}
 				lockers := make([]locker, 8)
 				for i := range lockers {
 					lockers[i] = lb.make(e, n)
@@ -263,7 +266,7 @@ func degraded(ctx context.Context, e *env) string {
 		order := append(slices.Clone(libs[2:]), libs[:2]...)
 		results := map[string]*result{}
 		for _, lb := range order {
-			if lb.handoffOnly {
+			if lb.handoffOnly || lb.floor {
 				continue
 			}
 			l := lb.make(e, 5)
@@ -309,7 +312,7 @@ func allocs(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Allocations per lock+unlock, N=5\n\n| library | allocs/op | B/op | ns/op |\n|---|---|---|---|\n")
 	for _, lb := range libs {
-		if lb.handoffOnly {
+		if lb.handoffOnly || lb.floor {
 			continue
 		}
 		l := lb.make(e, 5)
@@ -359,6 +362,7 @@ func targetsSection(m map[string]float64) string {
 		value    func() (float64, bool)
 		goal     float64
 		lowerBad bool // true when the value must be at least goal
+		info     bool // context for a target, not a target
 	}
 	ratioOf := func(ours, theirs string, oursLower bool) func() (float64, bool) {
 		return func() (float64, bool) {
@@ -371,24 +375,29 @@ func targetsSection(m map[string]float64) string {
 		}
 	}
 	ts := []target{
-		{"one client, N=5, p50: quorumlock ÷ go-redsync ≤ 0.5", ratioOf("seq5 %s p50", "seq5 go-redsync p50", true), 0.5, false},
-		{"64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3", ratioOf("par5 %s rate", "par5 go-redsync rate", false), 3, true},
+		{"one client, N=5, p50: quorumlock ÷ go-redsync ≤ 0.5", ratioOf("seq5 %s p50", "seq5 go-redsync p50", true), 0.5, false, false},
+		{"64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3", ratioOf("par5 %s rate", "par5 go-redsync rate", false), 3, true, false},
 		{"one client, N=1, p50: bsm/redislock ÷ quorumlock ≥ 1", func() (float64, bool) {
 			o, t := best("seq1 %s p50", true), m["seq1 bsm/redislock p50"]
 			if o == 0 || t == 0 {
 				return 0, false
 			}
 			return t / o, true
-		}, 1, true},
-		{"64 clients, N=1, cycles/s: quorumlock ÷ bsm/redislock ≥ 1", ratioOf("par1 %s rate", "par1 bsm/redislock rate", false), 1, true},
+		}, 1, true, false},
+		{"64 clients, N=1, cycles/s: quorumlock ÷ bsm/redislock ≥ 1", ratioOf("par1 %s rate", "par1 bsm/redislock rate", false), 1, true, false},
 		{"2 of 5 hung, p99: quorumlock's ÷ its healthy p99 ≤ 2", func() (float64, bool) {
 			h, d := best("deg0 %s p99", true), best("deg2 %s p99", true)
 			if h == 0 || d == 0 {
 				return 0, false
 			}
 			return d / h, true
-		}, 2, false},
-		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false},
+		}, 2, false, false},
+		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false, false},
+		{name: "(context) one client, N=5, p50: floor ÷ go-redsync", info: true, value: func() (float64, bool) {
+			f, t := m["seq5 "+floorName+" p50"], m["seq5 go-redsync p50"]
+			return f / t, f != 0 && t != 0
+		}},
+		{name: "(context) one client, N=5, p50: quorumlock ÷ floor", info: true, value: ratioOf("seq5 %s p50", "seq5 "+floorName+" p50", true)},
 	}
 	var b strings.Builder
 	b.WriteString("## Targets\n\nJudged on this run, with the better of quorumlock's two connection paths (pipelined, the default, and pooled).\n\n| target | this run | met |\n|---|---|---|\n")
@@ -396,6 +405,10 @@ func targetsSection(m map[string]float64) string {
 		v, ok := t.value()
 		if !ok {
 			fmt.Fprintf(&b, "| %s | not measured | – |\n", t.name)
+			continue
+		}
+		if t.info {
+			fmt.Fprintf(&b, "| %s | %.2f | – |\n", t.name, v)
 			continue
 		}
 		met := v <= t.goal
@@ -426,7 +439,7 @@ func scale(ctx context.Context, e *env) string {
 	b.WriteString("| distinct keys | library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
 	for _, keys := range []int{64, 10_000, 100_000} {
 		for _, lb := range libs {
-			if lb.handoffOnly {
+			if lb.handoffOnly || lb.floor {
 				continue
 			}
 			l := lb.make(e, 5)
