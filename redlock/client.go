@@ -217,7 +217,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (_
 			// Give the place in the queue up now rather than at its
 			// expiry: in the background, each master bounded, after the
 			// latest attempt's command on that master.
-			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, fair)
+			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, fair, nil)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
@@ -305,16 +305,38 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *
 	}
 	token := uuid.NewString()
 	start := c.clock.Now()
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, fair)
+	var fence *fencing
+	if lc.fencing {
+		fence = &fencing{counter: FenceKey(key)}
+	}
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, fair, fence)
 	if err != nil {
 		return nil, nil, err
 	}
 	t := c.collect(ctx, r)
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
-	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
+	// failed describes a failure after the acquisition's own round: the
+	// fence commit's.
+	var failed *QuorumError
+	var token64 uint64
+	if fence != nil && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
+		ct, cr, ft, err := c.commitFence(ctx, r, &t, ttl)
+		if err != nil {
+			r.decide(true)
+			return nil, r, err
+		}
+		validity = ttl - c.clock.Since(start) - c.drift(ttl)
+		if !ct.ok(c.quorum) || ct.ctxErr != nil || validity <= 0 {
+			failed = c.quorumError(ct, cr, ErrNotAcquired, ct.ok(c.quorum) && ct.ctxErr == nil)
+			t.ctxErr = ct.ctxErr
+		}
+		token64 = ft
+	}
+	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 && failed == nil {
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		l.fair = fair
+		l.fence = token64
 		if lc.auto {
 			l.startMonitor()
 		}
@@ -342,6 +364,9 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *
 				<-r.done[i]
 			}
 		}
+	}
+	if failed != nil {
+		return nil, r, failed
 	}
 	return nil, r, c.quorumError(t, r, ErrNotAcquired, t.ok(c.quorum) && t.ctxErr == nil)
 }

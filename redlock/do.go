@@ -6,7 +6,8 @@ import (
 )
 
 // Do acquires the lock on key (as Acquire does, with opts), runs fn while
-// holding it, and releases it when fn returns or panics.
+// holding it, and releases it when fn returns or panics. fn's context
+// carries the lock: LockFromContext returns it (for its fencing token, say).
 //
 // The lock is extended automatically while fn runs (WithAutoExtend; the
 // period defaults to a third of the TTL). fn's context is cancelled as soon
@@ -21,7 +22,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	l.mu.Lock()
 	l.onLost = cancel
 	lostAlready := l.lostErr
@@ -38,4 +39,13 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}()
 	fnErr := fn(fnCtx)
 	return errors.Join(fnErr, l.Err())
+}
+
+type lockKey struct{}
+
+// LockFromContext returns the lock that Client.Do holds while it runs fn,
+// from fn's context (or one derived from it).
+func LockFromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(lockKey{}).(*Lock)
+	return l, ok
 }

@@ -1,10 +1,11 @@
 package redlock
 
 import (
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/quorumlock/quorumlock/internal/keys"
 )
 
 // fairness is a waiter's place in the queue of a fair lock's key.
@@ -35,14 +36,4 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 	}
 }
 
-// companionKey names a key that lives beside key in the same Redis Cluster
-// hash slot: by key's own hash tag when it has one, else by making all of
-// key the tag.
-func companionKey(key, suffix string) string {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			return key + suffix
-		}
-	}
-	return "{" + key + "}" + suffix
-}
+func companionKey(key, suffix string) string { return keys.Companion(key, suffix) }

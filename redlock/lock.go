@@ -20,6 +20,7 @@ type Lock struct {
 
 	acq        *round        // the acquisition, which extensions and the release follow
 	fair       *fairness     // nil for a plain lock
+	fence      uint64        // the fencing token; 0 without WithFencing
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
@@ -96,7 +97,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq, l.fair)
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq, l.fair, nil)
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
 	defer l.markLost(ErrReleased)
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq, l.fair)
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq, l.fair, nil)
 	if err != nil {
 		return err
 	}

@@ -113,6 +113,7 @@ type lockConfig struct {
 	autoPeriod time.Duration // how often; 0: a third of the TTL
 	maxHold    time.Duration // 0: no cap
 	fair       bool
+	fencing    bool
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole

@@ -342,19 +342,27 @@ func (s *stallClock) Since(t time.Time) time.Duration {
 	return s.Fake.Since(t)
 }
 
-func TestTryAcquire_noValidityLeftFailsAndRollsBack(t *testing.T) {
-	clk := &stallClock{Fake: clock.NewFake(time.Unix(0, 0)), jump: fakeTTL}
+// stalledClient returns a client on three fake masters on fake, whose
+// timing it reads from clk (a clock that stalls).
+func stalledClient(t *testing.T, clk clock.Clock, fake *clock.Fake) (*redlock.Client, []*fakeredis.Master) {
+	t.Helper()
 	masters := make([]*fakeredis.Master, 3)
 	pools := make([]pool.Pool, 3)
 	for i := range masters {
-		masters[i] = fakeredis.New(clk.Fake, fmt.Sprintf("m%d:1", i))
+		masters[i] = fakeredis.New(fake, fmt.Sprintf("m%d:1", i))
 		pools[i] = masters[i]
 	}
 	c, err := redlock.New(pools, redlock.WithClock(clk), redlock.WithTimeout(fakeTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.TryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL))
+	return c, masters
+}
+
+func TestTryAcquire_noValidityLeftFailsAndRollsBack(t *testing.T) {
+	clk := &stallClock{Fake: clock.NewFake(time.Unix(0, 0)), jump: fakeTTL}
+	c, masters := stalledClient(t, clk, clk.Fake)
+	_, err := c.TryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL))
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || !qe.NoValidity || qe.Succeeded < 2 {
 		t.Fatalf("err = %v, want a QuorumError with NoValidity after a quorum of grants", err)

@@ -29,6 +29,7 @@ const (
 	opRollback               // compare-and-DEL of a failed attempt, not announced
 	opLeave                  // a fair waiter that gives up leaves the queue
 	opWait                   // the wake-up subscription (for logs only)
+	opCommit                 // a fenced acquisition raises the fencing counters
 )
 
 func (o opKind) String() string {
@@ -43,6 +44,8 @@ func (o opKind) String() string {
 		return "rollback"
 	case opLeave:
 		return "leave queue"
+	case opCommit:
+		return "commit fence"
 	default:
 		return "wait"
 	}
@@ -69,25 +72,32 @@ type reply struct {
 // key on its master right after that master's SET has been answered or
 // timed out, so a rollback can never overtake the SET it undoes.
 type round struct {
-	c       *Client
-	op      opKind
-	key     string
-	token   string
-	ttlMS   int64
-	fair    *fairness       // nil for a plain lock
-	ctx     context.Context // per-round bound, free of the caller's cancellation (pooled path only)
-	cancel  context.CancelFunc
-	running atomic.Int32 // workers still running; the last one frees the round
+	c     *Client
+	op    opKind
+	key   string
+	token string
+	ttlMS int64
+	fair  *fairness // nil for a plain lock
+	fence *fencing  // nil for a lock without fencing
+	// counters[i] is master i's fencing counter, from a fenced
+	// acquisition's reply; written before the reply is reported.
+	counters []uint64
+	ctx      context.Context // per-round bound, free of the caller's cancellation (pooled path only)
+	cancel   context.CancelFunc
+	running  atomic.Int32 // workers still running; the last one frees the round
 
 	replies chan reply
 	decided chan struct{}   // pooled path only
 	failed  bool            // written before decided is closed
 	done    []chan struct{} // pooled path only: done[i] closes when worker i has finished
+	// Pooled path, fenced acquisitions only: answered[i] closes when
+	// master i has answered (or the worker gave up), for the fence commit.
+	answered []chan struct{}
 
 	// Pipelined path only: the round's command and its per-master
 	// requests, held here so that a round is one allocation.
 	wireBuf wireCmd
-	argBuf  [10]any
+	argBuf  [12]any
 	reqBuf  [inlineMasters]roundReq
 }
 
@@ -99,11 +109,14 @@ type round struct {
 // the key still in flight, so a client that releases and locks again does
 // not find its own old token on the masters that were slow to delete it.
 // The wait is bounded by the round's own deadline.
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, fair *fairness) (*round, error) {
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, fair *fairness, fence *fencing) (*round, error) {
 	n := len(c.masters)
 	r := &round{
-		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: fair,
+		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: fair, fence: fence,
 		replies: make(chan reply, n),
+	}
+	if fence != nil && op == opAcquire {
+		r.counters = make([]uint64, n)
 	}
 	r.running.Store(int32(n))
 	if !c.allMux {
@@ -114,6 +127,12 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		r.done = make([]chan struct{}, n)
 		for i := range r.done {
 			r.done[i] = make(chan struct{})
+		}
+		if r.counters != nil {
+			r.answered = make([]chan struct{}, n)
+			for i := range r.answered {
+				r.answered[i] = make(chan struct{})
+			}
 		}
 	}
 	c.mu.Lock()
@@ -198,7 +217,7 @@ func (q *roundReq) deliver(reply any, err error) {
 		evalArgs := slices.Clone(w.args)
 		evalArgs[0] = w.script.Source()
 		mx.submit(&muxReq{cmd: "EVAL", args: evalArgs, to: replyFunc(func(reply any, err error) {
-			v, err := decode(w.op, reply, err)
+			v, err := q.r.decode(q.i, w.op, reply, err)
 			q.settleVote(v, err)
 		})})
 		return
@@ -208,7 +227,7 @@ func (q *roundReq) deliver(reply any, err error) {
 		mx.submit(&q.req)
 		return
 	}
-	v, err := decode(w.op, reply, err)
+	v, err := q.r.decode(q.i, w.op, reply, err)
 	if q.retried && err == nil && v == voteNo && w.op != opExtend {
 		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
 	}
@@ -236,7 +255,7 @@ type wireCmd struct {
 // room, after two slots kept for EVALSHA's script hash and key count.
 func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	if cap(buf) < 2 {
-		buf = make([]any, 0, 10)
+		buf = make([]any, 0, 12)
 	}
 	script, cmd, args := r.command(op, buf[2:2])
 	if script == nil {
@@ -334,14 +353,23 @@ func (r *round) work(i int, prev *round) {
 	defer r.finish(i)
 	m := &r.c.masters[i]
 	if prev != nil {
+		wait := prev.done[i]
+		if r.op == opCommit {
+			// A fence commit follows the acquisition's SET on this
+			// master, not its end (which waits for the decision).
+			wait = prev.answered[i]
+		}
 		select {
-		case <-prev.done[i]:
+		case <-wait:
 		case <-r.ctx.Done():
 			// The previous command on this master is still pending: the
 			// master is slow or hung. Nothing was sent, so nothing needs
 			// undoing.
 			err := r.c.nodeError(m, fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
 			r.replies <- reply{index: i, vote: voteFail, err: err}
+			if r.answered != nil {
+				close(r.answered[i])
+			}
 			return
 		}
 	}
@@ -350,6 +378,9 @@ func (r *round) work(i int, prev *round) {
 		r.c.logFailure(r.op, r.key, m, err)
 	}
 	r.replies <- reply{index: i, vote: v, err: err}
+	if r.answered != nil {
+		close(r.answered[i])
+	}
 	if r.op != opAcquire || v == voteNo {
 		return
 	}
@@ -434,7 +465,7 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 	} else {
 		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
 	}
-	return decode(op, res, err)
+	return r.decode(m.index, op, res, err)
 }
 
 // command returns what op sends to a master: a script and its keys and
@@ -442,6 +473,12 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
 	key, token, f := r.key, r.token, r.fair
 	switch {
+	case op == opAcquire && f != nil && r.fence != nil:
+		return scripts.FairFencedAcquire, "", append(dst, key, f.queue, f.deadlines, r.fence.counter, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
+	case op == opAcquire && r.fence != nil:
+		return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
+	case op == opCommit:
+		return scripts.FenceCommit, "", append(dst, key, r.fence.counter, token, r.fence.arg)
 	case op == opAcquire && f != nil:
 		return scripts.FairAcquire, "", append(dst, key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
 	case op == opAcquire:
@@ -461,6 +498,20 @@ func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd strin
 	default: // opLeave
 		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
 	}
+}
+
+// decode turns master i's reply to op into its vote; a fenced
+// acquisition's counter goes to r.counters[i].
+func (r *round) decode(i int, op opKind, res any, err error) (vote, error) {
+	if b, ok := res.([]byte); ok && err == nil && op == opAcquire && r.counters != nil {
+		n, perr := strconv.ParseUint(string(b), 10, 64)
+		if perr != nil || n >= maxFence {
+			return voteFail, fmt.Errorf("fencing counter %s out of range", describe(res))
+		}
+		r.counters[i] = n
+		return voteYes, nil
+	}
+	return decode(op, res, err)
 }
 
 // decode turns a master's reply to op into its vote.

@@ -50,6 +50,7 @@ type Master struct {
 	replyErr  error
 	breakNext bool // the next command runs, then its connection breaks
 	calls     map[string]int
+	drop      map[string]string // script name -> key deleted before its next run
 }
 
 type entry struct {
@@ -271,7 +272,7 @@ func (m *Master) run(cmd string, args []any) (any, error) {
 	case "EVAL":
 		sum := sha1.Sum([]byte(s[0]))
 		sha := hex.EncodeToString(sum[:])
-		for _, sc := range []*scripts.Script{scripts.Release, scripts.Extend} {
+		for _, sc := range fakeScripts {
 			if sc.SHA() == sha {
 				m.scripts[sha] = sc
 				return m.script(sc, s[2:])
@@ -341,9 +342,48 @@ func (m *Master) set(s []string) (any, error) {
 	return "OK", nil
 }
 
+// fakeScripts are the scripts the fake master knows.
+var fakeScripts = []*scripts.Script{scripts.Release, scripts.Extend, scripts.FencedAcquire, scripts.FenceCommit}
+
+// DropBefore deletes key just before the next run of the script named
+// name (a lock that expired or was lost between two commands).
+func (m *Master) DropBefore(name, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.drop == nil {
+		m.drop = map[string]string{}
+	}
+	m.drop[name] = key
+}
+
 // script runs the Go equivalent of one of internal/scripts.
 func (m *Master) script(sc *scripts.Script, s []string) (any, error) {
 	m.calls[sc.Name()]++
+	if key, ok := m.drop[sc.Name()]; ok {
+		delete(m.drop, sc.Name())
+		delete(m.data, key)
+	}
+	switch sc {
+	case scripts.FencedAcquire: // lock, counter; token, ttl
+		ok, err := m.set([]string{s[0], s[2], "NX", "PX", s[3]})
+		if err != nil || ok == nil {
+			return int64(0), err
+		}
+		if c, ok := m.lookup(s[1]); ok {
+			return []byte(c.val), nil
+		}
+		return []byte("0"), nil
+	case scripts.FenceCommit: // lock, counter; token, fence
+		if e, ok := m.lookup(s[0]); !ok || e.val != s[2] {
+			return int64(0), nil
+		}
+		cur, _ := m.lookup(s[1])
+		have, _ := strconv.ParseUint(cur.val, 10, 64)
+		if want, _ := strconv.ParseUint(s[3], 10, 64); want > have {
+			m.data[s[1]] = entry{val: s[3]}
+		}
+		return int64(1), nil
+	}
 	key, token := s[0], s[1]
 	e, ok := m.lookup(key)
 	if !ok || e.val != token {

@@ -7,7 +7,9 @@
 -- KEYS[3] deadlines (zset: waiter -> expiry, master ms).
 -- ARGV[1] token; ARGV[2] TTL ms; ARGV[3] waiter id; ARGV[4] arrival;
 -- ARGV[5] entry TTL ms.
--- Returns 1 if the lock was set, 0 if it is held or another waiter is first.
+-- With a fourth key, KEYS[4] the fencing counter (see fenced_acquire.lua).
+-- Returns 1 if the lock was set (with KEYS[4]: the counter as a decimal
+-- string), 0 if it is held or another waiter is first.
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", now)
@@ -26,4 +28,7 @@ if redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
 	return 0
 end
 redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+if KEYS[4] then
+	return redis.call("GET", KEYS[4]) or "0"
+end
 return 1

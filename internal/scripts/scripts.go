@@ -26,6 +26,12 @@ var (
 	fairReleaseSrc string
 	//go:embed leave.lua
 	leaveSrc string
+	//go:embed fenced_acquire.lua
+	fencedAcquireSrc string
+	//go:embed fence_commit.lua
+	fenceCommitSrc string
+	//go:embed fenced_write.lua
+	fencedWriteSrc string
 )
 
 // The scripts, built once.
@@ -45,8 +51,21 @@ var (
 	// Leave takes a waiter out of a fair lock's queue (KEYS[1], KEYS[2]).
 	Leave = New("leave", 2, leaveSrc)
 
+	// FencedAcquire is SET NX PX on KEYS[1] that, when it succeeds,
+	// returns the fencing counter KEYS[2]; see fenced_acquire.lua.
+	FencedAcquire = New("fenced_acquire", 2, fencedAcquireSrc)
+	// FairFencedAcquire is FairAcquire returning the fencing counter
+	// KEYS[4] when it sets the lock.
+	FairFencedAcquire = New("fair_acquire", 4, fairAcquireSrc)
+	// FenceCommit raises the fencing counter KEYS[2] to ARGV[2] if KEYS[1]
+	// still holds the token ARGV[1]; see fence_commit.lua.
+	FenceCommit = New("fence_commit", 2, fenceCommitSrc)
+	// FencedWrite stores a value only for a fencing token at least the
+	// highest seen; see fenced_write.lua.
+	FencedWrite = New("fenced_write", 2, fencedWriteSrc)
+
 	// All lists every script, for loading them on a new connection.
-	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave}
+	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite}
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to

@@ -111,3 +111,69 @@ func TestScript_SHAMatchesServer(t *testing.T) {
 		}
 	}
 }
+
+func TestFencedAcquire_returnsCounterOnlyWhenSet(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	v, err := redis.String(scripts.FencedAcquire.Do(c, timeout, "k", "{k}:fence", "tok", 5000))
+	if err != nil || v != "0" {
+		t.Fatalf("first acquire = %q, %v; want \"0\"", v, err)
+	}
+	if ttl, _ := redis.Int64(c.Do("PTTL", "k")); ttl <= 0 || ttl > 5000 {
+		t.Fatalf("lock PTTL = %d", ttl)
+	}
+	if _, err := c.Do("SET", "{k}:fence", "41"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := redis.Int(scripts.FencedAcquire.Do(c, timeout, "k", "{k}:fence", "other", 5000))
+	if err != nil || n != 0 {
+		t.Fatalf("acquire of a held lock = %d, %v; want 0", n, err)
+	}
+	if _, err := c.Do("DEL", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := redis.String(scripts.FencedAcquire.Do(c, timeout, "k", "{k}:fence", "tok2", 5000)); err != nil || v != "41" {
+		t.Fatalf("acquire = %q, %v; want the counter 41", v, err)
+	}
+}
+
+func TestFenceCommit_raisesOnlyForHolderAndNeverLowers(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	commit := func(tok, fence string) int {
+		t.Helper()
+		n, err := redis.Int(scripts.FenceCommit.Do(c, timeout, "k", "{k}:fence", tok, fence))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	counter := func() string {
+		v, _ := redis.String(c.Do("GET", "{k}:fence"))
+		return v
+	}
+	if commit("tok", "5") != 0 || counter() != "" {
+		t.Fatal("commit without the lock changed something")
+	}
+	if _, err := c.Do("SET", "k", "tok", "PX", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if commit("other", "5") != 0 || counter() != "" {
+		t.Fatal("commit with a foreign token changed something")
+	}
+	if commit("tok", "5") != 1 || counter() != "5" {
+		t.Fatalf("counter = %q, want 5", counter())
+	}
+	if commit("tok", "3") != 1 || counter() != "5" {
+		t.Fatalf("a lower commit lowered the counter to %q", counter())
+	}
+	if commit("tok", "10") != 1 || counter() != "10" { // longer string, larger
+		t.Fatalf("counter = %q, want 10", counter())
+	}
+	if commit("tok", "18446744073709551615") != 1 || counter() != "18446744073709551615" {
+		t.Fatalf("counter = %q, want the exact 2^64-1", counter())
+	}
+	if ttl, _ := redis.Int64(c.Do("PTTL", "{k}:fence")); ttl != -1 {
+		t.Fatalf("counter PTTL = %d, want none", ttl)
+	}
+}
