@@ -69,6 +69,19 @@ func TestStore_refusesLowerTokensAndKeepsData(t *testing.T) {
 	}
 }
 
+func TestStore_withoutDeadlineAfterScriptFlush(t *testing.T) {
+	srv := redistest.StartOne(t)
+	s := newStore(t, srv)
+	// No deadline on ctx, and the script cache empty (a restarted or
+	// flushed Redis): EVALSHA fails with NOSCRIPT and EVAL must follow.
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(context.Background(), "doc", 3, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStore_badInput(t *testing.T) {
 	ctx := ctxT(t)
 	srv := redistest.StartOne(t)

@@ -100,7 +100,8 @@ func (s *Script) Source() string { return s.src }
 func (s *Script) KeyCount() int { return s.keyCount }
 
 // Do runs the script on c with keys and then values in keysAndArgs, waiting
-// at most timeout for the reply (the EVAL fallback gets what is left of it).
+// at most timeout for the reply (the EVAL fallback gets what is left of
+// it); timeout 0 leaves both to the connection's own read timeout.
 // c must support redis.ConnWithTimeout.
 func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (any, error) {
 	start := time.Now()
@@ -109,9 +110,11 @@ func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (an
 	if !IsNoScript(err) {
 		return reply, err
 	}
-	left := timeout - time.Since(start)
-	if left <= 0 {
-		return nil, err
+	left := time.Duration(0) // 0: the connection's own read timeout, as for EVALSHA
+	if timeout > 0 {
+		if left = timeout - time.Since(start); left <= 0 {
+			return nil, err
+		}
 	}
 	args[0] = s.src
 	return redis.DoWithTimeout(c, left, "EVAL", args...)
