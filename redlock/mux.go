@@ -303,6 +303,7 @@ func (mc *muxConn) writeBatch() {
 			mc.fail(err)
 		}
 	}
+	mc.sweep(mc.pending)
 	clear(batch)
 	mc.batch = batch[:0]
 }
@@ -346,6 +347,17 @@ func (mc *muxConn) read() {
 			continue
 		}
 		r.to.deliver(v, err)
+	}
+}
+
+// sweep fails what is left in ch (the queue or the pending requests) once
+// the connection is closed. A request handed over just as the connection
+// closed may land after the writer or reader drained ch for the last
+// time; whoever handed it over then sweeps it, so that every request is
+// answered exactly once (each receive takes a request from ch once).
+func (mc *muxConn) sweep(ch chan *muxReq) {
+	if mc.isClosed() {
+		drain(ch, mc.err)
 	}
 }
 
@@ -405,6 +417,7 @@ func (mc *muxConn) enqueue(r *muxReq) error {
 	select {
 	case mc.queue <- r:
 		mc.poke()
+		mc.sweep(mc.queue)
 		return nil
 	case <-mc.closed:
 		return mc.err
@@ -431,6 +444,7 @@ func (mc *muxConn) writeIdle(r *muxReq) bool {
 		if err = mc.nc.Flush(); err != nil {
 			mc.fail(err) // the reader fails r
 		}
+		mc.sweep(mc.pending)
 		return true
 	}
 	mc.fail(err)
