@@ -157,3 +157,44 @@ func ExampleWithFair() {
 	lock.Release(context.Background())
 	// Output: first in line: printer
 }
+
+func ExampleWithFencing() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	var tokens []uint64
+	for i := 0; i < 3; i++ {
+		lock, err := client.Acquire(ctx, "ledger:42", redlock.WithFencing())
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Send lock.Fence() with every write; the storage refuses a token
+		// lower than the highest it has seen (see package fence).
+		tokens = append(tokens, lock.Fence())
+		_ = lock.Release(ctx)
+	}
+	fmt.Println("each holder's token is greater than the last:", tokens[0] < tokens[1] && tokens[1] < tokens[2])
+	// Output: each holder's token is greater than the last: true
+}
+
+func ExampleLockFromContext() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	err = client.Do(context.Background(), "ledger:43", func(ctx context.Context) error {
+		lock, _ := redlock.LockFromContext(ctx)
+		fmt.Println("writing with a fencing token:", lock.Fence() > 0)
+		return nil
+	}, redlock.WithFencing())
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: writing with a fencing token: true
+}
