@@ -4,7 +4,10 @@ package integration_test
 // masters (AOF always) while a nemesis pauses, kills and restarts, and
 // partitions random minorities. Every lock's validity window is recorded on
 // this process's monotonic clock; inside each lock, an unprotected
-// read-sleep-write increments a counter on a separate Redis.
+// read-sleep-write increments a counter on a separate Redis, and a fenced
+// write (fence.Store) records the holder's token there. Now and then a
+// holder plays Kleppmann's paused client: it sleeps past its lock's
+// validity and then writes again with its old token.
 
 import (
 	"context"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -29,7 +33,17 @@ var nemesisDuration = flag.Duration("nemesis", 30*time.Second,
 
 type window struct {
 	client     int
+	fence      uint64
 	start, end time.Time
+}
+
+// fencedWrite is one write through fence.Store.
+type fencedWrite struct {
+	client            int
+	fence             uint64
+	stale             bool // written after the lock's validity
+	started, finished time.Time
+	accepted          bool
 }
 
 func TestNemesis(t *testing.T) {
@@ -40,6 +54,9 @@ func TestNemesis(t *testing.T) {
 		k := key(t)
 		_, err := counterSrv.Do("SET", "counter", 0)
 		must(t, err)
+		store, err := fence.NewStore(counterSrv.Pool())
+		must(t, err)
+		var writes []fencedWrite
 
 		ctx, cancel := context.WithTimeout(context.Background(), *nemesisDuration)
 		defer cancel()
@@ -61,8 +78,30 @@ func TestNemesis(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				counterConn := counterSrv.Pool()
+				rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
+				write := func(tok uint64, stale bool) {
+					w := fencedWrite{client: id, fence: tok, stale: stale, started: time.Now()}
+					err := store.Set(context.Background(), "fenced", tok, []byte(strconv.FormatUint(tok, 10)), 0)
+					w.finished = time.Now()
+					switch {
+					case err == nil:
+						w.accepted = true
+					case !errors.Is(err, fence.ErrStale):
+						t.Errorf("client %d: fenced write: %v", id, err)
+						return
+					}
+					mu.Lock()
+					writes = append(writes, w)
+					mu.Unlock()
+				}
 				for ctx.Err() == nil {
-					l, err := client.Acquire(ctx, k, redlock.WithTTL(2*time.Second), redlock.WithWait(10*time.Second))
+					// One holder in eight will play the paused client, on
+					// a shorter lock so it holds the others up less.
+					stale, ttl := rng.IntN(8) == 0, 2*time.Second
+					if stale {
+						ttl = time.Second
+					}
+					l, err := client.Acquire(ctx, k, redlock.WithTTL(ttl), redlock.WithWait(10*time.Second), redlock.WithFencing())
 					start := time.Now()
 					if err != nil {
 						if ctx.Err() == nil {
@@ -77,7 +116,7 @@ func TestNemesis(t *testing.T) {
 						skipped.Add(1) // too little validity left to work safely
 					} else if err := increment(counterConn); err != nil {
 						t.Errorf("client %d: counter: %v", id, err)
-					} else if time.Now().After(until) {
+					} else if write(l.Fence(), false); time.Now().After(until) {
 						overran.Add(1)
 					} else {
 						completed.Add(1)
@@ -86,8 +125,13 @@ func TestNemesis(t *testing.T) {
 						end = rel
 					}
 					mu.Lock()
-					windows = append(windows, window{client: id, start: start, end: end})
+					windows = append(windows, window{client: id, fence: l.Fence(), start: start, end: end})
 					mu.Unlock()
+					if stale && ctx.Err() == nil {
+						// Paused past the validity; wakes and writes.
+						time.Sleep(time.Until(until) + 300*time.Millisecond)
+						write(l.Fence(), true)
+					}
 					_ = l.Release(context.Background())
 				}
 			}()
@@ -155,8 +199,45 @@ func TestNemesis(t *testing.T) {
 					prev.client, prev.start.Format("15:04:05.000000"), prev.end.Format("15:04:05.000000"),
 					cur.client, cur.start.Format("15:04:05.000000"))
 			}
+			if prev, cur := windows[i-1], windows[i]; cur.fence <= prev.fence {
+				t.Errorf("fencing tokens went backwards: client %d got %d, the next grant (client %d) %d",
+					prev.client, prev.fence, cur.client, cur.fence)
+			}
 		}
+		checkFencedWrites(t, writes)
 	})
+}
+
+// checkFencedWrites checks what fencing promises: a write inside its lock's
+// validity is never refused (no later holder exists yet), and no write is
+// accepted after a write with a higher token had completed.
+func checkFencedWrites(t *testing.T, writes []fencedWrite) {
+	t.Helper()
+	var stale, staleRefused int
+	for _, w := range writes {
+		if !w.stale && !w.accepted {
+			t.Errorf("client %d's write with token %d, inside its lock's validity, was refused", w.client, w.fence)
+		}
+		if w.stale {
+			stale++
+			if !w.accepted {
+				staleRefused++
+			}
+		}
+		if !w.accepted {
+			continue
+		}
+		for _, o := range writes {
+			if o.accepted && o.fence > w.fence && o.finished.Before(w.started) {
+				t.Errorf("client %d's write with token %d was accepted after client %d's write with token %d",
+					w.client, w.fence, o.client, o.fence)
+			}
+		}
+	}
+	t.Logf("fenced writes: %d, of which %d by paused holders after their validity; %d of those refused", len(writes), stale, staleRefused)
+	if stale > 0 && staleRefused == 0 {
+		t.Errorf("no paused holder's write was refused: the stale-writer check did not bite")
+	}
 }
 
 // increment is the unprotected read-sleep-write that only the lock keeps
