@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -33,6 +31,8 @@ type Client struct {
 	clock       clock.Clock
 	logger      *slog.Logger
 	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
+	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
+	clusterSlots bool
 
 	mu         sync.Mutex
 	closed     bool
@@ -69,15 +69,16 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
 	c := &Client{
-		masters:     make([]master, len(pools)),
-		addrs:       make([]string, len(pools)),
-		quorum:      len(pools)/2 + 1,
-		timeout:     cfg.timeout,
-		driftFactor: cfg.driftFactor,
-		clock:       cfg.clock,
-		logger:      cfg.logger,
-		releasing:   make(map[string]*round),
-		closing:     make(chan struct{}),
+		masters:      make([]master, len(pools)),
+		addrs:        make([]string, len(pools)),
+		quorum:       len(pools)/2 + 1,
+		timeout:      cfg.timeout,
+		driftFactor:  cfg.driftFactor,
+		clock:        cfg.clock,
+		logger:       cfg.logger,
+		clusterSlots: cfg.clusterSlots,
+		releasing:    make(map[string]*round),
+		closing:      make(chan struct{}),
 	}
 	c.waker = newWaker(c)
 	c.muxConns = map[*muxConn]struct{}{}
@@ -200,28 +201,32 @@ func (c *Client) Close() error {
 // docs/design.md), and at most a jittered exponential backoff. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
-func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (_ *Lock, err error) {
+func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
+	return c.acquire(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
+}
+
+// acquire is Acquire for a lock of any shape.
+func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh shape) (_ *Lock, err error) {
 	giveUp := c.clock.Now().Add(lc.wait)
-	fair := c.fairness(key, &lc)
-	var wt *waiter  // set once the first attempt failed
+	var wt *waiting // set once the first attempt failed
 	var last *round // the latest attempt
 	defer func() {
 		if wt != nil {
-			c.waker.unregister(wt)
+			wt.stop()
 		}
-		if fair != nil && err != nil && last != nil {
-			// Give the place in the queue up now rather than at its
-			// expiry: in the background, each master bounded, after the
-			// latest attempt's command on that master.
-			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, fair, nil)
+		if sh.leaves() && err != nil && last != nil {
+			// Give the place in the queue (or the writer's intent) up now
+			// rather than at its expiry: in the background, each master
+			// bounded, after the latest attempt's command on that master.
+			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, sh)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		l, r, err := c.attempt(ctx, key, &lc, fair)
+		l, r, err := c.attempt(ctx, key, lc, sh)
 		if r != nil {
 			last = r
 		}
@@ -233,7 +238,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (_
 			return nil, err
 		}
 		if wt == nil {
-			wt = c.waker.register(key)
+			wt = c.waker.wait(sh.keys(key))
 		} else {
 			c.waker.revive()
 		}
@@ -249,7 +254,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (_
 			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
 			attempt = -1
-			if len(c.masters) > 1 && fair == nil {
+			if len(c.masters) > 1 && sh.fair == nil {
 				j := time.NewTimer(rand.N(wakeSpread))
 				select {
 				case <-j.C:
@@ -275,7 +280,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, key, &lc, c.fairness(key, &lc))
+	l, _, err := c.attempt(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
 	return l, err
 }
 
@@ -295,21 +300,24 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// attempt makes one acquisition attempt with a fresh token; fair, when not
-// nil, is the waiter's place in the key's queue.
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *fairness) (*Lock, *round, error) {
+// attempt makes one acquisition attempt with a fresh token (a reentrant
+// lock's token is its owner); sh.fair, when not nil, is the waiter's place
+// in the key's queue.
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh shape) (*Lock, *round, error) {
+	fair := sh.fair
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
-	token := uuid.NewString()
+	token := sh.token()
 	start := c.clock.Now()
 	var fence *fencing
 	if lc.fencing {
 		fence = &fencing{counter: FenceKey(key)}
+		sh.fence = fence
 	}
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, fair, fence)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, sh)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -336,6 +344,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, fair *
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		l.fair = fair
+		l.v = sh.v
 		l.fence = token64
 		if lc.auto {
 			l.startMonitor()

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"time"
-
 	"github.com/google/uuid"
 
 	"github.com/quorumlock/quorumlock/internal/keys"
@@ -23,10 +21,7 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 	if !lc.fair {
 		return nil
 	}
-	entry := 4*lc.backoffMax + 2*c.timeout
-	if entry < 100*time.Millisecond {
-		entry = 100 * time.Millisecond
-	}
+	entry := c.entryTTL(lc)
 	return &fairness{
 		queue:      companionKey(key, ":queue"),
 		deadlines:  companionKey(key, ":queue-deadlines"),

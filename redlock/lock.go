@@ -21,6 +21,7 @@ type Lock struct {
 	acq        *round        // the acquisition, which extensions and the release follow
 	fair       *fairness     // nil for a plain lock
 	fence      uint64        // the fencing token; 0 without WithFencing
+	v          *variant      // nil for a plain lock
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
@@ -82,22 +83,15 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer l.op.Unlock()
 
 	start := c.clock.Now()
-	l.mu.Lock()
-	released, until := l.released, l.until
-	l.mu.Unlock()
-	if released {
-		return fmt.Errorf("%w: extend %q: the lock was released", ErrNotHeld, l.key)
-	}
-	if !start.Before(until) {
-		err := fmt.Errorf("%w: extend %q: validity ran out %v ago", ErrLockLost, l.key, start.Sub(until))
-		l.markLost(err)
+	until, err := l.checkHeld("extend", start)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq, l.fair, nil)
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq, l.shape())
 	if err != nil {
 		return err
 	}
@@ -116,6 +110,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
+}
+
+// checkHeld returns the lock's validity end, or an error when it was
+// released or its validity ran out before start (then it is lost).
+func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
+	l.mu.Lock()
+	released, until := l.released, l.until
+	l.mu.Unlock()
+	if released {
+		return until, fmt.Errorf("%w: %s %q: the lock was released", ErrNotHeld, what, l.key)
+	}
+	if !start.Before(until) {
+		err := fmt.Errorf("%w: %s %q: validity ran out %v ago", ErrLockLost, what, l.key, start.Sub(until))
+		l.markLost(err)
+		return until, err
+	}
+	return until, nil
 }
 
 // Release deletes the lock on every master that still holds its token. It
@@ -140,7 +151,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
 	defer l.markLost(ErrReleased)
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq, l.fair, nil)
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq, l.shape().withCount(0))
 	if err != nil {
 		return err
 	}

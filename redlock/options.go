@@ -35,12 +35,13 @@ const expiryPrecision = 2 * time.Millisecond
 type Option func(*config)
 
 type config struct {
-	timeout     time.Duration
-	driftFactor float64
-	clock       clock.Clock
-	logger      *slog.Logger
-	poolOptions []pool.Option
-	pipelining  bool
+	timeout      time.Duration
+	driftFactor  float64
+	clock        clock.Clock
+	logger       *slog.Logger
+	poolOptions  []pool.Option
+	pipelining   bool
+	clusterSlots bool
 }
 
 func defaultConfig() config {
@@ -93,6 +94,13 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // other pools, or off, each command borrows a pooled connection and a
 // goroutine carries it.
 func WithPipelining(on bool) Option { return func(c *config) { c.pipelining = on } }
+
+// WithClusterSlots says that the masters are Redis Cluster nodes (each
+// master may be a node of its own cluster): every script must touch keys
+// of one hash slot, so AcquireMulti rejects keys in different slots.
+// Companion keys (fencing counters, fair queues) always share their lock
+// key's slot. Off by default: standalone masters take any keys.
+func WithClusterSlots() Option { return func(c *config) { c.clusterSlots = true } }
 
 // WithPoolOptions configures the pools that NewFromAddrs makes. New
 // ignores it.

@@ -79,6 +79,7 @@ type round struct {
 	ttlMS int64
 	fair  *fairness // nil for a plain lock
 	fence *fencing  // nil for a lock without fencing
+	v     *variant  // nil for a plain lock
 	// counters[i] is master i's fencing counter, from a fenced
 	// acquisition's reply; written before the reply is reported.
 	counters []uint64
@@ -109,13 +110,13 @@ type round struct {
 // the key still in flight, so a client that releases and locks again does
 // not find its own old token on the masters that were slow to delete it.
 // The wait is bounded by the round's own deadline.
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, fair *fairness, fence *fencing) (*round, error) {
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, sh shape) (*round, error) {
 	n := len(c.masters)
 	r := &round{
-		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: fair, fence: fence,
+		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: sh.fair, fence: sh.fence, v: sh.v,
 		replies: make(chan reply, n),
 	}
-	if fence != nil && op == opAcquire {
+	if sh.fence != nil && op == opAcquire {
 		r.counters = make([]uint64, n)
 	}
 	r.running.Store(int32(n))
@@ -264,9 +265,9 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	}
 	full := buf[:2+len(args)]
 	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
-		full = script.Args(args...)
+		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), r.nkeys(script), args...)
 	} else {
-		script.PrefixArgs(full)
+		script.PrefixArgs(full, r.nkeys(script))
 	}
 	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full}
 }
@@ -461,7 +462,7 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 	var res any
 	var err error
 	if script != nil {
-		res, err = script.Do(conn, timeout, args...)
+		res, err = script.DoKeys(conn, timeout, r.nkeys(script), args...)
 	} else {
 		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
 	}
@@ -471,6 +472,9 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 // command returns what op sends to a master: a script and its keys and
 // values, or a plain command and its arguments, appended to dst.
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
+	if r.v != nil {
+		return r.v.command(r, op, dst)
+	}
 	key, token, f := r.key, r.token, r.fair
 	switch {
 	case op == opAcquire && f != nil && r.fence != nil:
@@ -498,6 +502,14 @@ func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd strin
 	default: // opLeave
 		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
 	}
+}
+
+// nkeys is how many of script's arguments are keys in this round.
+func (r *round) nkeys(script *scripts.Script) int {
+	if n := script.KeyCount(); n >= 0 {
+		return n
+	}
+	return len(r.v.keys)
 }
 
 // decode turns master i's reply to op into its vote; a fenced

@@ -71,10 +71,10 @@ func newWaker(c *Client) *waker {
 	return &waker{c: c, waiters: map[string]*keyWaiters{}, subs: make([]*subscriber, len(c.masters))}
 }
 
-// register adds a waiter for key and makes sure every master's subscriber
+// registerOn adds a waiter for key, notified on ch, and makes sure every master's subscriber
 // is (or will shortly be) subscribed to the key's channel.
-func (w *waker) register(key string) *waiter {
-	wt := &waiter{key: key, ch: make(chan struct{}, 1)}
+func (w *waker) registerOn(key string, ch chan struct{}) *waiter {
+	wt := &waiter{key: key, ch: ch}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -85,6 +85,30 @@ func (w *waker) register(key string) *waiter {
 	kw.queue = append(kw.queue, wt)
 	w.syncLocked()
 	return wt
+}
+
+// waiting is one Acquire waiting for the release of any of its keys (a
+// multi-key lock has several): ch gets a notice when one is announced.
+type waiting struct {
+	w  *waker
+	ch chan struct{}
+	ws []*waiter
+}
+
+// wait registers a waiter for each key, all on one channel.
+func (w *waker) wait(keys []string) *waiting {
+	wg := &waiting{w: w, ch: make(chan struct{}, 1)}
+	for _, k := range keys {
+		wg.ws = append(wg.ws, w.registerOn(k, wg.ch))
+	}
+	return wg
+}
+
+// stop unregisters the waiters.
+func (wg *waiting) stop() {
+	for _, wt := range wg.ws {
+		wg.w.unregister(wt)
+	}
 }
 
 // unregister removes a waiter; the last waiter of a key unsubscribes it.

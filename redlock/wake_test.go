@@ -10,7 +10,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -41,47 +40,14 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestRedis_ReleaseWakesWaiterWithoutBackoff(t *testing.T) {
 	forN1N5(t, func(t *testing.T, n int) {
 		rs := startReal(t, n)
-		holder := rs.client(t)
-		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-		waiterClient := rs.client(t, redlock.WithClock(fake))
 		ctx := context.Background()
-
-		l, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+		l, err := rs.client(t).Acquire(ctx, "k", redlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			l2, err := waiterClient.Acquire(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- err
-		}()
-		// The waiter failed once, subscribed on every master, and sleeps on
-		// a backoff timer that this test never advances.
-		waitUntil(t, "the waiter subscribed on every master", func() bool {
-			for i := range rs.servers {
-				if numSub(t, rs, i, "quorumlock:released:k") != 1 {
-					return false
-				}
-			}
-			return fake.Pending() >= 1
-		})
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the release did not wake the waiter")
-		}
-		if fake.Since(time.Unix(1_700_000_000, 0)) != 0 {
-			t.Fatal("the fake clock moved: the waiter was not woken by the release")
-		}
+		expectWake(t, rs, []string{"k"}, func(c *redlock.Client) (func(context.Context) error, error) {
+			return releaser(c.Acquire(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour)))
+		}, l.Release)
 	})
 }
 

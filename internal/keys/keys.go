@@ -18,3 +18,32 @@ func Companion(key, suffix string) string {
 	}
 	return "{" + key + "}" + suffix
 }
+
+// Slot returns key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash
+// tag — the part between the first '{' and the next '}' when that is not
+// empty — or else of the whole key, modulo 16384.
+func Slot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster
+// uses it.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,6 +1,15 @@
 package keys
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCompanion(t *testing.T) {
 	for _, tc := range []struct{ key, want string }{
@@ -12,6 +21,20 @@ func TestCompanion(t *testing.T) {
 	} {
 		if got := Companion(tc.key, ":x"); got != tc.want {
 			t.Errorf("Companion(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestSlot_matchesRedis(t *testing.T) {
+	node := redistest.StartOne(t, redistest.WithConfig("cluster-enabled", "yes"))
+	for _, k := range []string{"", "a", "foo", "123456789", "{user1000}.following", "{user1000}.followers",
+		"foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}x", "a{b", "héllo", "\x00\xff binary"} {
+		want, err := redis.Int(node.Do("CLUSTER", "KEYSLOT", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Slot(k); got != want {
+			t.Errorf("Slot(%q) = %d, Redis says %d", k, got, want)
 		}
 	}
 }

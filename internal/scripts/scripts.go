@@ -32,6 +32,12 @@ var (
 	fenceCommitSrc string
 	//go:embed fenced_write.lua
 	fencedWriteSrc string
+	//go:embed reentrant.lua
+	reentrantSrc string
+	//go:embed rw.lua
+	rwSrc string
+	//go:embed multi.lua
+	multiSrc string
 )
 
 // The scripts, built once.
@@ -64,8 +70,19 @@ var (
 	// highest seen; see fenced_write.lua.
 	FencedWrite = New("fenced_write", 2, fencedWriteSrc)
 
+	// Reentrant is the reentrant lock on a hash (owner -> hold count);
+	// see reentrant.lua.
+	Reentrant = New("reentrant", 1, reentrantSrc)
+	// RW is the read-write lock on a hash; see rw.lua.
+	RW = New("rw", 1, rwSrc)
+	// Multi locks several keys at once, all or nothing per master; it
+	// takes any number of keys (pass the count to DoKeys and
+	// AppendArgsKeys). See multi.lua.
+	Multi = New("multi", -1, multiSrc)
+
 	// All lists every script, for loading them on a new connection.
-	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite}
+	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite,
+		Reentrant, RW, Multi}
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
@@ -96,7 +113,8 @@ func (s *Script) SHA() string { return s.sha }
 // Source returns the Lua source.
 func (s *Script) Source() string { return s.src }
 
-// KeyCount returns how many of a call's arguments are keys.
+// KeyCount returns how many of a call's arguments are keys; -1 for a
+// script that takes any number (the caller says how many).
 func (s *Script) KeyCount() int { return s.keyCount }
 
 // Do runs the script on c with keys and then values in keysAndArgs, waiting
@@ -104,8 +122,14 @@ func (s *Script) KeyCount() int { return s.keyCount }
 // it); timeout 0 leaves both to the connection's own read timeout.
 // c must support redis.ConnWithTimeout.
 func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (any, error) {
+	return s.DoKeys(c, timeout, s.keyCount, keysAndArgs...)
+}
+
+// DoKeys is Do for a script that takes any number of keys: the first
+// nkeys of keysAndArgs are keys.
+func (s *Script) DoKeys(c redis.Conn, timeout time.Duration, nkeys int, keysAndArgs ...any) (any, error) {
 	start := time.Now()
-	args := s.Args(keysAndArgs...)
+	args := s.AppendArgsKeys(make([]any, 0, 2+len(keysAndArgs)), nkeys, keysAndArgs...)
 	reply, err := redis.DoWithTimeout(c, timeout, "EVALSHA", args...)
 	if !IsNoScript(err) {
 		return reply, err
@@ -131,10 +155,21 @@ func (s *Script) AppendArgs(dst []any, keysAndArgs ...any) []any {
 	return append(dst, keysAndArgs...)
 }
 
+// AppendArgsKeys is AppendArgs for a script that takes any number of
+// keys: the first nkeys of keysAndArgs are keys.
+func (s *Script) AppendArgsKeys(dst []any, nkeys int, keysAndArgs ...any) []any {
+	dst = append(dst, s.shaArg, nkeys)
+	return append(dst, keysAndArgs...)
+}
+
 // PrefixArgs writes EVALSHA's two leading arguments (the hash and the key
-// count) into the first two slots of args, which must have them free.
-func (s *Script) PrefixArgs(args []any) {
+// count, nkeys for a script that takes any number) into the first two
+// slots of args, which must have them free.
+func (s *Script) PrefixArgs(args []any, nkeys int) {
 	args[0], args[1] = s.shaArg, s.keyCountArg
+	if s.keyCount < 0 {
+		args[1] = nkeys
+	}
 }
 
 // Load puts the script into the master's script cache.
