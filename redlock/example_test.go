@@ -198,3 +198,71 @@ func ExampleLockFromContext() {
 	}
 	// Output: writing with a fencing token: true
 }
+
+func ExampleClient_NewReentrant() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	rl, err := client.NewReentrant("orders:7", "worker-3")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // the same owner takes it again at once
+		if err := rl.Acquire(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("holds:", rl.Count())
+	for rl.Count() > 0 {
+		_ = rl.Release(ctx) // the last release deletes the lock
+	}
+	fmt.Println("holds:", rl.Count())
+	// Output:
+	// holds: 3
+	// holds: 0
+}
+
+func ExampleClient_AcquireRead() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	r1, _ := client.AcquireRead(ctx, "catalog")
+	r2, _ := client.AcquireRead(ctx, "catalog") // readers share it
+	_, err = client.AcquireWrite(ctx, "catalog", redlock.WithWait(0))
+	fmt.Println("writer while two read:", errors.Is(err, redlock.ErrNotAcquired))
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := client.AcquireWrite(ctx, "catalog")
+	fmt.Println("writer after they left:", err == nil)
+	_ = w.Release(ctx)
+	// Output:
+	// writer while two read: true
+	// writer after they left: true
+}
+
+func ExampleClient_AcquireMulti() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	// Both keys or neither, on every master; a common hash tag keeps them
+	// in one Redis Cluster slot.
+	l, err := client.AcquireMulti(ctx, []string{"{order:7}:items", "{order:7}:payment"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	fmt.Println(l.Keys())
+	// Output: [{order:7}:items {order:7}:payment]
+}
