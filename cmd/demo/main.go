@@ -1,7 +1,9 @@
 // Command demo shows the Redlock quorum at work.
 //
-// With REDLOCK_MASTERS unset it starts five throwaway redis-server
-// processes on 127.0.0.1 and walks through: workers racing for one key,
+// With REDLOCK_MASTERS unset it starts five throwaway masters on 127.0.0.1
+// — Docker containers through the integration harness when a Docker engine
+// answers and a Redis image is at hand (see `make redis-image`), else
+// redis-server processes — and walks through: workers racing for one key,
 // a paused master and a killed master that locking survives, and a lost
 // majority that makes acquisition fail with a clear message. With
 // REDLOCK_MASTERS set (comma-separated host:port or redis:// URLs) it runs
@@ -18,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -35,16 +37,10 @@ func main() {
 		return
 	}
 
-	fmt.Println("starting 5 throwaway redis-server masters on 127.0.0.1 ...")
-	servers, stop, err := redistest.LaunchServers(5)
-	if err != nil {
-		log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
-	}
+	cl, stop := launch()
 	defer stop()
-	addrs := make([]string, len(servers))
-	for i, s := range servers {
-		addrs[i] = s.Addr()
-	}
+	servers := cl.Masters
+	addrs := cl.Addrs()
 	fmt.Println("masters:", strings.Join(addrs, " "))
 	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(50*time.Millisecond))
 	if err != nil {
@@ -55,7 +51,7 @@ func main() {
 	fmt.Println("\n1. six workers race for one key; the quorum picks one winner")
 	race(c, 5)
 
-	fmt.Println("\n2. master 0 is paused (SIGSTOP): locking goes on without waiting for it")
+	fmt.Println("\n2. master 0 is paused (frozen: it accepts connections, never answers): locking goes on without waiting for it")
 	must(servers[0].Pause())
 	timed(c, "with 1 of 5 paused")
 	fmt.Println("   master 1 is killed as well: 3 of 5 still make a quorum")
@@ -124,6 +120,25 @@ func timed(c *redlock.Client, what string) {
 	}
 	err = l.Release(ctx)
 	fmt.Printf("   acquire+release %s: %v (release error: %v)\n", what, time.Since(start).Round(10*time.Microsecond), err)
+}
+
+// launch starts five masters: containers when Docker can run them, else
+// redis-server processes.
+func launch() (*cluster.Cluster, func()) {
+	if cluster.DockerAvailable() && os.Getenv(cluster.BackendEnv) != string(cluster.Process) {
+		fmt.Println("starting 5 throwaway Redis masters in Docker containers on 127.0.0.1 ...")
+		cl, stop, err := cluster.Launch(5, cluster.WithBackend(cluster.Docker))
+		if err == nil {
+			return cl, stop
+		}
+		fmt.Printf("Docker could not run them (%v)\nfalling back to redis-server processes\n", err)
+	}
+	fmt.Println("starting 5 throwaway redis-server masters on 127.0.0.1 ...")
+	cl, stop, err := cluster.Launch(5, cluster.WithBackend(cluster.Process))
+	if err != nil {
+		log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
+	}
+	return cl, stop
 }
 
 func must(err error) {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -172,6 +173,14 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 		c.Masters = append(c.Masters, m)
 	}
 	return c
+}
+
+// Launch is Start for a program (the demo): it returns the cluster and a
+// stop that removes its masters, or the error Start would fail a test
+// with.
+func Launch(n int, opts ...Option) (c *Cluster, stop func(), err error) {
+	stop, err = redistest.OutsideTest(func(tb testing.TB) { c = Start(tb, n, opts...) })
+	return c, stop, err
 }
 
 // Backend returns the backend running the masters.

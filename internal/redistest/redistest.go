@@ -289,6 +289,17 @@ func Launch(n int, opts ...Option) (addrs []string, stop func(), err error) {
 // that pause and kill them. Outside a test, a server method that fails
 // panics; the demo lets that end it.
 func LaunchServers(n int, opts ...Option) (servers []*Server, stop func(), err error) {
+	stop, err = OutsideTest(func(tb testing.TB) { servers = Start(tb, n, opts...) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("redistest: %w", err)
+	}
+	return servers, stop, nil
+}
+
+// OutsideTest runs f, written for a test (it calls Start, say), in a
+// program: f's Fatal ends f with an error, and stop runs what f registered
+// with Cleanup, in reverse order.
+func OutsideTest(f func(tb testing.TB)) (stop func(), err error) {
 	lt := &launchTB{}
 	defer func() {
 		if r := recover(); r != nil {
@@ -296,10 +307,11 @@ func LaunchServers(n int, opts ...Option) (servers []*Server, stop func(), err e
 			if _, ok := r.(launchFailure); !ok {
 				panic(r)
 			}
-			servers, stop, err = nil, nil, fmt.Errorf("redistest: %s", lt.msg)
+			stop, err = nil, errors.New(lt.msg)
 		}
 	}()
-	return Start(lt, n, opts...), lt.cleanup, nil
+	f(lt)
+	return lt.cleanup, nil
 }
 
 // launchTB is the little of testing.TB that Start needs, outside a test.
@@ -333,6 +345,12 @@ func (l *launchTB) Fatalf(format string, args ...any) {
 	l.msg = fmt.Sprintf(format, args...)
 	panic(launchFailure{})
 }
+func (l *launchTB) Fatal(args ...any) {
+	l.msg = fmt.Sprint(args...)
+	panic(launchFailure{})
+}
+func (l *launchTB) Logf(string, ...any) {}
+func (l *launchTB) Log(...any)          {}
 func (l *launchTB) cleanup() {
 	l.mu.Lock()
 	fs, dirs := l.cleanups, l.dirs
