@@ -10,6 +10,7 @@ package pool
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -78,6 +79,7 @@ type options struct {
 	password         string
 	db               int
 	useTLS           bool
+	tlsConfig        *tls.Config // nil: the defaults
 	dialOptions      []redis.DialOption
 }
 
@@ -183,6 +185,10 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 	}
 	if o.useTLS {
 		dialOpts = append(dialOpts, redis.DialUseTLS(true))
+		if o.tlsConfig != nil {
+			// redigo copies it and fills in ServerName from addr when empty.
+			dialOpts = append(dialOpts, redis.DialTLSConfig(o.tlsConfig))
+		}
 	}
 	dialOpts = append(dialOpts, o.dialOptions...)
 

@@ -515,6 +515,9 @@ func (r *round) nkeys(script *scripts.Script) int {
 // decode turns master i's reply to op into its vote; a fenced
 // acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, res any, err error) (vote, error) {
+	if err != nil {
+		err = scripts.Explain(err)
+	}
 	if b, ok := res.([]byte); ok && err == nil && op == opAcquire && r.counters != nil {
 		n, perr := strconv.ParseUint(string(b), 10, 64)
 		if perr != nil || n >= maxFence {

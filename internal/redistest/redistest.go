@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +30,8 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+
+	tls *tls.Config // nil for a plain server
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -94,6 +97,13 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 			t.Fatalf("redistest: no free port: %v", err)
 		}
 		s.port = port
+		extraHere := make([]string, len(extra))
+		for i, a := range extra {
+			if a == portPlaceholder {
+				a = strconv.Itoa(port)
+			}
+			extraHere[i] = a
+		}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -102,7 +112,8 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 			"--dir", s.dir,
 			"--logfile", filepath.Join(s.dir, "redis.log"),
 			"--daemonize", "no",
-		}, extra...)
+		}, extraHere...)
+		s.tls = tlsConfigFor(s.args)
 		if lastErr = s.spawn(bin); lastErr == nil {
 			return s
 		}
@@ -133,7 +144,7 @@ func (s *Server) spawn(bin string) error {
 			return fmt.Errorf("redis-server on port %d exited: %s", s.port, log)
 		default:
 		}
-		c, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second))
+		c, err := s.dial(time.Second)
 		if err == nil {
 			_, err = c.Do("PING")
 			c.Close()
@@ -148,6 +159,15 @@ func (s *Server) spawn(bin string) error {
 	}
 	s.stop(syscall.SIGKILL)
 	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.port)
+}
+
+// dial connects to the server, over TLS for a TLS server.
+func (s *Server) dial(timeout time.Duration) (redis.Conn, error) {
+	opts := []redis.DialOption{redis.DialConnectTimeout(timeout), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout)}
+	if s.tls != nil {
+		opts = append(opts, redis.DialUseTLS(true), redis.DialTLSConfig(s.tls))
+	}
+	return redis.Dial("tcp", s.Addr(), opts...)
 }
 
 // Addr returns the server's address, 127.0.0.1:port.
@@ -169,8 +189,7 @@ func (s *Server) Pool(opts ...pool.Option) *pool.RedisPool {
 // error, which it returns.
 func (s *Server) Do(cmd string, args ...any) (any, error) {
 	s.t.Helper()
-	c, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(2*time.Second),
-		redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(2*time.Second))
+	c, err := s.dial(2 * time.Second)
 	if err != nil {
 		s.t.Fatalf("redistest: dial %s: %v", s.Addr(), err)
 	}

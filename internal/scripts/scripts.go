@@ -9,6 +9,8 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -182,4 +184,48 @@ func (s *Script) Load(c redis.Conn, timeout time.Duration) error {
 func IsNoScript(err error) bool {
 	re, ok := err.(redis.Error)
 	return ok && strings.HasPrefix(string(re), "NOSCRIPT")
+}
+
+// Explain adds to a script's ACL refusal which command was refused.
+// Redis 7.0 reports a command a script may not run only as "can't run
+// this command or subcommand script: <sha>, on @user_script:<line>."; the
+// script's source tells which command that line runs. Other errors are
+// returned as they are.
+func Explain(err error) error {
+	re, ok := err.(redis.Error)
+	if !ok || !strings.Contains(string(re), "can't run this command") {
+		return err
+	}
+	msg := string(re)
+	at := strings.LastIndex(msg, "@user_script:")
+	if at < 0 {
+		return err
+	}
+	digits := strings.TrimLeft(msg[at+len("@user_script:"):], " ")
+	end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(digits)
+	}
+	line, convErr := strconv.Atoi(digits[:end])
+	if convErr != nil {
+		return err
+	}
+	for _, s := range All {
+		if !strings.Contains(msg, s.sha) {
+			continue
+		}
+		lines := strings.Split(s.src, "\n")
+		if line < 1 || line > len(lines) {
+			return err
+		}
+		src := lines[line-1]
+		i := strings.Index(src, `redis.call("`)
+		if i < 0 {
+			return err
+		}
+		cmd := src[i+len(`redis.call("`):]
+		cmd = cmd[:strings.IndexByte(cmd, '"')]
+		return fmt.Errorf("%w (the %s script runs %s there: the ACL user needs +%s)", err, s.name, cmd, strings.ToLower(cmd))
+	}
+	return err
 }

@@ -1,0 +1,55 @@
+package pool
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// WithTLS connects to the master over TLS and verifies its certificate
+// with cfg: its RootCAs (nil: the system's roots), its client certificate
+// for masters that require one (tls-auth-clients), and its ServerName
+// (empty: the host of the master's address). Verification is skipped only
+// when cfg sets InsecureSkipVerify — the caller's explicit choice, never a
+// default. A nil cfg means the defaults; a rediss:// URL turns TLS on the
+// same way. TLSFiles builds cfg from PEM files.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		o.useTLS = true
+		o.tlsConfig = cfg
+	}
+}
+
+// TLSFiles returns a TLS configuration for WithTLS from PEM files: caFile
+// is the CA bundle the master's certificate must chain to ("" for the
+// system's roots); certFile and keyFile are a client certificate and its
+// key (both or neither); serverName is the name the master's certificate
+// must carry ("" for the host of its address). TLS 1.2 is the minimum.
+func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("pool: TLS CA bundle: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("pool: TLS CA bundle %s: no PEM certificate in it", caFile)
+		}
+		cfg.RootCAs = roots
+	}
+	switch {
+	case certFile != "" && keyFile != "":
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("pool: TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case certFile != "" || keyFile != "":
+		return nil, errors.New("pool: TLS client certificate: give both the certificate and its key, or neither")
+	}
+	return cfg, nil
+}
+

@@ -1,0 +1,265 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TLS, ACL users and credentials, against real masters.
+
+func TestRedis_TLSMasters(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	servers := redistest.Start(t, 3, redistest.WithTLS(certs, true))
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, "rediss://"+s.Addr())
+	}
+	cfg, err := pool.TLSFiles(certs.CAFile, certs.CertFile, certs.KeyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []redlock.Option{redlock.WithTimeout(realTimeout), redlock.WithPoolOptions(pool.WithTLS(cfg))}
+	if pooled {
+		opts = append(opts, redlock.WithPipelining(false))
+	}
+	c, err := redlock.NewFromAddrs(urls, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	l, err := c.Acquire(ctx, "k", redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter on the same client waits over TLS too (pub/sub).
+	got := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, "k", redlock.WithWait(10*time.Second))
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	// The wrong CA: every master fails, and the error says why.
+	badCfg, err := pool.TLSFiles(certs.OtherCAFile, certs.CertFile, certs.KeyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout), redlock.WithPoolOptions(pool.WithTLS(badCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	_, err = bad.TryAcquire(ctx, "k")
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || qe.Succeeded != 0 || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Fatalf("wrong CA: %v", err)
+	}
+}
+
+// MinimalACL is the ACL rule set docs/operations.md gives a lock user,
+// for keys starting with lock: (the test checks it works for every lock
+// kind and option).
+const minimalACL = `on >lock-user-secret resetkeys ~lock:* ~{lock:* resetchannels &quorumlock:released:lock:* -@all ` +
+	`+ping +set +get +del +exists +pexpire +pexpireat +publish +time +hset +hget +hdel +hexists +hgetall ` +
+	`+zadd +zrem +zrange +zrangebyscore +evalsha +eval +script|load +subscribe +unsubscribe`
+
+func aclUser(t *testing.T, servers []*redistest.Server, name, rules string) []string {
+	t.Helper()
+	var urls []string
+	for _, s := range servers {
+		args := []any{"SETUSER", name, "reset"}
+		for _, r := range strings.Fields(rules) {
+			args = append(args, r)
+		}
+		if _, err := s.Do("ACL", args...); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", rules, err)
+		}
+		pw := ""
+		for _, r := range strings.Fields(rules) {
+			if strings.HasPrefix(r, ">") {
+				pw = r[1:]
+			}
+		}
+		urls = append(urls, fmt.Sprintf("redis://%s:%s@%s", name, pw, s.Addr()))
+	}
+	return urls
+}
+
+func TestRedis_MinimalACLIsEnoughForEveryKind(t *testing.T) {
+	forN1N5(t, func(t *testing.T, n int) {
+		servers := redistest.Start(t, n)
+		urls := aclUser(t, servers, "locker", minimalACL)
+		opts := []redlock.Option{redlock.WithTimeout(realTimeout)}
+		if pooled {
+			opts = append(opts, redlock.WithPipelining(false))
+		}
+		c, err := redlock.NewFromAddrs(urls, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := ctxT(t)
+		step := func(what string, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		for _, o := range [][]redlock.LockOption{nil, {redlock.WithFencing()}, {redlock.WithFair()}} {
+			l, err := c.Acquire(ctx, "lock:a", o...)
+			step("acquire", err)
+			step("extend", l.Extend(ctx, 5*time.Second))
+			// A second acquirer waits (pub/sub) and is woken.
+			got := make(chan error, 1)
+			go func() {
+				l2, err := c.Acquire(ctx, "lock:a", append(o, redlock.WithWait(10*time.Second))...)
+				if err == nil {
+					err = l2.Release(ctx)
+				}
+				got <- err
+			}()
+			time.Sleep(30 * time.Millisecond)
+			step("release", l.Release(ctx))
+			step("waiter", <-got)
+		}
+		rl, err := c.NewReentrant("lock:r", "me")
+		step("reentrant", err)
+		step("reentrant acquire", rl.Acquire(ctx))
+		step("reentrant again", rl.Acquire(ctx))
+		step("reentrant release", rl.Release(ctx))
+		step("reentrant release", rl.Release(ctx))
+		r, err := c.AcquireRead(ctx, "lock:rw")
+		step("read", err)
+		step("read release", r.Release(ctx))
+		w, err := c.AcquireWrite(ctx, "lock:rw")
+		step("write", err)
+		step("write release", w.Release(ctx))
+		m, err := c.AcquireMulti(ctx, []string{"lock:m1", "lock:m2"})
+		step("multi", err)
+		step("multi release", m.Release(ctx))
+	})
+}
+
+func TestRedis_ACLRefusalNamesTheCommand(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	ctx := ctxT(t)
+	for _, tc := range []struct{ drop, cmd, want string }{
+		{"+set", "set", "NOPERM this user has no permissions to run the 'set' command"},
+		{"+publish", "publish", "the release script runs PUBLISH there: the ACL user needs +publish"},
+	} {
+		urls := aclUser(t, servers, "limited", strings.Replace(minimalACL, " "+tc.drop+" ", " ", 1))
+		c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout), redlock.WithPipelining(!pooled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryAcquire(ctx, "lock:x")
+		if tc.cmd == "publish" && err == nil {
+			err = l.Release(ctx) // the release script publishes
+		}
+		c.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("without %s: err = %v, want %q", tc.drop, err, tc.want)
+		}
+	}
+	// Keys outside the user's patterns are refused too, by name.
+	urls := aclUser(t, servers, "locker", minimalACL)
+	c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.TryAcquire(ctx, "other:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("a key outside ~lock:*: %v", err)
+	}
+}
+
+func TestRedis_CredentialsNeverShow(t *testing.T) {
+	const secret = "hunter2-very-secret"
+	servers := redistest.Start(t, 3)
+	for _, s := range servers {
+		if _, err := s.Do("ACL", "SETUSER", "app", "on", ">"+secret, "~*", "&*", "+@all"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	check := func(what, s string) {
+		t.Helper()
+		if strings.Contains(s, secret) || strings.Contains(s, "wrong-"+secret) {
+			t.Errorf("%s shows the password: %s", what, s)
+		}
+	}
+	// A wrong password: every master fails, and neither the error nor
+	// the log shows either password.
+	var wrongURLs, goodURLs []string
+	for _, s := range servers {
+		wrongURLs = append(wrongURLs, "redis://app:wrong-"+secret+"@"+s.Addr())
+		goodURLs = append(goodURLs, "redis://app:"+secret+"@"+s.Addr())
+	}
+	c, err := redlock.NewFromAddrs(wrongURLs, redlock.WithTimeout(realTimeout), redlock.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryAcquire(ctx0(t), "k")
+	c.Close()
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password: %v", err)
+	}
+	check("the error", err.Error())
+	check("the error (%#v)", fmt.Sprintf("%#v", err))
+	check("the log", logs.String())
+	// Bad URLs with a password.
+	for _, u := range []string{"redis://app:" + secret + "@host:notaport", "redis://app:" + secret + "@[::1", "redis://app:" + secret + "@h:1/x"} {
+		_, err := redlock.NewFromAddrs([]string{u})
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		check("a bad URL's error", err.Error())
+	}
+	// String() of a pool and of a client's errors with the right password.
+	p, err := pool.NewFromURL(goodURLs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	check("String()", p.String()+fmt.Sprint(p)+fmt.Sprintf("%+v", p))
+	servers[1].Kill()
+	c, err = redlock.NewFromAddrs(goodURLs, redlock.WithTimeout(realTimeout), redlock.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryAcquire(ctx0(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Release(ctx0(t))
+	check("the log", logs.String())
+	if err != nil {
+		check("the release error", err.Error())
+	}
+}
+
+func ctx0(t *testing.T) context.Context { return ctxT(t) }
