@@ -52,4 +52,3 @@ func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error)
 	}
 	return cfg, nil
 }
-
