@@ -202,6 +202,9 @@ func (c *Client) Close() error {
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
@@ -276,6 +279,9 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 // TryAcquire makes exactly one attempt to take the lock on key. On failure
 // the error matches ErrNotAcquired (see Acquire).
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Do acquires the lock on key (as Acquire does, with opts), runs fn while
@@ -17,6 +18,12 @@ import (
 // lost while fn ran. Use WithMaxHold to cap how long a stuck fn can keep
 // the lock. No goroutine or timer of Do outlives it.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
 	opts = append([]LockOption{WithAutoExtend(0)}, opts...)
 	l, err := c.Acquire(ctx, key, opts...)
 	if err != nil {

@@ -153,6 +153,9 @@ func (c *Client) kindConfig(kind string, key string, opts []LockOption) (lockCon
 // extend its entry. The returned Lock behaves like any other: Extend,
 // Release, WithAutoExtend, Lost. Use the key only for read-write locks.
 func (c *Client) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.kindConfig("read-write", key, opts)
 	if err != nil {
 		return nil, err
@@ -163,6 +166,9 @@ func (c *Client) AcquireRead(ctx context.Context, key string, opts ...LockOption
 // AcquireWrite takes the write hold on key: no reader and no other writer
 // holds it meanwhile. See AcquireRead.
 func (c *Client) AcquireWrite(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.kindConfig("read-write", key, opts)
 	if err != nil {
 		return nil, err
@@ -179,6 +185,9 @@ func (c *Client) AcquireWrite(ctx context.Context, key string, opts ...LockOptio
 // them a common hash tag, such as {order:7}); keys that do not are
 // rejected. Lock.Keys returns them; Lock.Key the first.
 func (c *Client) AcquireMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.checkMultiKeys(keys); err != nil {
 		return nil, err
 	}
@@ -281,6 +290,9 @@ func (r *Reentrant) Lock() *Lock {
 // hold count on the masters and renews the lock's validity for its TTL.
 // The first hold waits like Client.Acquire.
 func (r *Reentrant) Acquire(ctx context.Context) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lock != nil {
@@ -308,6 +320,9 @@ func (r *Reentrant) Acquire(ctx context.Context) error {
 // masters and wakes its waiters; the others set the count there. It
 // returns an error matching ErrNotHeld when the owner holds nothing.
 func (r *Reentrant) Release(ctx context.Context) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lock == nil {
@@ -323,6 +338,14 @@ func (r *Reentrant) Release(ctx context.Context) error {
 	l := r.lock
 	r.lock, r.count = nil, 0
 	return l.Release(ctx)
+}
+
+// check rejects a nil or zero Reentrant and a nil context.
+func (r *Reentrant) check(ctx context.Context) error {
+	if r == nil || r.c == nil {
+		return fmt.Errorf("%w: this Reentrant was not made by Client.NewReentrant", ErrInvalid)
+	}
+	return checkCtx(ctx)
 }
 
 // reenter takes a held reentrant lock once more: the masters set the

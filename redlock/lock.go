@@ -74,6 +74,9 @@ func (l *Lock) Until() time.Time {
 // answered while the old validity has not yet run out. Errors other than
 // bad arguments are *QuorumError.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
 	c := l.c
 	if err := c.checkTTL(ttl); err != nil {
 		return err
@@ -112,6 +115,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
 }
 
+// checkCtx rejects a nil context, which would otherwise panic deep inside.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context (use context.Background())", ErrInvalid)
+	}
+	return nil
+}
+
+// check rejects a nil or zero Lock (one not returned by an acquisition)
+// and a nil context.
+func (l *Lock) check(ctx context.Context) error {
+	if l == nil || l.c == nil {
+		return fmt.Errorf("%w: this Lock was not returned by an acquisition", ErrInvalid)
+	}
+	return checkCtx(ctx)
+}
+
 // checkHeld returns the lock's validity end, or an error when it was
 // released or its validity ran out before start (then it is lost).
 func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
@@ -139,6 +159,9 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 // Release frees the lock; ctx bounds only how long the caller waits for
 // the answers. Each master's command is bounded by the per-master timeout.
 func (l *Lock) Release(ctx context.Context) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
 	c := l.c
 	l.stopMonitor()
 	l.op.Lock()
