@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit integration race lint vet fmt bench bench-peers demo deps redis-image clean-containers
+.PHONY: all test unit integration race lint vet fmt bench bench-peers demo deps redis-image clean-containers fuzz
 
 all: lint test
 
@@ -65,6 +65,14 @@ bench: deps
 ## demo: the quorum at work on five throwaway local masters (or REDLOCK_MASTERS)
 demo: deps
 	$(GO) run ./cmd/demo
+
+## fuzz: each fuzzer for FUZZTIME (URL parsing, reply decoding, ACL error explanation, companion keys)
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) ./pool
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./redlock
+	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/scripts
+	$(GO) test -run '^$$' -fuzz '^FuzzCompanion$$' -fuzztime $(FUZZTIME) ./internal/keys
 
 ## bench-peers: quorumlock beside go-redsync and bsm/redislock on the same local masters; writes docs/benchmarks.md
 BENCH_DURATION ?= 3s

@@ -57,6 +57,10 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 		{"nil fn", c.Do(ctx, "k", nil), redlock.ErrInvalid, "nil function"},
 		{"multi: no keys", func() error { _, err := c.AcquireMulti(ctx, nil); return err }(), redlock.ErrInvalid, "no keys"},
 		{"fair multi", func() error { _, err := c.AcquireMulti(ctx, []string{"a"}, redlock.WithFair()); return err }(), redlock.ErrInvalid, "WithFair"},
+		{"untaggable key, fenced, cluster", func() error {
+			_, err := rs.client(t, redlock.WithClusterSlots()).Acquire(ctx, "a}b", redlock.WithFencing())
+			return err
+		}(), redlock.ErrInvalid, "cannot share its Redis Cluster slot"},
 	} {
 		if !errors.Is(tc.err, tc.is) {
 			t.Errorf("%s: err = %v, want %v", tc.name, tc.err, tc.is)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -187,6 +188,10 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 		return lc, fmt.Errorf("%w: wait must not be negative, got %v", ErrInvalid, lc.wait)
 	case lc.backoffMin <= 0 || lc.backoffMax < lc.backoffMin:
 		return lc, fmt.Errorf("%w: backoff needs 0 < min <= max, got min %v, max %v", ErrInvalid, lc.backoffMin, lc.backoffMax)
+	}
+	if c.clusterSlots && (lc.fair || lc.fencing) && !keys.SharesSlot(key) {
+		return lc, fmt.Errorf("%w: key %q has no hash tag and holds a '}', so its companion keys (fencing counter, fair queue) "+
+			"cannot share its Redis Cluster slot: give it a hash tag, such as {orders}:7", ErrInvalid, key)
 	}
 	lc.ttl = lc.ttl.Truncate(time.Millisecond)
 	if lc.auto && lc.autoPeriod == 0 {

@@ -6,10 +6,10 @@ import "strings"
 // Companion names a key that lives beside key in the same Redis Cluster
 // hash slot, so that one script can touch both: key itself plus suffix
 // when key has a hash tag ({...} with something inside), else key wrapped
-// in braces, so that all of key is the tag, plus suffix. (A key with no
-// hash tag that holds a '}' after its first '{', such as "{}x", hashes as a
-// whole and no tag can say so: its companions land in another slot, which
-// matters only on a Redis Cluster node.)
+// in braces, so that all of key is the tag, plus suffix. (An empty key, or
+// a key with no hash tag that holds a '}', such as "{}x" or "a}b", hashes
+// as a whole and no tag can say so: its companions land in another slot,
+// which matters only on a Redis Cluster node; SharesSlot tells.)
 func Companion(key, suffix string) string {
 	if open := strings.IndexByte(key, '{'); open >= 0 {
 		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
@@ -17,6 +17,17 @@ func Companion(key, suffix string) string {
 		}
 	}
 	return "{" + key + "}" + suffix
+}
+
+// SharesSlot reports whether key's companions (Companion) are in key's
+// hash slot.
+func SharesSlot(key string) bool {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return true
+		}
+	}
+	return key != "" && !strings.Contains(key, "}")
 }
 
 // Slot returns key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash

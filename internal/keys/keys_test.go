@@ -38,3 +38,21 @@ func TestSlot_matchesRedis(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCompanion: a companion key shares its key's hash slot whenever a
+// tag can say so (see Companion), and slots stay in range.
+func FuzzCompanion(f *testing.F) {
+	for _, k := range []string{"a", "{a}b", "{}x", "a{b", "}{", "{{a}}", "\xff"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		s := Slot(key)
+		if s < 0 || s >= 16384 {
+			t.Fatalf("Slot(%q) = %d", key, s)
+		}
+		comp := Companion(key, ":fence")
+		if shares := Slot(comp) == s; SharesSlot(key) && !shares {
+			t.Fatalf("Companion(%q) = %q in slot %d, the key in %d", key, comp, Slot(comp), s)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package scripts_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +177,19 @@ func TestFenceCommit_raisesOnlyForHolderAndNeverLowers(t *testing.T) {
 	if ttl, _ := redis.Int64(c.Do("PTTL", "{k}:fence")); ttl != -1 {
 		t.Fatalf("counter PTTL = %d, want none", ttl)
 	}
+}
+
+// FuzzExplain: any error text, and any line a script refusal names, is
+// explained or passed through; never a panic.
+func FuzzExplain(f *testing.F) {
+	f.Add("ERR The user executing the script can't run this command or subcommand script: " + scripts.Release.SHA() + ", on @user_script:12.")
+	f.Add("ERR can't run this command script: " + scripts.RW.SHA() + ", on @user_script:999999999999999999999")
+	f.Add("NOPERM this user has no permissions to run the 'set' command")
+	f.Add("can't run this command @user_script:")
+	f.Fuzz(func(t *testing.T, msg string) {
+		err := scripts.Explain(redis.Error(msg))
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Fatalf("Explain(%q) = %v: the original text is lost", msg, err)
+		}
+	})
 }
