@@ -55,7 +55,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: redlock [--masters ADDRS] [--timeout D] COMMAND ...
+const usage = `usage: redlock [--masters ADDRS] [--timeout D] [--tls-ca F [--tls-cert F --tls-key F] [--tls-server-name N]] COMMAND ...
 
 commands:
   exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]
@@ -68,7 +68,8 @@ commands:
          acquire+release as fast as possible; p50/p99
 
 masters: --masters or REDLOCK_MASTERS, comma-separated host:port or
-redis:// / rediss:// URLs.
+redis:// / rediss:// URLs. --tls-* flags (or rediss:// URLs) speak TLS;
+certificates are always verified.
 
 exit codes: 0 ok (exec: the command's own), 64 usage, 69 masters unusable,
 75 not acquired, 76 lock lost while the command ran, 1 other failure.
@@ -81,6 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	masters := fs.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated masters")
 	timeout := fs.Duration("timeout", redlock.DefaultTimeout, "per-master timeout")
+	tlsCA := fs.String("tls-ca", "", "TLS: the CA bundle (PEM) the masters' certificates must chain to; turns TLS on")
+	tlsCert := fs.String("tls-cert", "", "TLS: a client certificate (PEM), with --tls-key")
+	tlsKey := fs.String("tls-key", "", "TLS: the client certificate's key (PEM)")
+	tlsName := fs.String("tls-server-name", "", "TLS: the name in the masters' certificates (default: each master's host)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -112,7 +117,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "redlock: no masters: give --masters or set REDLOCK_MASTERS (comma-separated host:port or redis:// URLs)")
 		return exitUsage
 	}
-	e, err := openEnv(addrs, *timeout, stdout, stderr)
+	var tlsOpt []pool.Option
+	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" || *tlsName != "" {
+		cfg, err := pool.TLSFiles(*tlsCA, *tlsCert, *tlsKey, *tlsName)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock: %v\n", err)
+			return exitUsage
+		}
+		tlsOpt = append(tlsOpt, pool.WithTLS(cfg))
+	}
+	e, err := openEnv(addrs, *timeout, stdout, stderr, tlsOpt...)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock: %v\n", err)
 		return exitUsage
@@ -130,16 +144,17 @@ type env struct {
 	stderr  io.Writer
 }
 
-func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer) (*env, error) {
+func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, extra ...pool.Option) (*env, error) {
 	e := &env{timeout: timeout, stdout: stdout, stderr: stderr}
 	ps := make([]pool.Pool, 0, len(addrs))
 	for _, a := range addrs {
 		var p *pool.RedisPool
 		var err error
+		opts := append([]pool.Option{pool.WithConnectTimeout(time.Second)}, extra...)
 		if strings.Contains(a, "://") {
-			p, err = pool.NewFromURL(a, pool.WithConnectTimeout(time.Second))
+			p, err = pool.NewFromURL(a, opts...)
 		} else {
-			p, err = pool.New(a, pool.WithConnectTimeout(time.Second))
+			p, err = pool.New(a, opts...)
 		}
 		if err != nil {
 			e.close()

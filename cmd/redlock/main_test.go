@@ -334,3 +334,25 @@ func TestBench_summary(t *testing.T) {
 		t.Errorf("no progress bar: %q", errOut)
 	}
 }
+
+func TestTLSFlags(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	servers := redistest.Start(t, 3, redistest.WithTLS(certs, true))
+	masters := addrsOf(servers)
+	tlsArgs := []string{"--tls-ca", certs.CAFile, "--tls-cert", certs.CertFile, "--tls-key", certs.KeyFile}
+	code, out, errOut := redlockRun(t, masters, append(tlsArgs, "exec", "job", "--", "true")...)
+	if code != 0 {
+		t.Fatalf("exec over TLS: exit %d: %s%s", code, out, errOut)
+	}
+	code, out, _ = redlockRun(t, masters, append(tlsArgs[:2], "doctor")...)
+	if code != exitFailure || !strings.Contains(out, "FAIL: unreachable") {
+		t.Errorf("without the client certificate: exit %d\n%s", code, out)
+	}
+	code, out, _ = redlockRun(t, masters, "--tls-ca", certs.OtherCAFile, "doctor")
+	if code != exitFailure || !strings.Contains(out, "certificate signed by unknown authority") {
+		t.Errorf("wrong CA: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := redlockRun(t, masters, "--tls-cert", certs.CertFile, "doctor"); code != exitUsage || !strings.Contains(errOut, "both") {
+		t.Errorf("a certificate without its key: exit %d: %s", code, errOut)
+	}
+}
