@@ -94,13 +94,20 @@ func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
 		held = append(held, l)
 	}
 	_, gor0 := heapAndGoroutines()
-	// Every key gets a waiter that gives up after a while.
+	// Every key gets a waiter, which gives up when waitCtx ends.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
 	var wg sync.WaitGroup
 	for i := 0; i < keys; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = c.Acquire(ctx, fmt.Sprintf("w:%d", i), redlock.WithWait(300*time.Millisecond))
+			// A long backoff: after its first attempt a waiter sleeps
+			// until a release (or waitCtx) wakes it.
+			l, err := c.Acquire(waitCtx, fmt.Sprintf("w:%d", i), redlock.WithWait(time.Hour), redlock.WithBackoff(time.Minute, time.Minute))
+			if waitCtx.Err() == nil {
+				t.Errorf("waiter %d returned early: lock %v, err %v", i, l != nil, err)
+			}
 		}()
 	}
 	waitUntil(t, "every waiter subscribed", func() bool {
@@ -108,7 +115,17 @@ func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
 		chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
 		return n == 0 && len(chans) == keys
 	})
-	_, gorWaiting := heapAndGoroutines()
+	// The attempts' own work (the pooled path's per-master workers)
+	// ends; then only what waiting itself costs is left.
+	var gorWaiting int
+	waitUntil(t, "the goroutine count settles", func() bool {
+		_, a := heapAndGoroutines()
+		time.Sleep(50 * time.Millisecond)
+		_, b := heapAndGoroutines()
+		gorWaiting = b
+		return a == b
+	})
+	stopWaiting()
 	wg.Wait()
 	// One subscriber connection per master, whatever the number of keys:
 	// the goroutines while waiting are the waiters' own plus a few per
