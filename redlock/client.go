@@ -236,10 +236,13 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
 			return l, err
 		}
-		delay := backoff(lc.backoffMin, lc.backoffMax, attempt)
-		if c.clock.Now().Add(delay).After(giveUp) {
+		// The last attempt is made at the wait bound itself: a delay
+		// that would pass it is cut short.
+		left := giveUp.Sub(c.clock.Now())
+		if left <= 0 {
 			return nil, err
 		}
+		delay := min(backoff(lc.backoffMin, lc.backoffMax, attempt), left)
 		if wt == nil {
 			wt = c.waker.wait(sh.keys(key))
 		} else {

@@ -369,10 +369,12 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 	if err != nil {
 		return err
 	}
-	r, err := c.startRound(ctx, op, l.key, l.token, l.ttl, l.acq, l.shape().withCount(n))
+	// Counts are set, so the rounds must reach each master in order.
+	r, err := c.startRound(ctx, op, l.key, l.token, l.ttl, l.follow(), l.shape().withCount(n))
 	if err != nil {
 		return err
 	}
+	l.chain = r
 	t := c.collect(ctx, r)
 	r.decide(false) // nothing to undo: the lock stays held either way
 	now := c.clock.Now()

@@ -19,6 +19,7 @@ type Lock struct {
 	token string
 
 	acq        *round        // the acquisition, which extensions and the release follow
+	chain      *round        // a reentrant lock's latest count round, which later rounds follow
 	fair       *fairness     // nil for a plain lock
 	fence      uint64        // the fencing token; 0 without WithFencing
 	v          *variant      // nil for a plain lock
@@ -94,7 +95,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.acq, l.shape())
+	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.follow(), l.shape())
 	if err != nil {
 		return err
 	}
@@ -113,6 +114,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
+}
+
+// follow returns the round the lock's next round must follow on each
+// master (the pooled path sends them on different connections): the
+// latest count round of a reentrant lock, else the acquisition. The
+// caller holds l.op.
+func (l *Lock) follow() *round {
+	if l.chain != nil {
+		return l.chain
+	}
+	return l.acq
 }
 
 // checkCtx rejects a nil context, which would otherwise panic deep inside.
@@ -174,7 +186,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
 	defer l.markLost(ErrReleased)
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.acq, l.shape().withCount(0))
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.follow(), l.shape().withCount(0))
 	if err != nil {
 		return err
 	}

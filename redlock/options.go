@@ -130,8 +130,9 @@ type lockConfig struct {
 // acquisition took and the drift allowance. The default is DefaultTTL.
 func WithTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } }
 
-// WithWait bounds how long Acquire keeps trying; it stops earlier if its
-// ctx ends. Zero makes a single attempt. The default is the lock's TTL.
+// WithWait bounds how long Acquire keeps trying: its last attempt starts
+// at the bound, or earlier if its ctx ends. Zero makes a single attempt.
+// The default is the lock's TTL.
 func WithWait(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.wait, c.waitSet = d, true }
 }

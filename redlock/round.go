@@ -146,10 +146,10 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	}
 	prev := after
 	if !c.allMux {
-		switch op {
-		case opAcquire:
+		switch {
+		case op == opAcquire && prev == nil:
 			prev = c.releasing[key]
-		case opRelease:
+		case op == opRelease:
 			c.releasing[key] = r
 		}
 	}
