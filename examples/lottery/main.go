@@ -25,13 +25,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/examples/internal/throwaway"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -58,17 +57,8 @@ func main() {
 	flag.BoolVar(&cfg.nolock, "nolock", false, "run without locks")
 	flag.Parse()
 
-	masters := strings.Split(os.Getenv("REDLOCK_MASTERS"), ",")
-	data := os.Getenv("LOTTERY_REDIS")
-	if masters[0] == "" || data == "" {
-		fmt.Println("starting 3 throwaway lock masters and a data Redis on 127.0.0.1 ...")
-		addrs, stop, err := redistest.Launch(4)
-		if err != nil {
-			log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
-		}
-		defer stop()
-		masters, data = addrs[:3], addrs[3]
-	}
+	masters, data, stop := throwaway.Masters("LOTTERY_REDIS")
+	defer stop()
 	res, err := run(context.Background(), cfg, masters, data, os.Stdout)
 	if err != nil {
 		log.Fatal(err)

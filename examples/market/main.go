@@ -35,7 +35,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/examples/internal/throwaway"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -49,17 +49,8 @@ func main() {
 	log.SetFlags(0)
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	flag.Parse()
-	masters := strings.Split(os.Getenv("REDLOCK_MASTERS"), ",")
-	data := os.Getenv("MARKET_REDIS")
-	if masters[0] == "" || data == "" {
-		fmt.Println("starting 3 throwaway lock masters and a data Redis on 127.0.0.1 ...")
-		addrs, stop, err := redistest.Launch(4)
-		if err != nil {
-			log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
-		}
-		defer stop()
-		masters, data = addrs[:3], addrs[3]
-	}
+	masters, data, stop := throwaway.Masters("MARKET_REDIS")
+	defer stop()
 	ok, err := table(context.Background(), os.Stdout, masters, data, *duration)
 	if err != nil {
 		log.Fatal(err)
