@@ -45,19 +45,32 @@ type waker struct {
 // releases recently announced for it.
 type keyWaiters struct {
 	queue  []*waiter
-	recent [8]string // ring of release ids already acted on
+	recent [8]announced // ring of releases recently announced
 	next   int
 }
 
-func (k *keyWaiters) seen(id string) bool {
-	for _, r := range k.recent {
-		if r == id {
-			return true
+// announced is one release and how many masters have announced it.
+type announced struct {
+	id      string
+	notices int
+}
+
+// announce counts a master's notice of release id and reports whether it
+// should wake a waiter: the first notice does (the quickest hand-off),
+// and so does the one that completes a quorum, for a waiter woken by the
+// first whose attempt reached masters that had not yet run the release
+// (it failed there, and would otherwise sleep through their notices of
+// the same release).
+func (k *keyWaiters) announce(id string, quorum int) bool {
+	for j := range k.recent {
+		if r := &k.recent[j]; r.id == id {
+			r.notices++
+			return r.notices == quorum
 		}
 	}
-	k.recent[k.next] = id
+	k.recent[k.next] = announced{id: id, notices: 1}
 	k.next = (k.next + 1) % len(k.recent)
-	return false
+	return true
 }
 
 // waiter is one Acquire waiting for a key. Its channel holds at most one
@@ -166,14 +179,15 @@ func (w *waker) wanted() map[string]bool {
 	return chans
 }
 
-// notify wakes the longest-waiting waiter of key for release id, once
-// per release however many masters announce it. The woken waiter goes to
-// the back of the queue: if it loses the race it waits its turn again.
+// notify wakes the longest-waiting waiter of key for release id at the
+// release's first notice and at the notice that completes a quorum. The
+// woken waiter goes to the back of the queue: if it loses the race it
+// waits its turn again.
 func (w *waker) notify(key, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
-	if kw == nil || kw.seen(id) {
+	if kw == nil || !kw.announce(id, w.c.quorum) {
 		return
 	}
 	wt := kw.queue[0]
