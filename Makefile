@@ -63,7 +63,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## demo: the quorum at work on five throwaway local masters (or REDLOCK_MASTERS)
-demo: deps
+demo: deps redis-image
 	$(GO) run ./cmd/demo
 
 ## fuzz: each fuzzer for FUZZTIME (URL parsing, reply decoding, ACL error explanation, companion keys)
