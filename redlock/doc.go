@@ -14,6 +14,18 @@
 // compare-and-PEXPIRE script, each on all masters in parallel; only the
 // holder of the random token can do either.
 //
+// # Lock kinds, waiting and fencing
+//
+// Besides the plain lock (Client.Acquire, TryAcquire, Do), a Client takes
+// reentrant locks (Client.NewReentrant), read-write locks
+// (Client.AcquireRead, Client.AcquireWrite) and several keys at once
+// (Client.AcquireMulti), all on the same quorum. Waiters are woken by the
+// release, not by polling; WithFair serves them in arrival order;
+// WithAutoExtend keeps a lock alive and Lock.Lost says when it could not.
+// WithFencing gives a lock a fencing token (Lock.Fence) that grows with
+// every grant across the quorum, for the protected resource to check
+// (package fence).
+//
 // # Errors
 //
 // Failures are reported by errors matching the sentinels (ErrNotAcquired,
