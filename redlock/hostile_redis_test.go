@@ -54,6 +54,8 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 		{"zero Lock release", zero.Release(ctx), redlock.ErrInvalid, "not returned by an acquisition"},
 		{"nil Lock extend", nilLock.Extend(ctx, time.Second), redlock.ErrInvalid, "not returned by an acquisition"},
 		{"zero Reentrant", zeroRe.Acquire(ctx), redlock.ErrInvalid, "not made by Client.NewReentrant"},
+		{"zero Lock's Err", zero.Err(), redlock.ErrInvalid, "not returned by an acquisition"},
+		{"nil Lock's Err", nilLock.Err(), redlock.ErrInvalid, "not returned by an acquisition"},
 		{"nil fn", c.Do(ctx, "k", nil), redlock.ErrInvalid, "nil function"},
 		{"multi: no keys", func() error { _, err := c.AcquireMulti(ctx, nil); return err }(), redlock.ErrInvalid, "no keys"},
 		{"fair multi", func() error { _, err := c.AcquireMulti(ctx, []string{"a"}, redlock.WithFair()); return err }(), redlock.ErrInvalid, "WithFair"},
@@ -73,6 +75,14 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 	for i, s := range rs.servers {
 		if n, _ := s.Do("DBSIZE"); n.(int64) != 0 {
 			t.Errorf("master %d holds %d keys after bad input", i, n)
+		}
+	}
+	// A Lock no acquisition returned is lost from the start.
+	for _, l := range []*redlock.Lock{&zero, nilLock} {
+		select {
+		case <-l.Lost():
+		default:
+			t.Error("Lost() of a Lock no acquisition returned is not closed")
 		}
 	}
 

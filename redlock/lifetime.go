@@ -14,16 +14,32 @@ import (
 //
 // For a lock without auto-extension, the first call starts a timer that
 // fires at Until(); Release stops it.
+//
+// A Lock that no acquisition returned (nil, or the zero value) counts as
+// lost from the start.
 func (l *Lock) Lost() <-chan struct{} {
+	if l == nil || l.c == nil {
+		return closedChan
+	}
 	l.startMonitor()
 	return l.lost
 }
+
+// closedChan is the Lost channel of a Lock no acquisition returned.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Err returns nil while the lock is trusted, and once Lost is closed the
 // reason, an error matching ErrLockLost (ErrReleased after Release,
 // ErrMaxHold after the maximum hold time, ErrClosed as well when the client
 // was closed).
 func (l *Lock) Err() error {
+	if l == nil || l.c == nil {
+		return fmt.Errorf("%w: this Lock was not returned by an acquisition", ErrInvalid)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lostErr
