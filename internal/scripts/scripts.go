@@ -95,15 +95,14 @@ type Script struct {
 	src      string
 	sha      string
 	keyCount int
-	// The two leading EVALSHA arguments, boxed once.
-	shaArg, keyCountArg any
+	shaArg   any // the hash, boxed once for EVALSHA
 }
 
 // New returns a script taking keyCount keys.
 func New(name string, keyCount int, src string) *Script {
 	sum := sha1.Sum([]byte(src))
 	sha := hex.EncodeToString(sum[:])
-	return &Script{name: name, src: src, sha: sha, keyCount: keyCount, shaArg: sha, keyCountArg: keyCount}
+	return &Script{name: name, src: src, sha: sha, keyCount: keyCount, shaArg: sha}
 }
 
 // Name returns the script's name, as used in errors.
@@ -119,7 +118,8 @@ func (s *Script) Source() string { return s.src }
 // script that takes any number (the caller says how many).
 func (s *Script) KeyCount() int { return s.keyCount }
 
-// Do runs the script on c with keys and then values in keysAndArgs, waiting
+// Do runs the script (one that takes a fixed number of keys) on c with
+// keys and then values in keysAndArgs, waiting
 // at most timeout for the reply (the EVAL fallback gets what is left of
 // it); timeout 0 leaves both to the connection's own read timeout.
 // c must support redis.ConnWithTimeout.
@@ -146,32 +146,17 @@ func (s *Script) DoKeys(c redis.Conn, timeout time.Duration, nkeys int, keysAndA
 	return redis.DoWithTimeout(c, left, "EVAL", args...)
 }
 
-// Args returns the arguments of EVALSHA for keysAndArgs.
-func (s *Script) Args(keysAndArgs ...any) []any {
-	return s.AppendArgs(make([]any, 0, 2+len(keysAndArgs)), keysAndArgs...)
-}
-
-// AppendArgs is Args appending to dst.
-func (s *Script) AppendArgs(dst []any, keysAndArgs ...any) []any {
-	dst = append(dst, s.shaArg, s.keyCountArg)
-	return append(dst, keysAndArgs...)
-}
-
-// AppendArgsKeys is AppendArgs for a script that takes any number of
-// keys: the first nkeys of keysAndArgs are keys.
+// AppendArgsKeys appends EVALSHA's arguments to dst: the script's hash,
+// nkeys, then keysAndArgs, whose first nkeys are keys.
 func (s *Script) AppendArgsKeys(dst []any, nkeys int, keysAndArgs ...any) []any {
 	dst = append(dst, s.shaArg, nkeys)
 	return append(dst, keysAndArgs...)
 }
 
-// PrefixArgs writes EVALSHA's two leading arguments (the hash and the key
-// count, nkeys for a script that takes any number) into the first two
-// slots of args, which must have them free.
+// PrefixArgs writes EVALSHA's two leading arguments (the hash and nkeys)
+// into the first two slots of args, which must have them free.
 func (s *Script) PrefixArgs(args []any, nkeys int) {
-	args[0], args[1] = s.shaArg, s.keyCountArg
-	if s.keyCount < 0 {
-		args[1] = nkeys
-	}
+	args[0], args[1] = s.shaArg, nkeys
 }
 
 // Load puts the script into the master's script cache.
