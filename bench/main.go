@@ -26,18 +26,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 func main() {
 	log.SetFlags(0)
-	mastersFlag := flag.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
+	mastersFlag := flag.String("masters", os.Getenv(masters.Env), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
 	workloads := flag.String("workloads", "sequential,parallel,scale,handoff,degraded,allocs", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
 	flag.Parse()
 
-	addrs := splitNonEmpty(*mastersFlag)
+	addrs := masters.Split(*mastersFlag)
 	var servers []*redistest.Server
 	if len(addrs) == 0 {
 		var stop func()
@@ -58,7 +59,7 @@ func main() {
 	defer env.close()
 
 	var report strings.Builder
-	for _, name := range splitNonEmpty(*workloads) {
+	for _, name := range masters.Split(*workloads) {
 		w, ok := registry[name]
 		if !ok {
 			log.Fatalf("bench: unknown workload %q (have %s)", name, strings.Join(workloadNames(), ", "))
@@ -106,16 +107,6 @@ func workloadNames() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-func splitNonEmpty(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // document wraps the tables with the command and the machine.

@@ -21,13 +21,13 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func main() {
 	log.SetFlags(0)
-	if env := os.Getenv("REDLOCK_MASTERS"); env != "" {
-		addrs := strings.Split(env, ",")
+	if addrs := masters.FromEnv(); len(addrs) > 0 {
 		c, err := redlock.NewFromAddrs(addrs)
 		if err != nil {
 			log.Fatal(err)

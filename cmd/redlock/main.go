@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("redlock", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	masters := fs.String("masters", os.Getenv("REDLOCK_MASTERS"), "comma-separated masters")
+	mastersFlag := fs.String("masters", os.Getenv(masters.Env), "comma-separated masters")
 	timeout := fs.Duration("timeout", redlock.DefaultTimeout, "per-master timeout")
 	tlsCA := fs.String("tls-ca", "", "TLS: the CA bundle (PEM) the masters' certificates must chain to; turns TLS on")
 	tlsCert := fs.String("tls-cert", "", "TLS: a client certificate (PEM), with --tls-key")
@@ -112,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
-	addrs := splitList(*masters)
+	addrs := masters.Split(*mastersFlag)
 	if len(addrs) == 0 {
 		fmt.Fprintln(stderr, "redlock: no masters: give --masters or set REDLOCK_MASTERS (comma-separated host:port or redis:// URLs)")
 		return exitUsage
@@ -179,16 +180,6 @@ func (e *env) close() {
 	for _, p := range e.pools {
 		p.Close()
 	}
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // failCode maps a lock error to an exit code.

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -37,7 +38,7 @@ func main() {
 		log.Printf("fencedstore: serving on http://%s", *serve)
 		log.Fatal(http.ListenAndServe(*serve, NewStore().Handler()))
 	}
-	addrs := splitAddrs(os.Getenv("REDLOCK_MASTERS"))
+	addrs := masters.FromEnv()
 	if len(addrs) == 0 {
 		var stop func()
 		var err error
@@ -50,16 +51,6 @@ func main() {
 	if err := scenario(context.Background(), os.Stdout, addrs); err != nil {
 		log.Fatal(err)
 	}
-}
-
-func splitAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // scenario replays Kleppmann's pause against a store served on a local

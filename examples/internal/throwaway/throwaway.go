@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 
+	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -15,11 +15,10 @@ import (
 // from the variable dataEnv; when either is unset it starts three lock
 // masters and a data Redis on 127.0.0.1, which stop removes. It ends the
 // program with what to install when redis-server is missing.
-func Masters(dataEnv string) (masters []string, data string, stop func()) {
-	masters = split(os.Getenv("REDLOCK_MASTERS"))
-	data = os.Getenv(dataEnv)
-	if len(masters) > 0 && data != "" {
-		return masters, data, func() {}
+func Masters(dataEnv string) (lock []string, data string, stop func()) {
+	lock, data = masters.FromEnv(), os.Getenv(dataEnv)
+	if len(lock) > 0 && data != "" {
+		return lock, data, func() {}
 	}
 	fmt.Println("starting 3 throwaway lock masters and a data Redis on 127.0.0.1 ...")
 	addrs, stop, err := redistest.Launch(4)
@@ -27,14 +26,4 @@ func Masters(dataEnv string) (masters []string, data string, stop func()) {
 		log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
 	}
 	return addrs[:3], addrs[3], stop
-}
-
-func split(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
 }
