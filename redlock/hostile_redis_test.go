@@ -187,26 +187,16 @@ func TestHostileInput_unexpectedReplies(t *testing.T) {
 		"replica": replica.Addr(), "full master": full.Addr(), "proxy": proxy,
 	} {
 		addrs := []string{good[0].Addr(), good[1].Addr(), bad}
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout), redlock.WithPipelining(!pooled))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := c.Acquire(ctx, "k")
+		l, err := addrClient(t, addrs).Acquire(ctx, "k")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("%s: release: %v", name, err)
 		}
-		c.Close()
 		// With only the bad master and one good one, no quorum: the
 		// error names what the bad one said.
-		c3, err := redlock.NewFromAddrs([]string{good[0].Addr(), bad}, redlock.WithTimeout(realTimeout), redlock.WithPipelining(!pooled))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c3.TryAcquire(ctx, "k2")
-		c3.Close()
+		_, err = addrClient(t, []string{good[0].Addr(), bad}).TryAcquire(ctx, "k2")
 		want := map[string]string{"replica": "READONLY", "full master": "OOM", "proxy": "unexpected reply"}[name]
 		if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%s: err = %v, want %q naming %s", name, err, want, bad)

@@ -46,16 +46,34 @@ var pooled = os.Getenv("QUORUMLOCK_TEST_POOLED") == "1"
 
 func (rs *realSet) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	opts = append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...)
-	if pooled {
-		opts = append(opts, redlock.WithPipelining(false))
-	}
-	c, err := redlock.New(rs.pools, opts...)
+	c, err := redlock.New(rs.pools, testOptions(opts)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// addrClient is realSet.client for masters given by address or URL
+// (NewFromAddrs).
+func addrClient(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.NewFromAddrs(addrs, testOptions(opts)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testOptions adds the tests' per-master timeout and, with
+// QUORUMLOCK_TEST_POOLED=1, the pooled path to opts.
+func testOptions(opts []redlock.Option) []redlock.Option {
+	opts = append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...)
+	if pooled {
+		opts = append(opts, redlock.WithPipelining(false))
+	}
+	return opts
 }
 
 // values returns what each master holds at key ("" when absent).

@@ -27,15 +27,7 @@ func TestRedis_TLSMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []redlock.Option{redlock.WithTimeout(realTimeout), redlock.WithPoolOptions(pool.WithTLS(cfg))}
-	if pooled {
-		opts = append(opts, redlock.WithPipelining(false))
-	}
-	c, err := redlock.NewFromAddrs(urls, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := addrClient(t, urls, redlock.WithPoolOptions(pool.WithTLS(cfg)))
 	ctx := ctxT(t)
 	l, err := c.Acquire(ctx, "k", redlock.WithFencing())
 	if err != nil {
@@ -66,12 +58,7 @@ func TestRedis_TLSMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout), redlock.WithPoolOptions(pool.WithTLS(badCfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bad.Close()
-	_, err = bad.TryAcquire(ctx, "k")
+	_, err = addrClient(t, urls, redlock.WithPoolOptions(pool.WithTLS(badCfg))).TryAcquire(ctx, "k")
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || qe.Succeeded != 0 || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Fatalf("wrong CA: %v", err)
@@ -111,15 +98,7 @@ func TestRedis_MinimalACLIsEnoughForEveryKind(t *testing.T) {
 	forN1N5(t, func(t *testing.T, n int) {
 		servers := redistest.Start(t, n)
 		urls := aclUser(t, servers, "locker", minimalACL)
-		opts := []redlock.Option{redlock.WithTimeout(realTimeout)}
-		if pooled {
-			opts = append(opts, redlock.WithPipelining(false))
-		}
-		c, err := redlock.NewFromAddrs(urls, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := addrClient(t, urls)
 		ctx := ctxT(t)
 		step := func(what string, err error) {
 			t.Helper()
@@ -170,27 +149,17 @@ func TestRedis_ACLRefusalNamesTheCommand(t *testing.T) {
 		{"+publish", "publish", "the release script runs PUBLISH there: the ACL user needs +publish"},
 	} {
 		urls := aclUser(t, servers, "limited", strings.Replace(minimalACL, " "+tc.drop+" ", " ", 1))
-		c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout), redlock.WithPipelining(!pooled))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := c.TryAcquire(ctx, "lock:x")
+		l, err := addrClient(t, urls).TryAcquire(ctx, "lock:x")
 		if tc.cmd == "publish" && err == nil {
 			err = l.Release(ctx) // the release script publishes
 		}
-		c.Close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("without %s: err = %v, want %q", tc.drop, err, tc.want)
 		}
 	}
 	// Keys outside the user's patterns are refused too, by name.
 	urls := aclUser(t, servers, "locker", minimalACL)
-	c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(realTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.TryAcquire(ctx, "other:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := addrClient(t, urls).TryAcquire(ctx, "other:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a key outside ~lock:*: %v", err)
 	}
 }
@@ -218,12 +187,7 @@ func TestRedis_CredentialsNeverShow(t *testing.T) {
 		wrongURLs = append(wrongURLs, "redis://app:wrong-"+secret+"@"+s.Addr())
 		goodURLs = append(goodURLs, "redis://app:"+secret+"@"+s.Addr())
 	}
-	c, err := redlock.NewFromAddrs(wrongURLs, redlock.WithTimeout(realTimeout), redlock.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.TryAcquire(ctx0(t), "k")
-	c.Close()
+	_, err := addrClient(t, wrongURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("wrong password: %v", err)
 	}
@@ -246,12 +210,7 @@ func TestRedis_CredentialsNeverShow(t *testing.T) {
 	defer p.Close()
 	check("String()", p.String()+fmt.Sprint(p)+fmt.Sprintf("%+v", p))
 	servers[1].Kill()
-	c, err = redlock.NewFromAddrs(goodURLs, redlock.WithTimeout(realTimeout), redlock.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.TryAcquire(ctx0(t), "k")
+	l, err := addrClient(t, goodURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
