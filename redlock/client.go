@@ -313,7 +313,6 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 // lock's token is its owner); sh.fair, when not nil, is the waiter's place
 // in the key's queue.
 func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh shape) (*Lock, *round, error) {
-	fair := sh.fair
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
@@ -321,10 +320,8 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	}
 	token := sh.token()
 	start := c.clock.Now()
-	var fence *fencing
 	if lc.fencing {
-		fence = &fencing{counter: FenceKey(key)}
-		sh.fence = fence
+		sh.fence = &fencing{counter: FenceKey(key)}
 	}
 	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, sh)
 	if err != nil {
@@ -336,7 +333,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	// fence commit's.
 	var failed *QuorumError
 	var token64 uint64
-	if fence != nil && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
+	if lc.fencing && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		ct, cr, ft, err := c.commitFence(ctx, r, &t, ttl)
 		if err != nil {
 			r.decide(true)
@@ -352,8 +349,6 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 && failed == nil {
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
-		l.fair = fair
-		l.v = sh.v
 		l.fence = token64
 		if lc.auto {
 			l.startMonitor()

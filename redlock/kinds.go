@@ -77,7 +77,9 @@ func (sh shape) withCount(n int64) shape {
 	return sh
 }
 
-func (l *Lock) shape() shape { return shape{fair: l.fair, v: l.v} }
+// shape is what the lock's later rounds send: its acquisition's kind and
+// queue (not its fencing, which only the acquisition commits).
+func (l *Lock) shape() shape { return shape{fair: l.acq.fair, v: l.acq.v} }
 
 func (v *variant) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
 	key, tok := r.key, r.token
@@ -224,8 +226,8 @@ func (c *Client) checkMultiKeys(ks []string) error {
 
 // Keys returns the locked keys: one, or those of AcquireMulti.
 func (l *Lock) Keys() []string {
-	if l.v != nil && l.v.kind == kindMulti {
-		return append([]string(nil), l.v.keys...)
+	if v := l.acq.v; v != nil && v.kind == kindMulti {
+		return append([]string(nil), v.keys...)
 	}
 	return []string{l.key}
 }

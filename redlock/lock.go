@@ -20,9 +20,7 @@ type Lock struct {
 
 	acq        *round        // the acquisition, which extensions and the release follow
 	chain      *round        // a reentrant lock's latest count round, which later rounds follow
-	fair       *fairness     // nil for a plain lock
 	fence      uint64        // the fencing token; 0 without WithFencing
-	v          *variant      // nil for a plain lock
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
