@@ -205,6 +205,7 @@ func (c *Client) checkMultiKeys(ks []string) error {
 		return fmt.Errorf("%w: no keys", ErrInvalid)
 	}
 	seen := make(map[string]bool, len(ks))
+	slot := keys.Slot(ks[0])
 	for i, k := range ks {
 		if k == "" {
 			return fmt.Errorf("%w: key %d is empty", ErrInvalid, i)
@@ -214,10 +215,10 @@ func (c *Client) checkMultiKeys(ks []string) error {
 		}
 		seen[k] = true
 		if c.clusterSlots {
-			if a, b := keys.Slot(ks[0]), keys.Slot(k); a != b {
+			if b := keys.Slot(k); b != slot {
 				return fmt.Errorf("%w: keys %q (hash slot %d) and %q (hash slot %d) are in different Redis Cluster slots, "+
 					"and one script cannot touch both: give them a common hash tag, such as {order:7}:items and {order:7}:payment",
-					ErrInvalid, ks[0], a, k, b)
+					ErrInvalid, ks[0], slot, k, b)
 			}
 		}
 	}

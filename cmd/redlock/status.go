@@ -52,10 +52,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string) int {
 		fmt.Fprintln(tw, verdict)
 	}
 	tw.Flush()
-	if code != exitOK && len(e.pools) > 0 {
-		return code
-	}
-	return exitOK
+	return code
 }
 
 type status struct {
