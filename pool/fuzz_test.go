@@ -26,7 +26,9 @@ func FuzzParseURL(f *testing.F) {
 			if !errors.Is(err, pool.ErrBadURL) {
 				t.Fatalf("ParseURL(%q): %v does not match ErrBadURL", raw, err)
 			}
-			if pw := password(raw); len(pw) >= 6 && strings.Contains(err.Error(), pw) {
+			// (A password that also appears elsewhere in the input, in
+			// the scheme or host, may show through that part.)
+			if pw := password(raw); len(pw) >= 6 && strings.Count(raw, pw) == 1 && strings.Contains(err.Error(), pw) {
 				t.Fatalf("ParseURL(%q): the error shows the password: %v", raw, err)
 			}
 			return
@@ -41,7 +43,10 @@ func FuzzParseURL(f *testing.F) {
 // parser takes, or, for input it rejects, the text between the user's
 // colon and the last '@'.
 func password(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User == nil {
+			return "" // an '@' in the path is no password
+		}
 		pw, _ := u.User.Password()
 		return pw
 	}
