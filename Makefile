@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit integration race lint vet fmt bench bench-peers demo deps redis-image clean-containers fuzz
+.PHONY: all test unit integration race lint vet fmt tidy bench bench-peers demo deps redis-image clean-containers fuzz
 
 all: lint test
 
@@ -50,8 +50,11 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet (the library and the bench/ module) and gofmt
-lint: vet fmt
+## lint: go vet (the library and the bench/ module), gofmt, and go.mod/go.sum tidy in both modules
+lint: vet fmt tidy
+tidy:
+	$(GO) mod tidy -diff
+	cd bench && $(GO) mod tidy -diff
 vet:
 	$(GO) vet $(PKGS)
 	cd bench && $(GO) vet ./...
@@ -66,10 +69,12 @@ bench: deps
 demo: deps redis-image
 	$(GO) run ./cmd/demo
 
-## fuzz: each fuzzer for FUZZTIME (URL parsing, reply decoding, ACL error explanation, companion keys)
+## fuzz: each fuzzer for FUZZTIME (URL parsing, the RESP framing guard, reply decoding, ACL error explanation, companion keys)
 FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) ./pool
+	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(FUZZTIME) ./pool
+	$(GO) test -run '^$$' -fuzz '^FuzzGuardDifferential$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./redlock
 	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/scripts
 	$(GO) test -run '^$$' -fuzz '^FuzzCompanion$$' -fuzztime $(FUZZTIME) ./internal/keys

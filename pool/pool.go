@@ -6,6 +6,24 @@
 // monitor. New and NewFromURL build a pool with settings suited to locking:
 // bounded dials, reads and writes, a health check of connections that sat
 // idle, and an address that errors can name without naming credentials.
+// Every connection they make reads through a guard (GuardConn) that checks
+// the RESP framing and Limits before redigo's parser trusts a length, so a
+// hostile master costs a broken connection, never a crash or gigabytes.
+//
+// What a pool can do beyond Pool it says through small exported interfaces,
+// which the redlock client finds with a type assertion, so that a pool that
+// wraps another passes an ability on by implementing the method too:
+// Addresser (the master's address, for errors), Redactor (credentials kept
+// out of errors) and Dialer (connections of its own, for pipelining). A
+// *redis.Pool pipelines through its DialContext or Dial field, with the
+// caller's dial settings.
+//
+// The connections of a *redis.Pool of the caller's own are not guarded: the
+// redlock client does not own them. Its reader goroutines recover a panic
+// of redigo's parser (a failed master, redlock.ErrPanic), but no recover
+// stops a stack overflow, nor a panic on a goroutine redigo starts itself.
+// To guard them, dial through GuardConn with redis.DialContextFunc (see
+// the example of GuardConn).
 package pool
 
 import (
@@ -15,6 +33,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -37,11 +56,30 @@ type Addresser interface {
 	Addr() string
 }
 
+// Dialer is implemented by pools that can make a connection of their own to
+// their master, outside the pool: not counted against the pool's limits,
+// not given back to it, closed by the caller. The redlock client looks for
+// it to pipeline: it keeps one such connection per master for the commands
+// of all its goroutines, and one more while waiters wait for a release. A
+// *RedisPool implements it; a *redis.Pool does not, but the redlock client
+// dials through its DialContext (or Dial) field instead. A pool that wraps
+// a RedisPool (for metrics, say) passes the ability on by implementing Dial
+// too; without it, the redlock client borrows a pooled connection for each
+// command.
+//
+// Dial must honour ctx while it dials, and the connection it returns must
+// support redis.ConnWithTimeout. Implementations must be safe for
+// concurrent use.
+type Dialer interface {
+	Dial(ctx context.Context) (redis.Conn, error)
+}
+
 // Compile-time checks that both pool types fit the interfaces.
 var (
 	_ Pool      = (*redis.Pool)(nil)
 	_ Pool      = (*RedisPool)(nil)
 	_ Addresser = (*RedisPool)(nil)
+	_ Dialer    = (*RedisPool)(nil)
 )
 
 // Defaults used by New and NewFromURL.
@@ -62,6 +100,8 @@ type RedisPool struct {
 	db   int
 	tls  bool
 	pool redis.Pool
+
+	secrets *redactor // the credentials, kept out of errors
 }
 
 // Option configures a RedisPool made by New or NewFromURL.
@@ -80,6 +120,7 @@ type options struct {
 	db               int
 	useTLS           bool
 	tlsConfig        *tls.Config // nil: the defaults
+	limits           Limits
 	dialOptions      []redis.DialOption
 }
 
@@ -125,15 +166,29 @@ func WithAuth(username, password string) Option {
 // WithDB selects a database on every connection. The default is 0.
 func WithDB(db int) Option { return func(o *options) { o.db = db } }
 
+// WithLimits bounds what one reply from the master may be (see Limits);
+// zero fields keep their defaults.
+func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
+
 // WithDialOptions adds redigo dial options, applied after the pool's own
-// (for example redis.DialTLSConfig).
+// (for example redis.DialClientName). The pool dials and speaks TLS itself,
+// so that it can guard every connection (see GuardConn): redigo's TLS
+// options (redis.DialUseTLS, redis.DialTLSConfig) have no place here — use
+// WithTLS — and a redis.DialContextFunc here would replace the guarded dial.
 func WithDialOptions(opts ...redis.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }
 
 // New returns a pool of connections to the master at addr ("host:port").
 // It does not connect: the first connection is dialed when first needed.
+//
+// An address with '@' in it (credentials given the way a URL gives them)
+// is refused without being quoted: give credentials with WithAuth, or use
+// NewFromURL.
 func New(addr string, opts ...Option) (*RedisPool, error) {
+	if strings.Contains(addr, "@") {
+		return nil, errors.New("pool: an address must be host:port, and this one has '@' in it (not quoted here, in case it holds a password): give credentials with WithAuth, or write a redis:// URL")
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("pool: address %q is not host:port: %w", addr, err)
@@ -171,11 +226,13 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 		return nil, fmt.Errorf("pool: %s: a username needs a password", addr)
 	}
 
+	// The pool dials, and speaks TLS, itself: the guard must read what
+	// the master sends in the clear, and the handshake must be bounded by
+	// the dial's context.
 	dialOpts := []redis.DialOption{
-		redis.DialConnectTimeout(o.connectTimeout),
 		redis.DialReadTimeout(o.readTimeout),
 		redis.DialWriteTimeout(o.writeTimeout),
-		redis.DialTLSHandshakeTimeout(o.connectTimeout),
+		redis.DialContextFunc(guardedDial(o.useTLS, o.tlsConfig, o.limits)),
 	}
 	if o.password != "" {
 		dialOpts = append(dialOpts, redis.DialUsername(o.username), redis.DialPassword(o.password))
@@ -183,16 +240,10 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 	if o.db != 0 {
 		dialOpts = append(dialOpts, redis.DialDatabase(o.db))
 	}
-	if o.useTLS {
-		dialOpts = append(dialOpts, redis.DialUseTLS(true))
-		if o.tlsConfig != nil {
-			// redigo copies it and fills in ServerName from addr when empty.
-			dialOpts = append(dialOpts, redis.DialTLSConfig(o.tlsConfig))
-		}
-	}
 	dialOpts = append(dialOpts, o.dialOptions...)
+	secrets := newRedactor(o.username, o.password)
 
-	p := &RedisPool{addr: addr, db: o.db, tls: o.useTLS}
+	p := &RedisPool{addr: addr, db: o.db, tls: o.useTLS, secrets: secrets}
 	connectTimeout := o.connectTimeout
 	healthAfter := o.healthCheckAfter
 	p.pool = redis.Pool{
@@ -205,7 +256,7 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 			defer cancel()
 			c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
 			if err != nil {
-				return nil, &DialError{Addr: addr, Err: err}
+				return nil, &DialError{Addr: addr, Err: secrets.redactError(err)}
 			}
 			return c, nil
 		},
@@ -240,7 +291,9 @@ func (p *RedisPool) GetContext(ctx context.Context) (redis.Conn, error) {
 }
 
 // Dial returns a new connection of its own, outside the pool, for uses
-// that keep a connection (a pub/sub subscription). The caller closes it.
+// that keep a connection (a pipelined connection, a pub/sub subscription),
+// dialed and guarded as the pool's own. The caller closes it. Dial makes
+// RedisPool a Dialer.
 func (p *RedisPool) Dial(ctx context.Context) (redis.Conn, error) {
 	return p.pool.DialContext(ctx)
 }

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestParseURL(t *testing.T) {
 		{url: "redis://h:99999", bad: "port"},
 		{url: "redis://h:", bad: "empty port"},
 		{url: "redis://:6379", bad: "host is empty"},
-		{url: "redis://h:1/x", bad: `database "x"`},
+		{url: "redis://h:1/x", bad: "database"},
 		{url: "redis://h:1/-1", bad: "database"},
 		{url: "redis://user@h:1", bad: "no password"},
 		{url: "redis://h:1?db=2", bad: "query"},
@@ -191,5 +192,51 @@ func TestRedisPool_hungMasterHonoursCtx(t *testing.T) {
 	// Far below the pool's 1s read timeout: the caller's bound won.
 	if el := time.Since(start); el > 900*time.Millisecond {
 		t.Errorf("took %v with a 100ms bound", el)
+	}
+}
+
+// Credentials typed in the wrong place are never quoted back.
+func TestNew_neverQuotesCredentials(t *testing.T) {
+	const secret = "Secret99pw"
+	for _, f := range []func() error{
+		func() error { _, err := pool.New("user:" + secret + "@127.0.0.1:6379"); return err },
+		func() error { _, err := pool.New(secret + "@127.0.0.1:6379"); return err },
+		func() error { _, err := pool.NewFromURL("redis://" + secret + "@127.0.0.1:6379"); return err },
+		func() error { _, err := pool.NewFromURL("redis://127.0.0.1:6379/" + secret); return err },
+		func() error { _, _, err := pool.ParseURL("redis://" + secret + "@127.0.0.1"); return err },
+	} {
+		err := f()
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error quotes the secret: %v", err)
+		}
+	}
+}
+
+// A master whose AUTH was renamed away quotes AUTH's arguments in its
+// error; the pool's error does not.
+func TestRedisPool_redactsEchoedCredentials(t *testing.T) {
+	const user, secret = "locker", "RealPw99"
+	srv := redistest.StartOne(t, redistest.WithArgs("--rename-command", "AUTH", ""))
+	p, err := pool.NewFromURL("redis://" + user + ":" + secret + "@" + srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = p.GetContext(context.Background())
+	var de *pool.DialError
+	var re redis.Error
+	if !errors.As(err, &de) || !errors.As(err, &re) || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("err = %v, want a DialError around the master's redis.Error", err)
+	}
+	for _, s := range []string{err.Error(), string(re), fmt.Sprintf("%#v %+v", err, err)} {
+		if strings.Contains(s, secret) || strings.Contains(s, "'"+user+"'") {
+			t.Errorf("the error shows the credentials: %s", s)
+		}
+	}
+	if got := p.Redact("x " + secret + " y " + user + " users"); got != "x [redacted] y [redacted] users" {
+		t.Errorf("Redact = %q", got)
 	}
 }

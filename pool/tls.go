@@ -1,10 +1,12 @@
 package pool
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 )
 
@@ -51,4 +53,40 @@ func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error)
 		return nil, errors.New("pool: TLS client certificate: give both the certificate and its key, or neither")
 	}
 	return cfg, nil
+}
+
+// guardedDial returns the dial function of a pool's connections: TCP,
+// then the TLS handshake when useTLS (bounded by the dial's context, as
+// the TCP connect is), then the guard around what carries the clear text.
+func guardedDial(useTLS bool, cfg *tls.Config, l Limits) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if useTLS {
+			var tc *tls.Config
+			if cfg != nil {
+				tc = cfg.Clone()
+			} else {
+				tc = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			if tc.ServerName == "" {
+				host, _, err := net.SplitHostPort(addr)
+				if err != nil {
+					c.Close()
+					return nil, err
+				}
+				tc.ServerName = host
+			}
+			conn := tls.Client(c, tc)
+			if err := conn.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			c = conn
+		}
+		return GuardConn(c, l), nil
+	}
 }

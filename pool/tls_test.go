@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -130,5 +131,28 @@ func TestTLSFiles_badInput(t *testing.T) {
 		if err := f(); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// A TLS master that never answers the handshake: the dial ends with the
+// caller's context, not after the pool's connect timeout.
+func TestTLS_handshakeHonoursCtx(t *testing.T) {
+	addr := hostile.Silent(t)
+	p, err := pool.New(addr, pool.WithTLS(nil), pool.WithConnectTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = p.GetContext(ctx)
+	el := time.Since(start)
+	var de *pool.DialError
+	if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want a DialError matching context.DeadlineExceeded", err)
+	}
+	if el > 2*time.Second {
+		t.Errorf("the dial took %v with a 200ms context", el)
 	}
 }

@@ -38,15 +38,26 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 	if !strings.Contains(rawURL, "://") {
 		return "", nil, bad("no scheme: want redis://host:port or rediss://host:port")
 	}
+	// Text before the last '@' may be user information: a password with
+	// '/', '?' or '#' not escaped ends the authority early and the parser
+	// takes part of it for the port, and a '%' in it makes the parser
+	// quote the escape. With an '@', neither the parser's reason nor a
+	// host or port is quoted.
+	userInfo := strings.LastIndex(rawURL, "@") > strings.Index(rawURL, "://")
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Error repeats the whole URL, password included: keep only
-		// the reason.
+		if userInfo {
+			return "", nil, bad("not a valid URL (not quoted, in case it holds a password; escape '%%', '/', '?', '#' and '@' in credentials)")
+		}
+		// url.Error repeats the whole URL: keep only the reason.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return "", nil, bad("%v", redact(err.Error(), rawURL))
+		return "", nil, bad("%v", err)
+	}
+	if userInfo && u.User == nil {
+		return "", nil, bad("'@' after the host (a password with '/', '?' or '#' not escaped as %%2F, %%3F, %%23?); not quoted")
 	}
 	var o options
 	switch u.Scheme {
@@ -72,7 +83,8 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 		o.username = u.User.Username()
 		pw, ok := u.User.Password()
 		if !ok || pw == "" {
-			return "", nil, bad("user %q has no password (write redis://user:password@host or redis://:password@host)", o.username)
+			// Not quoted: in redis://secret@host the "user" is a password.
+			return "", nil, bad("the user has no password (write redis://user:password@host or redis://:password@host)")
 		}
 		o.password = pw
 	}
@@ -81,7 +93,9 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 	default:
 		db, err := strconv.Atoi(path)
 		if err != nil || db < 0 {
-			return "", nil, bad("database %q is not a number >= 0", path)
+			// Not quoted: in redis://host/secret the "database" is a
+			// password in the wrong place.
+			return "", nil, bad("the database (the path after host:port) is not a number >= 0")
 		}
 		o.db = db
 	}
@@ -94,29 +108,4 @@ func ParseURL(rawURL string) (addr string, opts []Option, err error) {
 		dst.useTLS = dst.useTLS || o.useTLS
 	}}
 	return addr, opts, nil
-}
-
-// redact removes the URL's user information from msg, in case a parser
-// quoted part of it.
-func redact(msg, rawURL string) string {
-	at := strings.LastIndex(rawURL, "@")
-	if at < 0 {
-		return msg
-	}
-	start := strings.Index(rawURL, "://")
-	if start < 0 {
-		start = 0
-	} else {
-		start += 3
-	}
-	if start >= at {
-		return msg
-	}
-	info := rawURL[start:at]
-	if i := strings.Index(info, ":"); i >= 0 {
-		if pw := info[i+1:]; pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	return msg
 }

@@ -29,6 +29,20 @@ type report struct {
 	warnings  []string
 }
 
+// redact removes the pool's credentials from what the master sent (a
+// hostile master can echo them anywhere).
+func (r *report) redact(p *pool.RedisPool) {
+	r.err = p.RedactError(r.err)
+	for _, s := range []*string{&r.version, &r.role, &r.aof, &r.fsync, &r.policy, &r.configErr} {
+		*s = p.Redact(*s)
+	}
+	for _, list := range [][]string{r.problems, r.warnings} {
+		for i := range list {
+			list[i] = p.Redact(list[i])
+		}
+	}
+}
+
 func (r *report) verdict() string {
 	switch {
 	case r.err != nil:
@@ -50,6 +64,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) int {
 	code := exitOK
 	for _, p := range e.pools {
 		r := examine(ctx, p, e.timeout)
+		r.redact(p)
 		fmt.Fprintf(e.stdout, "%s\n", r.addr)
 		if r.err == nil {
 			fmt.Fprintf(e.stdout, "  version %s, role %s, round trip %v, clock offset %v\n",
@@ -102,7 +117,7 @@ func examine(ctx context.Context, p *pool.RedisPool, timeout time.Duration) *rep
 		r.version = infoField(info, "redis_version")
 	}
 	if info, err := redis.String(do("INFO", "replication")); err == nil {
-		r.role = infoField(info, "role")
+		r.role = p.Redact(infoField(info, "role")) // before %q escapes a secret past redaction
 	}
 	if r.role != "master" {
 		r.problems = append(r.problems, fmt.Sprintf("role is %q: a replica cannot be a lock master (writes fail, and a failover loses locks); point at a primary", r.role))

@@ -30,6 +30,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string) int {
 		up := 0
 		for _, p := range e.pools {
 			st, err := keyStatus(ctx, p, key, e.timeout)
+			st, err = st.redacted(p), p.RedactError(err)
 			if err != nil {
 				fmt.Fprintf(tw, "  %s\tno: %v\t\t\t\t\t\n", p.Addr(), err)
 				code = exitUnavailable
@@ -61,6 +62,13 @@ type status struct {
 	holder string
 	ttl    string
 	fence  string
+}
+
+// redacted returns st with the pool's credentials removed from what the
+// master sent (a hostile master can echo them anywhere).
+func (st status) redacted(p *pool.RedisPool) status {
+	st.kind, st.holder, st.ttl, st.fence = p.Redact(st.kind), p.Redact(st.holder), p.Redact(st.ttl), p.Redact(st.fence)
+	return st
 }
 
 func orDash(s string) string {
@@ -105,13 +113,17 @@ func keyStatus(ctx context.Context, p *pool.RedisPool, key string, timeout time.
 		if err != nil {
 			return st, err
 		}
-		st.holder = short(tok)
+		st.holder = short(p.Redact(tok)) // before short cuts a secret to a prefix
 	case "hash":
 		fields, err := redis.StringMap(do("HGETALL", key))
 		if err != nil {
 			return st, err
 		}
-		st.kind, st.holder = describeHash(fields)
+		clean := make(map[string]string, len(fields))
+		for f, v := range fields {
+			clean[p.Redact(f)] = p.Redact(v)
+		}
+		st.kind, st.holder = describeHash(clean)
 	default:
 		st.kind = "not a lock (" + typ + ")"
 	}
