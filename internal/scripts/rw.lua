@@ -18,7 +18,9 @@
 --           delete the token's own entry, and announce it when the lock
 --           became free or a writer left; 1, or 0 if it had none.
 --   "leave" a writer that gives up withdraws its intent (ARGV[2] is its
---           id); 1, or 0.
+--           id) and, ARGV[3] a channel ("" or absent for none), announces
+--           it unless a writer holds the lock: the readers it turned away
+--           may enter; 1, or 0.
 local key, op, tok = KEYS[1], ARGV[1], ARGV[2]
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -108,6 +110,9 @@ elseif op == "leave" then
 	if intent == tok then
 		redis.call("HDEL", key, "intent", "intent:exp")
 		result = 1
+		if ARGV[3] and ARGV[3] ~= "" and not writer then
+			redis.call("PUBLISH", ARGV[3], string.sub(tok, 1, 8))
+		end
 	end
 end
 settle()
