@@ -2,8 +2,14 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
@@ -46,5 +52,87 @@ func benchAcquireRelease(b *testing.B, n int, pipelined bool) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkParallelOwnPools compares, in one run, 64 goroutines (at
+// GOMAXPROCS=2; 32 per P) locking keys of their own on N=5 masters through
+// NewFromAddrs and through plain *redis.Pool values of the user's own (one
+// per master, dialing with its own settings), which pipeline too; and the
+// same pools on the pooled path for reference. Compare their ns/op. The
+// per-master timeout is the tests' generous one, for all three alike: on a
+// loaded machine the default 50 ms fails calls.
+func BenchmarkParallelOwnPools(b *testing.B) {
+	const n = 5
+	servers := redistest.Start(b, n)
+	addrs := make([]string, n)
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	ownPools := func(b *testing.B) []pool.Pool {
+		pools := make([]pool.Pool, n)
+		for i, addr := range addrs {
+			p := &redis.Pool{MaxIdle: 128, DialContext: func(ctx context.Context) (redis.Conn, error) {
+				return redis.DialContext(ctx, "tcp", addr, redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
+			}}
+			b.Cleanup(func() { p.Close() })
+			pools[i] = p
+		}
+		return pools
+	}
+	timeout := redlock.WithTimeout(realTimeout)
+	var next atomic.Int64 // keys are never reused across runs
+	for _, tc := range []struct {
+		name string
+		make func(b *testing.B) (*redlock.Client, error)
+	}{
+		{"NewFromAddrs", func(b *testing.B) (*redlock.Client, error) { return redlock.NewFromAddrs(addrs, timeout) }},
+		{"redis.Pool", func(b *testing.B) (*redlock.Client, error) { return redlock.New(ownPools(b), timeout) }},
+		{"redis.Pool/pooled", func(b *testing.B) (*redlock.Client, error) {
+			return redlock.New(ownPools(b), timeout, redlock.WithPipelining(false))
+		}},
+	} {
+		b.Run(fmt.Sprintf("%s/N=%d", tc.name, n), func(b *testing.B) {
+			c, err := tc.make(b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			// Dial before the clock starts.
+			l, err := c.TryAcquire(ctx, "bench:own:warm")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			var failed atomic.Int64
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := fmt.Sprintf("bench:own:%d", next.Add(1))
+				for pb.Next() {
+					// A master that answers too late (the machine is
+					// loaded) fails a cycle, and may leave the key until
+					// its TTL: counted, and the goroutine moves on to a
+					// new key. Any other failure is fatal.
+					l, err := c.TryAcquire(ctx, key)
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					var qe *redlock.QuorumError
+					if errors.As(err, &qe) {
+						failed.Add(1)
+						key = fmt.Sprintf("bench:own:%d", next.Add(1))
+					} else if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(failed.Load())/float64(b.N), "failed/op")
+		})
 	}
 }

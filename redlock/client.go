@@ -19,8 +19,8 @@ import (
 // granted when a quorum of N/2+1 masters grant it; a single master (N=1)
 // runs through the same code.
 //
-// A Client is safe for concurrent use. Close it when done: Close waits for
-// the commands still in flight to masters that were slow to answer.
+// A Client is safe for concurrent use. Close it when done: Close gives the
+// commands still in flight at most one per-master timeout.
 type Client struct {
 	masters []master
 	addrs   []string
@@ -38,18 +38,21 @@ type Client struct {
 	closed     bool
 	closing    chan struct{}     // closed by Close: stops the locks' watchdogs
 	releasing  map[string]*round // per key, the newest release whose workers still run
+	chains     map[string]*round // per key and holder (chainID), its newest round whose workers still run
 	workers    sync.WaitGroup    // every goroutine that talks to a master
 	waker      *waker
 	muxes      []*mux                // per master with pipelining on; nil entries otherwise
 	allMux     bool                  // every master is pipelined: rounds need no goroutines
 	muxConns   map[*muxConn]struct{} // live pipelined connections, closed by Close
 	muxWorkers sync.WaitGroup        // their readers and writers
+	fin        finisher              // retries of releases and rollbacks that masters missed
 }
 
 type master struct {
 	index int
 	addr  string
 	pool  pool.Pool
+	dial  pool.Dialer // connections of its own (dialerOf); nil when the pool cannot
 }
 
 // New returns a client for the masters behind pools, one pool per master.
@@ -57,6 +60,14 @@ type master struct {
 // giving the same master twice would fake a quorum and is rejected, as are
 // an empty list and a nil pool. Masters are named in errors by the pool's
 // Addr method when it has one (pool.Addresser), else by their position.
+//
+// A pool that can dial a connection of its own (pool.Dialer, as a
+// pool.RedisPool does, or a *redis.Pool through its DialContext or Dial
+// field) is pipelined (WithPipelining): the client dials one connection to
+// the master for the commands of all its goroutines, and one more while
+// waiters wait, outside the pool (its MaxActive does not count them), and
+// Close closes them. The connections a *redis.Pool dials are not guarded
+// against hostile replies unless its dial function uses pool.GuardConn.
 func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -81,6 +92,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		closing:      make(chan struct{}),
 	}
 	c.waker = newWaker(c)
+	c.fin.init(len(pools))
 	c.muxConns = map[*muxConn]struct{}{}
 	c.muxes = make([]*mux, len(pools))
 	seen := make(map[any]int, len(pools))
@@ -103,13 +115,13 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.masters[i] = master{index: i, addr: addr, pool: p}
+		c.masters[i] = master{index: i, addr: addr, pool: p, dial: dialerOf(p)}
 		c.addrs[i] = addr
 	}
 	if cfg.pipelining {
 		c.allMux = true
 		for i := range c.masters {
-			if _, ok := c.masters[i].pool.(dialer); ok {
+			if c.masters[i].dial != nil {
 				c.muxes[i] = &mux{c: c, m: &c.masters[i]}
 			} else {
 				c.allMux = false
@@ -158,17 +170,56 @@ func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Masters returns the number of masters.
-func (c *Client) Masters() int { return len(c.masters) }
+// Masters returns the number of masters (0 for a Client New did not make).
+func (c *Client) Masters() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.masters)
+}
 
-// Quorum returns how many masters must agree: N/2+1.
-func (c *Client) Quorum() int { return c.quorum }
+// Quorum returns how many masters must agree: N/2+1 (0 for a Client New
+// did not make).
+func (c *Client) Quorum() int {
+	if c == nil {
+		return 0
+	}
+	return c.quorum
+}
 
-// Close waits for commands still in flight (each bounded by the per-master
-// timeout), stops the watchdogs of auto-extended locks (they count as lost,
-// with ErrClosed) and closes the pools NewFromAddrs made. Locks not
-// released before Close expire at their TTL. Close is idempotent.
+// valid rejects a nil Client and the zero value, which New did not make.
+func (c *Client) valid() error {
+	if c == nil || len(c.masters) == 0 {
+		return fmt.Errorf("%w: this Client was not made by New or NewFromAddrs", ErrInvalid)
+	}
+	return nil
+}
+
+// check rejects a Client New did not make and a nil context.
+func (c *Client) check(ctx context.Context) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	return checkCtx(ctx)
+}
+
+// Close stops new work, gives the commands still in flight at most one
+// per-master timeout to be answered, then fails what is still queued or
+// awaiting a reply on the pipelined connections with ErrClosed and closes
+// them; it does not wait for a slow master to answer a long queue. (On the
+// pooled path each command in flight is bounded by the timeout, a failed
+// acquisition's rollback by one more.) It ends the waits of Acquire calls
+// (they return an error matching ErrClosed), stops the watchdogs of
+// auto-extended locks (they count as lost, with ErrClosed) and closes the
+// pools NewFromAddrs made. Locks not released before Close expire at their
+// TTL, as do keys whose release or rollback a master missed and the client
+// was still retrying (docs/design.md, "Finishing what a master missed"):
+// Close drops those retries. Close is idempotent; on a Client that New
+// did not make it returns an error matching ErrInvalid.
 func (c *Client) Close() error {
+	if err := c.valid(); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -176,9 +227,17 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.waker.close()
-	// Commands in flight finish (each bounded) before the pipelined
-	// connections that carry them close.
-	c.workers.Wait()
+	idle := make(chan struct{})
+	go func() {
+		c.workers.Wait()
+		close(idle)
+	}()
+	grace := time.NewTimer(c.timeout)
+	select {
+	case <-idle:
+	case <-grace.C:
+	}
+	grace.Stop()
 	c.mu.Lock()
 	conns := make([]*muxConn, 0, len(c.muxConns))
 	for mc := range c.muxConns {
@@ -188,6 +247,7 @@ func (c *Client) Close() error {
 	for _, mc := range conns {
 		mc.fail(ErrClosed)
 	}
+	<-idle // what the connections carried is settled now
 	c.muxWorkers.Wait()
 	for _, p := range c.owned {
 		p.Close()
@@ -198,11 +258,13 @@ func (c *Client) Close() error {
 // Acquire takes the lock on key, retrying until it succeeds, ctx ends, or
 // the wait bound (WithWait; by default the TTL) is spent. Between attempts
 // it waits for the key's release to be announced by a master (see
-// docs/design.md), and at most a jittered exponential backoff. On failure the error matches ErrNotAcquired, and also
+// docs/design.md), and at most a jittered exponential backoff or, once
+// that is at its maximum and the announcements reach this client, a
+// fallback poll of at most 2 s. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	lc, err := c.lockConfig(key, opts)
@@ -219,7 +281,7 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 	var last *round // the latest attempt
 	defer func() {
 		if wt != nil {
-			wt.stop()
+			wt.stop(err == nil, sh.shared())
 		}
 		if sh.leaves() && err != nil && last != nil {
 			// Give the place in the queue (or the writer's intent) up now
@@ -242,12 +304,12 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 		if left <= 0 {
 			return nil, err
 		}
-		delay := min(backoff(lc.backoffMin, lc.backoffMax, attempt), left)
 		if wt == nil {
 			wt = c.waker.wait(sh.keys(key))
 		} else {
 			c.waker.revive()
 		}
+		delay := min(wt.delay(lc, attempt, sh.leaves(), err), left)
 		t := c.clock.NewTimer(delay)
 		select {
 		case <-t.C():
@@ -268,6 +330,10 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 					j.Stop()
 				}
 			}
+		case <-c.closing:
+			// The client is closing: the next attempt fails at once
+			// with ErrClosed, rather than after this timer.
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			var qe *QuorumError
@@ -280,17 +346,18 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 }
 
 // TryAcquire makes exactly one attempt to take the lock on key. On failure
-// the error matches ErrNotAcquired (see Acquire).
+// the error matches ErrNotAcquired (see Acquire); a fair waiter
+// (WithFair) leaves the queue again, as Acquire's does when it gives up.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
-	return l, err
+	lc.wait = 0 // one attempt; acquire's clean-up leaves the queue
+	return c.acquire(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
 }
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
@@ -336,7 +403,12 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	if lc.fencing && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
 		ct, cr, ft, err := c.commitFence(ctx, r, &t, ttl)
 		if err != nil {
+			// The commit could not start (the client is closing): undo
+			// the acquisition like any failed attempt.
 			r.decide(true)
+			if c.allMux {
+				r.rollbackPipelined(t.votes)
+			}
 			return nil, r, err
 		}
 		validity = ttl - c.clock.Since(start) - c.drift(ttl)
@@ -350,6 +422,11 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		l.fence = token64
+		if sh.v != nil && sh.v.kind != kindMulti {
+			// A reentrant or read-write acquisition sets the expiry of a
+			// hold that exists: late, it may shorten a later extension.
+			l.track(r, &t, ttl)
+		}
 		if lc.auto {
 			l.startMonitor()
 		}
@@ -357,10 +434,11 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	}
 	r.decide(true)
 	// Wait for the rollback on the masters that granted so far (one round
-	// trip), so that a failed attempt leaves no key where it was granted.
+	// trip), so that a failed attempt leaves no key where it was granted,
+	// but not past ctx: the rollback then goes on in the background.
 	// Masters that failed or have not answered yet roll back in the
 	// background, each right after its own SET, bounded by the per-master
-	// timeout.
+	// timeout (pipelined: by the connection's stall bound).
 	if c.allMux {
 		rolled := r.rollbackPipelined(t.votes)
 		if t.ctxErr == nil {
@@ -368,13 +446,19 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 			select {
 			case <-rolled:
 			case <-wait.C():
+			case <-ctx.Done():
 			}
 			wait.Stop()
 		}
 	} else if t.ctxErr == nil {
+	wait:
 		for i, v := range t.votes {
 			if v == voteYes {
-				<-r.done[i]
+				select {
+				case <-r.done[i]:
+				case <-ctx.Done():
+					break wait
+				}
 			}
 		}
 	}

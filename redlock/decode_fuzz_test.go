@@ -35,12 +35,13 @@ func FuzzDecode(f *testing.F) {
 			reply = []any{[]byte(s), n}
 		}
 		o := opKind(op % 8)
+		want := expect(op / 8 % 4) // including 0, which nothing fits
 		var err error
 		if e, ok := reply.(redis.Error); ok {
 			reply, err = nil, e
 		}
 		r := &round{counters: make([]uint64, 1)}
-		v, derr := r.decode(0, o, reply, err)
+		v, derr := r.decode(0, o, want, reply, err)
 		switch {
 		case v == voteFail && derr == nil:
 			t.Fatalf("decode(%v, %#v) failed without an error", o, reply)

@@ -18,7 +18,7 @@ import (
 // lost while fn ran. Use WithMaxHold to cap how long a stuck fn can keep
 // the lock. No goroutine or timer of Do outlives it.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return err
 	}
 	if fn == nil {

@@ -26,6 +26,16 @@
 // every grant across the quorum, for the protected resource to check
 // (package fence).
 //
+// # Connections
+//
+// New takes one pool per master (package pool; a *redis.Pool of one's own
+// fits as is) and NewFromAddrs makes them. By default a Client carries
+// the commands of all its goroutines to a master over one pipelined
+// connection, dialed outside the pool by the pool's Dial (pool.Dialer) or
+// a *redis.Pool's DialContext or Dial, with the caller's dial settings.
+// With WithPipelining(false), or a pool that cannot dial, each command
+// borrows a pooled connection.
+//
 // # Errors
 //
 // Failures are reported by errors matching the sentinels (ErrNotAcquired,

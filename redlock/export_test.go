@@ -1,17 +1,50 @@
 package redlock
 
+import "time"
+
 // Backoff exposes the retry delay for tests.
 var Backoff = backoff
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for
-// tests that check it stays bounded: in-flight releases tracked, keys
+// tests that check it stays bounded: in-flight releases and chained
+// rounds tracked, keys
 // with waiters, live pipelined connections.
 func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	c.mu.Lock()
-	releasing, muxConns = len(c.releasing), len(c.muxConns)
+	releasing, muxConns = len(c.releasing)+len(c.chains), len(c.muxConns)
 	c.mu.Unlock()
 	c.waker.mu.Lock()
 	waitedKeys = len(c.waker.waiters)
 	c.waker.mu.Unlock()
 	return releasing, waitedKeys, muxConns
+}
+
+// Finishing reports how many retries of releases and rollbacks that a
+// master missed are pending.
+func Finishing(c *Client) int {
+	c.fin.mu.Lock()
+	defer c.fin.mu.Unlock()
+	return c.fin.pending
+}
+
+// SetFinishBackoff sets the backoff between such retries.
+func SetFinishBackoff(c *Client, min, max time.Duration) {
+	c.fin.mu.Lock()
+	c.fin.min, c.fin.max = min, max
+	c.fin.mu.Unlock()
+}
+
+// SetFinishLimit sets how many such retries may be pending.
+func SetFinishLimit(c *Client, n int) {
+	c.fin.mu.Lock()
+	c.fin.limit = n
+	c.fin.mu.Unlock()
+}
+
+// FinishOwners reports how many reentrant owners' newest rounds the
+// finisher keeps.
+func FinishOwners(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fin.owners)
 }

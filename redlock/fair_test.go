@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -128,5 +129,74 @@ func TestRedis_FairWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	waitUntil(t, "the waiter left the queue", func() bool { return queueLen(t, rs, "k") == 1 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRedis_FairTryAcquirePollingWinsOnceFree(t *testing.T) {
+	rs := startReal(t, 3)
+	ctx := context.Background()
+	holder, poller := rs.client(t), rs.client(t)
+	l, err := holder.Acquire(ctx, "k", redlock.WithFair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now().Add(600 * time.Millisecond)
+	time.AfterFunc(time.Until(released), func() { _ = l.Release(ctx) })
+	tries, wins := 0, 0
+	var wonAt time.Time
+	for time.Since(released) < 3*time.Second && wins == 0 {
+		tries++
+		got, err := poller.TryAcquire(ctx, "k", redlock.WithFair())
+		if err == nil {
+			wins++
+			wonAt = time.Now()
+			if err := got.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if wins == 0 {
+		t.Fatalf("%d fair TryAcquire calls, none won in the 3s after the release; %d entries in the queue",
+			tries, queueLen(t, rs, "k"))
+	}
+	t.Logf("won at try %d, %v after the release", tries, wonAt.Sub(released).Round(time.Millisecond))
+	waitUntil(t, "the queue is empty", func() bool { return queueLen(t, rs, "k") == 0 })
+}
+
+func TestRedis_FairSingleAttemptLeavesTheQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		try  func(c *redlock.Client) error
+	}{
+		{"TryAcquire", func(c *redlock.Client) error {
+			_, err := c.TryAcquire(context.Background(), "k", redlock.WithFair())
+			return err
+		}},
+		{"Acquire WithWait(0)", func(c *redlock.Client) error {
+			_, err := c.Acquire(context.Background(), "k", redlock.WithFair(), redlock.WithWait(0))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := startReal(t, 3)
+			holder, other := rs.client(t), rs.client(t)
+			l, err := holder.Acquire(context.Background(), "k", redlock.WithFair())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.try(other); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("attempt on a held key = %v, want ErrNotAcquired", err)
+			}
+			// Only the holder's own entry is left.
+			waitUntil(t, "the waiter left the queue", func() bool { return queueLen(t, rs, "k") == 1 })
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

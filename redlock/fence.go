@@ -52,9 +52,15 @@ func FenceKey(key string) string { return companionKey(key, ":fence") }
 func WithFencing() LockOption { return func(c *lockConfig) { c.fencing = true } }
 
 // Fence returns the lock's fencing token, or 0 for a lock acquired
-// without WithFencing. Present it with every write to the protected
-// resource, which must refuse a token lower than the highest it has seen.
-func (l *Lock) Fence() uint64 { return l.fence }
+// without WithFencing (or a nil Lock). Present it with every write to the
+// protected resource, which must refuse a token lower than the highest it
+// has seen.
+func (l *Lock) Fence() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // commitFence raises the fencing counters to 1 + the largest counter among
 // the masters that granted acq, and reports the commit round's tally and

@@ -32,6 +32,7 @@ type variant struct {
 	kind     lockKind
 	owner    string   // reentrant: the owner, which is also the token
 	count    int64    // reentrant: the hold count to set
+	release  string   // reentrant, last release: the id it is announced by
 	writer   string   // write: the waiter's id, stable across its attempts
 	intentMS int64    // write: how long a waiting writer's intent lasts
 	keys     []string // multi: every key
@@ -59,6 +60,10 @@ func (sh shape) leaves() bool {
 	return sh.fair != nil || (sh.v != nil && sh.v.kind == kindWrite)
 }
 
+// shared reports whether others may hold the lock along with this one (a
+// reader): a waiter that gets it passes the wake-up on.
+func (sh shape) shared() bool { return sh.v != nil && sh.v.kind == kindRead }
+
 // keys returns the keys whose release a waiter waits for.
 func (sh shape) keys(key string) []string {
 	if sh.v != nil && sh.v.kind == kindMulti {
@@ -67,11 +72,16 @@ func (sh shape) keys(key string) []string {
 	return []string{key}
 }
 
-// withCount returns sh with a reentrant lock's count set to n.
+// withCount returns sh with a reentrant lock's count set to n; the last
+// release (n = 0) gets an id of its own to be announced by, since every
+// release of one owner has the same token.
 func (sh shape) withCount(n int64) shape {
 	if sh.v != nil && sh.v.kind == kindReentrant {
 		v := *sh.v
 		v.count = n
+		if n == 0 {
+			v.release = uuid.NewString()[:8]
+		}
 		sh.v = &v
 	}
 	return sh
@@ -95,7 +105,7 @@ func (v *variant) command(r *round, op opKind, dst []any) (*scripts.Script, stri
 			if v.count == 0 {
 				ch = wakeChannel(key)
 			}
-			return scripts.Reentrant, "", append(dst, key, "release", tok, v.count, ch)
+			return scripts.Reentrant, "", append(dst, key, "release", tok, v.count, ch, v.release)
 		default: // opRollback of a first hold: nothing was held before
 			return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "")
 		}
@@ -113,8 +123,8 @@ func (v *variant) command(r *round, op opKind, dst []any) (*scripts.Script, stri
 			return scripts.RW, "", append(dst, key, "release-"+mode, tok, wakeChannel(key))
 		case opRollback:
 			return scripts.RW, "", append(dst, key, "release-"+mode, tok, "")
-		default: // opLeave
-			return scripts.RW, "", append(dst, key, "leave", v.writer)
+		default: // opLeave, announced: readers the intent held back may enter
+			return scripts.RW, "", append(dst, key, "leave", v.writer, wakeChannel(key))
 		}
 	default: // kindMulti
 		for _, k := range v.keys {
@@ -155,7 +165,7 @@ func (c *Client) kindConfig(kind string, key string, opts []LockOption) (lockCon
 // extend its entry. The returned Lock behaves like any other: Extend,
 // Release, WithAutoExtend, Lost. Use the key only for read-write locks.
 func (c *Client) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	lc, err := c.kindConfig("read-write", key, opts)
@@ -168,7 +178,7 @@ func (c *Client) AcquireRead(ctx context.Context, key string, opts ...LockOption
 // AcquireWrite takes the write hold on key: no reader and no other writer
 // holds it meanwhile. See AcquireRead.
 func (c *Client) AcquireWrite(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	lc, err := c.kindConfig("read-write", key, opts)
@@ -187,7 +197,7 @@ func (c *Client) AcquireWrite(ctx context.Context, key string, opts ...LockOptio
 // them a common hash tag, such as {order:7}); keys that do not are
 // rejected. Lock.Keys returns them; Lock.Key the first.
 func (c *Client) AcquireMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.checkMultiKeys(keys); err != nil {
@@ -227,6 +237,9 @@ func (c *Client) checkMultiKeys(ks []string) error {
 
 // Keys returns the locked keys: one, or those of AcquireMulti.
 func (l *Lock) Keys() []string {
+	if l == nil || l.acq == nil {
+		return nil // no acquisition returned it
+	}
 	if v := l.acq.v; v != nil && v.kind == kindMulti {
 		return append([]string(nil), v.keys...)
 	}
@@ -257,6 +270,9 @@ type Reentrant struct {
 // ID must be used by one Reentrant at a time: two handles with the same
 // owner count their holds separately.
 func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
 	lc, err := c.kindConfig("reentrant", key, opts)
 	if err != nil {
 		return nil, err
@@ -267,14 +283,27 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 	return &Reentrant{c: c, key: key, owner: owner, lc: lc}, nil
 }
 
-// Key returns the locked key.
-func (r *Reentrant) Key() string { return r.key }
+// Key returns the locked key ("" for a nil Reentrant).
+func (r *Reentrant) Key() string {
+	if r == nil {
+		return ""
+	}
+	return r.key
+}
 
-// Owner returns the owner ID.
-func (r *Reentrant) Owner() string { return r.owner }
+// Owner returns the owner ID ("" for a nil Reentrant).
+func (r *Reentrant) Owner() string {
+	if r == nil {
+		return ""
+	}
+	return r.owner
+}
 
 // Count returns how many holds the owner has not released.
 func (r *Reentrant) Count() int64 {
+	if r == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.count
@@ -283,6 +312,9 @@ func (r *Reentrant) Count() int64 {
 // Lock returns the underlying lock while held (for Until, Lost, Err and
 // Extend), else nil.
 func (r *Reentrant) Lock() *Lock {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lock
@@ -291,22 +323,30 @@ func (r *Reentrant) Lock() *Lock {
 // Acquire takes the lock, or takes it once more when the owner holds it
 // already: then it succeeds at once (one round, no waiting), sets the
 // hold count on the masters and renews the lock's validity for its TTL.
-// The first hold waits like Client.Acquire.
+// Taking it again sets the TTL like Lock.Extend: when no quorum confirms
+// it in time the lock's validity may shrink, and it is lost (ErrLockLost)
+// when none is left. The first hold waits like Client.Acquire.
 func (r *Reentrant) Acquire(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var lim []time.Duration // the lost hold's expiry changes still in flight
 	if r.lock != nil {
 		if err := r.lock.Err(); err != nil {
 			// Lost: start over.
+			lim = r.lock.limitsBeforeNext()
 			r.lock, r.count = nil, 0
 		}
 	}
 	if r.lock == nil {
 		l, err := r.c.acquire(ctx, r.key, &r.lc, shape{v: &variant{kind: kindReentrant, owner: r.owner, count: 1}})
 		if err != nil {
+			return err
+		}
+		if err := l.inherit(lim); err != nil {
+			_ = l.Release(context.WithoutCancel(ctx))
 			return err
 		}
 		r.lock, r.count = l, 1
@@ -352,7 +392,8 @@ func (r *Reentrant) check(ctx context.Context) error {
 }
 
 // reenter takes a held reentrant lock once more: the masters set the
-// count to n and renew the TTL; with a quorum the validity is renewed.
+// count to n and renew the TTL; with a quorum in time the validity is
+// renewed, and without one it is limited as after a failed Extend.
 func (l *Lock) reenter(ctx context.Context, n int64) error {
 	return l.countRound(ctx, opAcquire, n, "acquire again")
 }
@@ -372,6 +413,10 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 	if err != nil {
 		return err
 	}
+	var lim []time.Duration
+	if op == opAcquire {
+		lim = l.limits()
+	}
 	// Counts are set, so the rounds must reach each master in order.
 	r, err := c.startRound(ctx, op, l.key, l.token, l.ttl, l.follow(), l.shape().withCount(n))
 	if err != nil {
@@ -381,18 +426,19 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 	t := c.collect(ctx, r)
 	r.decide(false) // nothing to undo: the lock stays held either way
 	now := c.clock.Now()
-	if t.ok(c.quorum) {
-		if op == opAcquire {
-			if newUntil := start.Add(l.ttl - c.drift(l.ttl)); now.Before(newUntil) {
-				l.mu.Lock()
-				l.until = newUntil
-				l.mu.Unlock()
-			}
+	if op == opAcquire {
+		// Taking it again sets the TTL: as an extension (see Extend).
+		l.track(r, &t, l.ttl)
+		held := heldTTL(lim, &t, l.ttl, c.quorum)
+		if newUntil := start.Add(held - c.drift(held)); t.ok(c.quorum) && now.Before(newUntil) {
+			return l.setUntil(what, newUntil)
 		}
-		return nil
+		until = l.limitUntil(start.Add(l.ttl - c.drift(l.ttl)))
+	} else if t.ok(c.quorum) {
+		return nil // a count set, the expiry untouched
 	}
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
-		err := c.quorumError(t, r, ErrLockLost, false)
+		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
 		l.markLost(err)
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -45,7 +46,8 @@ func (l *Lock) Err() error {
 	return l.lostErr
 }
 
-// markLost records the first reason the lock was lost and closes Lost.
+// markLost records the first reason the lock was lost, ends its validity
+// and closes Lost.
 func (l *Lock) markLost(err error) {
 	l.mu.Lock()
 	if l.lostErr != nil {
@@ -53,6 +55,7 @@ func (l *Lock) markLost(err error) {
 		return
 	}
 	l.lostErr = err
+	l.endValidity()
 	close(l.lost)
 	cb := l.onLost
 	l.mu.Unlock()
@@ -61,11 +64,33 @@ func (l *Lock) markLost(err error) {
 	}
 }
 
+// endValidity ends the lock's validity now, if it had not ended: a lost or
+// released lock promises nothing. The caller holds l.mu.
+func (l *Lock) endValidity() {
+	if now := l.c.clock.Now(); now.Before(l.until) {
+		l.until = now
+	}
+}
+
 // monitor is the goroutine that watches a lock: it extends it when
 // auto-extension is on, and closes Lost when it can no longer be trusted.
 type monitor struct {
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once     // concurrent Release calls both stop it
+	done     chan struct{} // closed when the goroutine has exited
+	wake     chan struct{} // (1) the validity changed: recompute the deadline
+}
+
+// wakeMonitor tells the running monitor, if any, that the validity
+// changed. The caller holds l.mu.
+func (l *Lock) wakeMonitor() {
+	if l.mon == nil {
+		return
+	}
+	select {
+	case l.mon.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 }
 
 // startMonitor starts the lock's monitor unless one runs or the lock is
@@ -73,7 +98,7 @@ type monitor struct {
 func (l *Lock) startMonitor() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.mon != nil || l.lostErr != nil {
+	if l.mon != nil || l.lostErr != nil || l.released {
 		return
 	}
 	c := l.c
@@ -81,12 +106,13 @@ func (l *Lock) startMonitor() {
 	if c.closed {
 		c.mu.Unlock()
 		l.lostErr = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		l.endValidity()
 		close(l.lost)
 		return
 	}
 	c.workers.Add(1)
 	c.mu.Unlock()
-	m := &monitor{stop: make(chan struct{}), done: make(chan struct{})}
+	m := &monitor{stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	l.mon = m
 	go l.watch(m)
 }
@@ -99,11 +125,7 @@ func (l *Lock) stopMonitor() {
 	if m == nil {
 		return
 	}
-	select {
-	case <-m.stop:
-	default:
-		close(m.stop)
-	}
+	m.stopOnce.Do(func() { close(m.stop) })
 	<-m.done
 }
 
@@ -114,7 +136,10 @@ const maxExtendRetries = 2
 // watch runs the monitor. With auto-extension it extends the lock every
 // period; an extension that reached no quorum is retried after a quarter
 // of the period, at most maxExtendRetries times, and then the lock is
-// lost: within one and a half periods of the failure. It closes Lost when the lock is lost.
+// lost: within one and a half periods of the failure. It closes Lost when
+// the lock is lost. Whenever the validity changes (an Extend, a failed
+// one that limited it, a reentrant lock taken again) it is woken and
+// recomputes its deadline from the new Until, earlier or later.
 func (l *Lock) watch(m *monitor) {
 	c := l.c
 	defer c.workers.Done()
@@ -145,9 +170,13 @@ func (l *Lock) watch(m *monitor) {
 			t.Stop()
 			l.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
 			return
+		case <-m.wake:
+			t.Stop()
+			continue
 		case <-t.C():
 		}
 		now := c.clock.Now()
+		until = l.Until() // as it is now, not as it was before the wait
 		switch {
 		case !holdEnd.IsZero() && !now.Before(holdEnd):
 			l.markLost(fmt.Errorf("%w: %q after %v", ErrMaxHold, l.key, l.maxHold))
@@ -165,6 +194,10 @@ func (l *Lock) watch(m *monitor) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
 		err := l.Extend(ctx, l.ttl)
 		cancel()
+		select {
+		case <-m.wake: // its own change: the loop reads Until anew anyway
+		default:
+		}
 		switch {
 		case err == nil:
 			lastErr, retries = nil, 0
@@ -180,6 +213,9 @@ func (l *Lock) watch(m *monitor) {
 			// than when its validity runs out.
 			l.markLost(fmt.Errorf("%w: %q: %d extensions in a row reached no quorum: %w",
 				ErrLockLost, l.key, retries+1, err))
+			return
+		case errors.Is(err, ErrNotHeld):
+			// Released meanwhile: Release marks it lost itself.
 			return
 		default:
 			// Lost (Extend marked it already), or the client closed.

@@ -77,6 +77,7 @@ func TestLock_autoExtendLosesAfterBoundedRetries(t *testing.T) {
 	}
 	fs.masters[1].SetDown(true)
 	fs.masters[2].SetDown(true)
+	until := l.Until() // failed extensions to the same TTL leave it
 	for {
 		select {
 		case <-l.Lost():
@@ -89,8 +90,11 @@ func TestLock_autoExtendLosesAfterBoundedRetries(t *testing.T) {
 			if el, want := fs.clk.Since(start), period+2*(period/4); el != want {
 				t.Errorf("lost after %v, want %v", el, want)
 			}
-			if !fs.clk.Now().Before(l.Until()) {
+			if !fs.clk.Now().Before(until) {
 				t.Error("lost only when the validity ran out")
+			}
+			if l.Until().After(fs.clk.Now()) {
+				t.Errorf("Until is %v ahead after the loss", l.Until().Sub(fs.clk.Now()))
 			}
 			return
 		case d := <-fs.backoffs:

@@ -12,14 +12,15 @@ import (
 // may hold the same key.
 //
 // A Lock is safe for concurrent use: Extend and Release calls are
-// serialised. Releasing twice is harmless.
+// serialised. Releasing twice is harmless: the second call, concurrent or
+// not, sends nothing and returns an error matching ErrNotHeld.
 type Lock struct {
 	c     *Client
 	key   string
 	token string
 
 	acq        *round        // the acquisition, which extensions and the release follow
-	chain      *round        // a reentrant lock's latest count round, which later rounds follow
+	chain      *round        // the latest extension or count round, which later rounds follow
 	fence      uint64        // the fencing token; 0 without WithFencing
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
@@ -28,6 +29,10 @@ type Lock struct {
 	lost       chan struct{} // closed when the lock can no longer be trusted
 
 	op sync.Mutex // serialises Extend and Release
+	// Expiry changes whose outcome on some master is not known
+	// (pending.go); guarded by op.
+	inFlight  []time.Duration
+	unsettled []unsettledRound
 
 	mu       sync.Mutex // guards the fields below
 	until    time.Time
@@ -46,17 +51,33 @@ func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Loc
 	return l
 }
 
-// Key returns the locked key.
-func (l *Lock) Key() string { return l.key }
+// Key returns the locked key ("" for a nil Lock).
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Token returns the random value that identifies this holder on every
-// master.
-func (l *Lock) Token() string { return l.token }
+// master ("" for a nil Lock).
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Until returns the end of the lock's validity, on the client's clock
 // (with a monotonic reading when it is the real clock). Compare it with
-// time.Now(), or use time.Until.
+// time.Now(), or use time.Until. It may move earlier as well as later
+// (see Extend); once the lock is released or lost (Lost is closed) it is
+// no later than that moment. A Lock no acquisition returned has the zero
+// time.
 func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
@@ -64,14 +85,21 @@ func (l *Lock) Until() time.Time {
 
 // Extend asks every master to set the lock's time to live to ttl, if it
 // still holds this lock's token. It succeeds when a quorum did so within
-// the new validity, which is then counted from the start of the call.
+// the new validity, which is then counted from the start of the call
+// (start + ttl − drift; shorter than before when ttl is).
+//
+// When no quorum confirms the extension in time, masters that did not
+// answer may still run it later, so the validity becomes the earlier of
+// the old one and start + ttl − drift (docs/safety.md): an extension to
+// a shorter TTL shortens the lock even when it fails.
 //
 // It returns an error matching ErrLockLost when the lock had already
-// expired by the local clock (nothing is sent) or a quorum of masters no
-// longer holds its token; an expired lock is never silently taken again.
-// It returns an error matching ErrNotExtended when too few masters
-// answered while the old validity has not yet run out. Errors other than
-// bad arguments are *QuorumError.
+// expired by the local clock or was lost (Err; nothing is sent), when it
+// was lost while the round ran, when a quorum of masters no
+// longer holds its token, or no validity is left after the round; an
+// expired lock is never silently taken again. It returns an error
+// matching ErrNotExtended when too few masters answered while validity
+// is left. Errors other than bad arguments are *QuorumError.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -93,19 +121,25 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
 	}
 
+	lim := l.limits()
 	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.follow(), l.shape())
 	if err != nil {
 		return err
 	}
+	// Later rounds follow this one on each master: on the pooled path a
+	// worker may still send this PEXPIRE after Extend returned (its ctx
+	// ended first), and it must not land after a later, longer one.
+	l.chain = r
 	t := c.collect(ctx, r)
+	l.track(r, &t, ttl)
 	now := c.clock.Now()
-	newUntil := start.Add(ttl - c.drift(ttl))
-	if t.ok(c.quorum) && now.Before(newUntil) {
-		l.mu.Lock()
-		l.until = newUntil
-		l.mu.Unlock()
-		return nil
+	held := heldTTL(lim, &t, ttl, c.quorum)
+	if newUntil := start.Add(held - c.drift(held)); t.ok(c.quorum) && now.Before(newUntil) {
+		return l.setUntil("extend", newUntil)
 	}
+	// Not confirmed by a quorum in time: masters that have not answered
+	// may still run the command, so the validity is limited by it.
+	until = l.limitUntil(start.Add(ttl - c.drift(ttl)))
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
 		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
 		l.markLost(err)
@@ -114,10 +148,42 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
 }
 
+// setUntil sets the end of the lock's validity, after a quorum confirmed
+// an expiry change, and wakes the watcher to follow it. A lock that was
+// lost or released meanwhile (its watcher saw the old validity run out,
+// its client closed) stays so: Until is not moved, and an error says why.
+func (l *Lock) setUntil(what string, u time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return fmt.Errorf("%s %q: %w", what, l.key, l.lostErr)
+	}
+	if l.released { // by a Release that waits for this round to end
+		return fmt.Errorf("%w: %s %q: the lock was released", ErrNotHeld, what, l.key)
+	}
+	l.until = u
+	l.wakeMonitor()
+	return nil
+}
+
+// limitUntil applies the rule for an expiry change that no quorum
+// confirmed in time: the validity ends no later than u, the earliest
+// moment at which a master that runs the command late would let the key
+// expire. It returns the resulting end of validity.
+func (l *Lock) limitUntil(u time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.Before(l.until) {
+		l.until = u
+		l.wakeMonitor()
+	}
+	return l.until
+}
+
 // follow returns the round the lock's next round must follow on each
 // master (the pooled path sends them on different connections): the
-// latest count round of a reentrant lock, else the acquisition. The
-// caller holds l.op.
+// latest extension or count round, else the acquisition. The caller
+// holds l.op.
 func (l *Lock) follow() *round {
 	if l.chain != nil {
 		return l.chain
@@ -143,13 +209,17 @@ func (l *Lock) check(ctx context.Context) error {
 }
 
 // checkHeld returns the lock's validity end, or an error when it was
-// released or its validity ran out before start (then it is lost).
+// released or lost, or its validity ran out before start (then it is lost).
 func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 	l.mu.Lock()
-	released, until := l.released, l.until
+	released, until, lostErr := l.released, l.until, l.lostErr
 	l.mu.Unlock()
 	if released {
 		return until, fmt.Errorf("%w: %s %q: the lock was released", ErrNotHeld, what, l.key)
+	}
+	if lostErr != nil {
+		// Lost for good (the maximum hold time, say): never taken again.
+		return until, fmt.Errorf("%s %q: %w", what, l.key, lostErr)
 	}
 	if !start.Before(until) {
 		err := fmt.Errorf("%w: %s %q: validity ran out %v ago", ErrLockLost, what, l.key, start.Sub(until))
@@ -173,18 +243,23 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	}
 	c := l.c
-	l.stopMonitor()
-	l.op.Lock()
-	defer l.op.Unlock()
 	l.mu.Lock()
 	released := l.released
-	l.released = true
+	l.released = true // from now on no monitor starts
 	l.mu.Unlock()
 	if released {
 		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
 	}
+	// Before taking op: the watchdog may be extending, under op.
+	l.stopMonitor()
+	l.mu.Lock()
+	l.endValidity() // the key may pass to another client once it is deleted
+	l.mu.Unlock()
+	l.op.Lock()
+	defer l.op.Unlock()
 	defer l.markLost(ErrReleased)
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, 0, l.follow(), l.shape().withCount(0))
+	// The TTL bounds the retries on masters that miss it (finish.go).
+	r, err := c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), l.shape().withCount(0))
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,16 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // Pipelining (WithPipelining, on by default).
@@ -19,14 +23,40 @@ import (
 // replies, which come in the same order, and hands each to its caller.
 // Concurrent lock operations thus cost the master and the client one write
 // and one read per batch, not per command. Each caller still waits only
-// until its own deadline; a reply that comes later is dropped. A master
-// that stops answering breaks the connection after stallTimeout, failing
-// what is pending, and the next command dials a new one. The scripts are
-// loaded on every new connection before it carries EVALSHA.
+// until its own deadline; a reply that comes later is dropped. The scripts
+// are loaded on every new connection before it carries EVALSHA; a
+// NOSCRIPT anyway is answered by EVAL only where that keeps the order
+// (noScript).
+//
+// Every reply is checked against what its command can return (expect); one
+// that does not fit means the connection is out of step (a stray reply),
+// and it is failed. So is a connection whose oldest unanswered command is
+// older than the stall bound. When a connection fails, its reader alone
+// settles everything it still carried, in the order it was submitted:
+// written and unanswered, then unwritten. When the master closed the
+// connection (EOF, reset), nothing more of it runs there, so each of these
+// is re-sent once, in that order, ahead of anything submitted since;
+// otherwise (a stall, a stray reply, Close) the master may still run what
+// it read, so nothing is re-sent and each fails as unknown.
+//
+// A connection whose oldest unanswered command has waited longer than the
+// per-master timeout is down: the master is hung or far behind, and
+// whatever is sent now waits behind that command. Acquisitions and
+// extensions submitted meanwhile fail at once, unsent, as a timeout would
+// fail them (see muxConn.down); releases and rollbacks are still queued,
+// since they are worth running late. The connection is up again as soon
+// as the master answers, and broken at the stall bound if it never does.
 
 // muxQueue bounds the commands waiting for the writer: beyond it callers
 // fail at once rather than queue behind a master that does not read.
 const muxQueue = 4096
+
+// muxUndo is the room kept in the queue beyond muxQueue for commands that
+// undo one already on the connection (a failed attempt's rollback, a fair
+// waiter's leave): refused, they would leave the key (or the queue entry)
+// until its TTL, since what they undo still runs. It covers one for each
+// command the connection can carry unanswered (queued and written).
+const muxUndo = 2*muxQueue + muxBatch
 
 // muxBatch bounds the commands written in one pass.
 const muxBatch = 256
@@ -37,12 +67,14 @@ type mux struct {
 	c *Client
 	m *master
 
-	mu      sync.Mutex
-	cur     *muxConn
-	dialing chan struct{} // while a dialer runs; closed when it ends
-	backlog []*muxReq     // submitted while no connection was live, in order
-	dialErr error         // the last dial's failure
-	failAt  time.Time     // when it failed
+	mu  sync.Mutex
+	cur *muxConn // the connection; while it fails, the one being settled
+	// dialing is set while a dial runs or waits for cur to be settled; it
+	// is closed when the dial ends.
+	dialing chan struct{}
+	backlog []*muxReq // submitted while no connection was live, in order
+	dialErr error     // the last dial's failure
+	failAt  time.Time // when it failed
 }
 
 // redialDelay spaces dials to a master whose last dial failed: meanwhile
@@ -60,11 +92,29 @@ func (mx *mux) redialDelay() time.Duration {
 type muxReq struct {
 	cmd  string
 	args []any
+	want expect // what the reply may be, besides an error reply
+	// script, for an EVALSHA, is its script: a NOSCRIPT reply is answered
+	// by EVAL of its source when that keeps the order, or when late is
+	// set: the command may run after commands submitted after it (see
+	// noScript).
+	script *scripts.Script
+	late   bool
+	// undo: it undoes a command submitted before it (a rollback, a
+	// leave); it may use the queue's room beyond muxQueue (muxUndo).
+	undo bool
+	// resend: when the master closes the connection before answering, the
+	// mux sends the request once more on the next one (resent then says
+	// so). Requests whose caller retries by itself leave it false.
+	resend, resent bool
+	sent           time.Time // when it was written (the writer's)
 	// to receives the reply, exactly once, on the reader's goroutine (or
 	// whichever fails the request); it must not block. A round's requests
 	// are part of the round, and to is the round's own per-master state, so
 	// that sending a command allocates nothing.
 	to replier
+	// drop: while the connection is down, fail it at once, unsent (its
+	// caller cannot use a late reply).
+	drop bool
 }
 
 // replier receives a pipelined command's reply.
@@ -80,23 +130,64 @@ func (f replyFunc) deliver(v any, err error) { f(v, err) }
 type muxConn struct {
 	mx      *mux
 	nc      redis.Conn
+	stall   time.Duration // the stall bound
 	queue   chan *muxReq  // waiting for the writer
 	kick    chan struct{} // size 1: the queue has work
 	pending chan *muxReq  // written, awaiting replies in order
 	closed  chan struct{}
-	once    sync.Once
-	err     error
+	err     error // why it closed; set before closed is closed
+
+	// born is when the connection was made; oldest is when the command
+	// the reader waits for was written, as 1 + nanoseconds since born,
+	// or 0 while the reader waits for none.
+	born   time.Time
+	oldest atomic.Int64
+
+	// qmu orders closing with queueing: once closed, nothing joins the
+	// queue, so the reader finds all of it.
+	qmu sync.Mutex
 
 	batch []*muxReq // the writer's
 
 	// wmu serializes writing with handing the written requests to the
 	// reader, so replies and requests pair up in order.
-	wmu sync.Mutex
+	wmu    sync.Mutex
+	unsent []*muxReq // taken for writing but not handed to the reader, in order (under wmu)
+
+	settled bool // the reader has settled what it carried (under mx.mu)
+
+	loading map[*scripts.Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
 }
 
-// dialer is what a pool needs for pipelining: connections of its own.
-type dialer interface {
-	Dial(ctx context.Context) (redis.Conn, error)
+// dialerOf returns how to dial a connection of its own to the master
+// behind p, outside the pool, for pipelining and subscribing: p's own Dial
+// (pool.Dialer), or for a *redis.Pool its DialContext or Dial field, with
+// the caller's dial settings (timeouts, AUTH, TLS, a guard of their own).
+// It returns nil for a pool that can do neither: its commands take the
+// pooled path, and a subscriber borrows a connection (dialDedicated).
+func dialerOf(p pool.Pool) pool.Dialer {
+	switch p := p.(type) {
+	case pool.Dialer:
+		return p
+	case *redis.Pool:
+		if p.DialContext != nil || p.Dial != nil {
+			return redigoDialer{p}
+		}
+	}
+	return nil
+}
+
+// redigoDialer dials through a *redis.Pool's own dial function, as its
+// GetContext would, but for a connection the pool does not count or lend.
+// A Dial field without a context is bounded by its own settings alone
+// (redis.DialConnectTimeout), as it is in the pool.
+type redigoDialer struct{ p *redis.Pool }
+
+func (d redigoDialer) Dial(ctx context.Context) (redis.Conn, error) {
+	if d.p.DialContext != nil {
+		return d.p.DialContext(ctx)
+	}
+	return d.p.Dial()
 }
 
 // conn returns a live pipelined connection, waiting (until ctx ends) for
@@ -104,12 +195,20 @@ type dialer interface {
 func (mx *mux) conn(ctx context.Context) (*muxConn, error) {
 	for first := true; ; first = false {
 		mx.mu.Lock()
-		if mc := mx.cur; mc != nil && !mc.isClosed() {
+		mc := mx.cur
+		if mc != nil && !mc.isClosed() {
 			mx.mu.Unlock()
 			return mc, nil
 		}
 		if !first {
+			// The dial failed, or the connection it made failed at once.
 			err := mx.dialErr
+			if err == nil && mc != nil {
+				err = mc.err
+			}
+			if err == nil {
+				err = errors.New("connection lost")
+			}
 			mx.mu.Unlock()
 			return nil, err
 		}
@@ -126,8 +225,10 @@ func (mx *mux) conn(ctx context.Context) (*muxConn, error) {
 	}
 }
 
-// startDialLocked starts the dialer unless one runs, and returns the
-// channel that closes when it ends.
+// startDialLocked starts the dialer unless one runs or waits, and returns
+// the channel that closes when it ends. While the current connection is
+// being settled, the dial waits: its reader starts it once what the
+// connection carried is in the backlog, in order.
 func (mx *mux) startDialLocked() (chan struct{}, error) {
 	if mx.dialing != nil {
 		return mx.dialing, nil
@@ -145,7 +246,9 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	c.mu.Unlock()
 	ch := make(chan struct{})
 	mx.dialing = ch
-	go mx.dialer(ch)
+	if mx.cur == nil {
+		go mx.dialer(ch)
+	}
 	return ch, nil
 }
 
@@ -157,23 +260,29 @@ func (mx *mux) dialer(ch chan struct{}) {
 	mc, err := mx.dial(ctx)
 	cancel()
 	mx.mu.Lock()
-	backlog := mx.backlog
-	mx.backlog = nil
+	if err == nil && mc.settled {
+		err = mc.err // it failed before it could be used
+	}
 	var failed []*muxReq
 	if err == nil {
-		for _, r := range backlog {
-			if e := mc.enqueue(r); e != nil {
-				failed = append(failed, r)
-			}
-		}
 		mx.cur = mc
+		n := 0
+		for _, r := range mx.backlog {
+			if e := mc.enqueue(r); e != nil {
+				break // closed already: its reader puts the rest back behind what it carried
+			}
+			n++
+		}
+		clear(mx.backlog[:n])
+		mx.backlog = mx.backlog[n:]
+		if len(mx.backlog) > 0 && !mc.isClosed() { // the queue is full
+			failed, mx.backlog = mx.backlog, nil
+		}
 	} else {
-		failed = backlog
-	}
-	mx.dialErr = err
-	if err != nil {
+		failed, mx.backlog = mx.backlog, nil
 		mx.failAt = time.Now()
 	}
+	mx.dialErr = err
 	mx.dialing = nil
 	mx.mu.Unlock()
 	close(ch)
@@ -186,16 +295,24 @@ func (mx *mux) dialer(ch chan struct{}) {
 }
 
 func (mx *mux) dial(ctx context.Context) (*muxConn, error) {
-	nc, err := mx.m.pool.(dialer).Dial(ctx)
+	c := mx.c
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	nc, err := mx.m.dial.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// Load the scripts first: a NOSCRIPT in the middle of a pipeline would
-	// cost the caller a second round trip.
+	// cost the caller a second round trip. Each reply must be the script's
+	// own hash.
 	all := scripts.All
-	timeout := mx.c.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(c.timeout)
 	}
 	for _, s := range all {
 		if err = nc.Send("SCRIPT", "LOAD", s.Source()); err != nil {
@@ -205,20 +322,32 @@ func (mx *mux) dial(ctx context.Context) (*muxConn, error) {
 	if err == nil {
 		err = nc.Flush()
 	}
-	for range all {
+	for _, s := range all {
 		if err != nil {
 			break
 		}
-		_, err = redis.ReceiveWithTimeout(nc, timeout)
+		left := time.Until(deadline)
+		if left <= 0 {
+			err = context.DeadlineExceeded
+			break
+		}
+		var v any
+		v, err = receive(nc, left)
+		if b, ok := v.([]byte); err == nil && (!ok || string(b) != s.SHA()) {
+			err = &desyncError{cmd: "SCRIPT LOAD", reply: describe(v)}
+		}
 	}
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	mc := &muxConn{mx: mx, nc: nc, queue: make(chan *muxReq, muxQueue), kick: make(chan struct{}, 1),
+	stall := 10 * c.timeout
+	if stall < time.Second {
+		stall = time.Second
+	}
+	mc := &muxConn{mx: mx, nc: nc, stall: stall, queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
 		pending: make(chan *muxReq, muxQueue+muxBatch), closed: make(chan struct{}),
-		batch: make([]*muxReq, 0, muxBatch+1)}
-	c := mx.c
+		batch: make([]*muxReq, 0, muxBatch+1), born: time.Now()}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -242,14 +371,19 @@ func (mc *muxConn) isClosed() bool {
 	}
 }
 
-// fail closes the connection; the reader and writer then fail what is
-// queued and pending.
+// fail closes the connection for err (the first cause wins); its reader
+// then settles what it carried.
 func (mc *muxConn) fail(err error) {
-	mc.once.Do(func() {
+	mc.qmu.Lock()
+	first := !mc.isClosed()
+	if first {
 		mc.err = err
 		close(mc.closed)
-		mc.nc.Close()
-	})
+	}
+	mc.qmu.Unlock()
+	if first {
+		mc.nc.Close() // unblocks the reader and the writer
+	}
 }
 
 func (mc *muxConn) write() {
@@ -258,7 +392,6 @@ func (mc *muxConn) write() {
 		select {
 		case <-mc.kick:
 		case <-mc.closed:
-			drain(mc.queue, mc.err)
 			return
 		}
 		mc.writeBatch()
@@ -269,6 +402,9 @@ func (mc *muxConn) write() {
 func (mc *muxConn) writeBatch() {
 	mc.wmu.Lock()
 	defer mc.wmu.Unlock()
+	if mc.isClosed() {
+		return
+	}
 	batch := mc.batch[:0]
 	for len(batch) < muxBatch {
 		select {
@@ -282,28 +418,28 @@ func (mc *muxConn) writeBatch() {
 	if len(batch) == muxBatch {
 		mc.poke() // more may be queued
 	}
-	var err error
+	now := time.Now()
 	for i, q := range batch {
-		if err = mc.nc.Send(q.cmd, q.args...); err == nil {
+		err := mc.nc.Send(q.cmd, q.args...)
+		if err == nil {
+			q.sent = now
 			select {
 			case mc.pending <- q:
 				continue
 			case <-mc.closed:
-				err = mc.err
 			}
+		} else {
+			mc.fail(err)
 		}
-		mc.fail(err)
-		for _, q := range batch[i:] {
-			q.to.deliver(nil, err)
-		}
+		// What was not handed to the reader goes back to it in order.
+		mc.unsent = append(mc.unsent, batch[i:]...)
 		break
 	}
-	if err == nil && len(batch) > 0 {
-		if err = mc.nc.Flush(); err != nil {
+	if !mc.isClosed() && len(batch) > 0 {
+		if err := mc.nc.Flush(); err != nil {
 			mc.fail(err)
 		}
 	}
-	mc.sweep(mc.pending)
 	clear(batch)
 	mc.batch = batch[:0]
 }
@@ -315,14 +451,23 @@ func (mc *muxConn) poke() {
 	}
 }
 
-// stallTimeout is how long the reader waits for a reply that is due
-// before it declares the connection broken.
-func (mc *muxConn) stallTimeout() time.Duration {
-	d := 10 * mc.mx.c.timeout
-	if d < time.Second {
-		d = time.Second
-	}
-	return d
+// stallError is the cause of a connection broken because its oldest
+// unanswered command waited longer than the stall bound.
+type stallError struct{ d time.Duration }
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("no reply for %v to the oldest command on the connection: broken", e.d)
+}
+
+// desyncError says that a reply does not fit its command: the connection
+// is out of step with the master (a stray reply), and every reply on it
+// after that would answer the wrong command.
+type desyncError struct {
+	cmd, reply string
+}
+
+func (e *desyncError) Error() string {
+	return fmt.Sprintf("unexpected reply %s to %s: the connection is out of step", e.reply, e.cmd)
 }
 
 func (mc *muxConn) read() {
@@ -332,51 +477,203 @@ func (mc *muxConn) read() {
 		delete(mc.mx.c.muxConns, mc)
 		mc.mx.c.mu.Unlock()
 	}()
-	for {
+	var first *muxReq // the request being read when the connection failed
+	for first == nil {
 		var r *muxReq
+		mc.oldest.Store(0)
 		select {
 		case r = <-mc.pending:
 		case <-mc.closed:
-			drain(mc.pending, mc.err)
+			mc.settle(nil)
 			return
 		}
-		v, err := redis.ReceiveWithTimeout(mc.nc, mc.stallTimeout())
-		if _, isReply := err.(redis.Error); err != nil && !isReply {
-			mc.fail(err) // first, so that a retry from deliver dials anew
-			r.to.deliver(nil, err)
+		// The oldest unanswered request bounds the wait.
+		mc.oldest.Store(1 + int64(r.sent.Sub(mc.born)))
+		left := mc.stall - time.Since(r.sent)
+		if left <= 0 {
+			mc.fail(&stallError{mc.stall})
+			first = r
+			break
+		}
+		v, err := receive(mc.nc, left)
+		if _, isReply := err.(redis.Error); isReply {
+			if r.script != nil && scripts.IsNoScript(err) {
+				err = mc.noScript(r, err)
+				if err == nil {
+					continue // r went again, as EVAL
+				}
+			}
+			r.to.deliver(nil, err) // any command may get an error reply
 			continue
 		}
-		r.to.deliver(v, err)
+		if err == nil && !r.want.fits(v) {
+			err = &desyncError{cmd: r.cmd, reply: describe(v)}
+		}
+		if err != nil {
+			mc.fail(err)
+			first = r
+			break
+		}
+		r.to.deliver(v, nil)
 	}
+	mc.settle(first)
 }
 
-// sweep fails what is left in ch (the queue or the pending requests) once
-// the connection is closed. A request handed over just as the connection
-// closed may land after the writer or reader drained ch for the last
-// time; whoever handed it over then sweeps it, so that every request is
-// answered exactly once (each receive takes a request from ch once).
-func (mc *muxConn) sweep(ch chan *muxReq) {
-	if mc.isClosed() {
-		drain(ch, mc.err)
+// noScript runs on the reader when r, an EVALSHA, got NOSCRIPT (the
+// master's script cache was flushed): r did not run. When nothing was
+// written or queued behind r, r is written again at once as EVAL of the
+// script's source, still next on the connection, and noScript returns nil.
+// Otherwise commands submitted after r have reached the master already,
+// and may have run (their scripts may be cached again): running r now
+// would run it after them — an acquisition after its own rollback or
+// release, which would leave the key until its TTL. So r is re-run as
+// EVAL behind them only when it may run late (r.late: a release, rollback,
+// extension or leave of a token no later command uses: late, it finds
+// nothing or its own key); else r fails (it did not run), and a SCRIPT
+// LOAD, queued behind, puts the script back for what comes next.
+func (mc *muxConn) noScript(r *muxReq, err error) error {
+	evalOf := func(r *muxReq) {
+		args := slices.Clone(r.args) // shared with the round's other masters
+		args[0] = r.script.Source()
+		r.cmd, r.args, r.script = "EVAL", args, nil
 	}
-}
-
-func drain(ch chan *muxReq, err error) {
-	if err == nil {
-		err = errors.New("connection closed")
-	}
-	for {
-		select {
-		case r := <-ch:
-			r.to.deliver(nil, err)
-		default:
-			return
+	if len(mc.queue) == 0 && len(mc.pending) == 0 && mc.wmu.TryLock() {
+		idle := len(mc.queue) == 0 && len(mc.pending) == 0 && !mc.isClosed()
+		if idle {
+			evalOf(r)
+			if err := mc.nc.Send(r.cmd, r.args...); err != nil {
+				mc.fail(err)
+				mc.unsent = append(mc.unsent, r) // the reader settles it
+			} else {
+				r.sent = time.Now()
+				mc.pending <- r // never full: it was empty
+				if err := mc.nc.Flush(); err != nil {
+					mc.fail(err) // the reader settles r
+				}
+			}
+		}
+		mc.wmu.Unlock()
+		if idle {
+			return nil
 		}
 	}
+	if r.late {
+		evalOf(r)
+		mc.mx.submit(r) // behind what was submitted so far
+		return nil
+	}
+	s := r.script
+	if !mc.loading[s] {
+		if mc.loading == nil {
+			mc.loading = map[*scripts.Script]bool{}
+		}
+		load := &muxReq{cmd: "SCRIPT", args: []any{"LOAD", s.Source()}, want: expectSHA}
+		load.to = replyFunc(func(v any, err error) {
+			delete(mc.loading, s) // on the reader, as every delivery here
+			if b, ok := v.([]byte); err == nil && (!ok || string(b) != s.SHA()) {
+				mc.fail(&desyncError{cmd: "SCRIPT LOAD", reply: describe(v)})
+			}
+		})
+		if mc.enqueue(load) == nil {
+			mc.loading[s] = true
+		}
+	}
+	return fmt.Errorf("%w (the script cache was flushed, and commands sent after this one may have run: it is not run after them)", err)
 }
 
-// do queues one command and waits for its reply until ctx ends.
-func (mx *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
+// settle runs on the reader once the connection has failed: it takes
+// everything the connection still carried, in the order it was submitted
+// (first, the rest written, the rest taken for writing, the rest queued),
+// and re-sends or fails it (see the top of this file).
+func (mc *muxConn) settle(first *muxReq) {
+	mc.wmu.Lock() // the writer has stopped: pending and unsent are final
+	var all []*muxReq
+	if first != nil {
+		all = append(all, first)
+	}
+	for len(mc.pending) > 0 {
+		all = append(all, <-mc.pending)
+	}
+	all = append(all, mc.unsent...)
+	mc.unsent = nil
+	mc.wmu.Unlock()
+	mc.qmu.Lock() // closed: nothing joins the queue any more
+	mc.qmu.Unlock()
+	for len(mc.queue) > 0 {
+		all = append(all, <-mc.queue)
+	}
+	cause := mc.err
+	resend := all[:0:0]
+	var failed []*muxReq
+	for _, r := range all {
+		if brokenConn(cause) && r.resend && !r.resent {
+			r.resent = true
+			resend = append(resend, r)
+		} else {
+			failed = append(failed, r)
+		}
+	}
+	mx := mc.mx
+	var dropped []*muxReq
+	var dropErr error
+	mx.mu.Lock()
+	mc.settled = true
+	// Ahead of what was submitted while this connection was settled.
+	mx.backlog = append(resend, mx.backlog...)
+	if mx.cur == mc {
+		mx.cur = nil
+		if mx.dialing != nil {
+			go mx.dialer(mx.dialing) // it waited for this
+		}
+	}
+	if len(mx.backlog) > 0 && mx.dialing == nil {
+		if _, dropErr = mx.startDialLocked(); dropErr != nil {
+			dropped, mx.backlog = mx.backlog, nil
+		}
+	}
+	mx.mu.Unlock()
+	for _, r := range failed {
+		r.to.deliver(nil, cause)
+	}
+	for _, r := range dropped {
+		r.to.deliver(nil, dropErr)
+	}
+}
+
+// downError fails a command submitted while its connection is down: it
+// was not sent.
+type downError struct{ d time.Duration }
+
+func (e *downError) Error() string {
+	return fmt.Sprintf("no reply for over %v to the oldest command on the connection: not sent", e.d)
+}
+
+// Unwrap makes it a timeout (ErrMasterTimeout, once named by nodeError).
+func (e *downError) Unwrap() error { return context.DeadlineExceeded }
+
+// down fails (a downError) when the oldest command awaiting a reply has
+// waited longer than the per-master timeout. An acquisition sent now would
+// wait behind it, and its caller would have given up before the reply
+// came: when the master is hung (SIGSTOP), each would cost a write to a
+// socket that nobody reads and grow the pile of commands — each holding
+// its round — that is failed in one burst at the stall bound. On a master that answers again, the
+// connection is up at once. Releases and rollbacks are not dropped: a
+// master that was only slow still runs them, where dropping one would
+// leave the key there until its TTL.
+func (mc *muxConn) down() error {
+	o := mc.oldest.Load()
+	if o == 0 {
+		return nil
+	}
+	if d := mc.mx.c.timeout; time.Since(mc.born)-time.Duration(o-1) > d {
+		return &downError{d}
+	}
+	return nil
+}
+
+// do queues one command and waits for its reply until ctx ends. It does
+// not re-send: its caller does, where that is safe.
+func (mx *mux) do(ctx context.Context, want expect, cmd string, args []any) (any, error) {
 	mc, err := mx.conn(ctx)
 	if err != nil {
 		return nil, err
@@ -386,7 +683,7 @@ func (mx *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 		err error
 	}
 	res := make(chan result, 1)
-	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, to: replyFunc(func(v any, err error) { res <- result{v, err} })}); err != nil {
+	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, want: want, to: replyFunc(func(v any, err error) { res <- result{v, err} })}); err != nil {
 		return nil, err
 	}
 	select {
@@ -400,7 +697,8 @@ func (mx *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 // enqueue hands r to the connection: written at once by the caller when
 // the connection is idle, else queued for the writer goroutine, which
 // writes everything queued in one pass. It fails at once when the
-// connection is closed or too much is queued. (Writing in the caller
+// connection is closed (with its cause) or too much is queued
+// (errMuxBusy: muxQueue, or for an undo command muxQueue+muxUndo). (Writing in the caller
 // whenever nobody else was writing was measured: it halved the 64-client
 // throughput on five masters, since callers then pay a system call per
 // master and batches shrink. Writing only on an idle connection — nothing
@@ -408,19 +706,21 @@ func (mx *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 // the hand-off: one client's lock+unlock on N=5 went from ~0.26 to
 // ~0.19 ms.)
 func (mc *muxConn) enqueue(r *muxReq) error {
+	if mc.writeIdle(r) {
+		return nil
+	}
+	mc.qmu.Lock()
+	defer mc.qmu.Unlock()
 	if mc.isClosed() {
 		return mc.err
 	}
-	if mc.writeIdle(r) {
-		return nil
+	if len(mc.queue) >= muxQueue && !r.undo {
+		return errMuxBusy
 	}
 	select {
 	case mc.queue <- r:
 		mc.poke()
-		mc.sweep(mc.queue)
 		return nil
-	case <-mc.closed:
-		return mc.err
 	default:
 		return errMuxBusy
 	}
@@ -435,50 +735,69 @@ func (mc *muxConn) writeIdle(r *muxReq) bool {
 		return false
 	}
 	defer mc.wmu.Unlock()
-	if len(mc.queue) > 0 || len(mc.pending) > 0 {
+	if len(mc.queue) > 0 || len(mc.pending) > 0 || mc.isClosed() {
 		return false
 	}
-	err := mc.nc.Send(r.cmd, r.args...)
-	if err == nil {
-		mc.pending <- r // never full: it was empty
-		if err = mc.nc.Flush(); err != nil {
-			mc.fail(err) // the reader fails r
-		}
-		mc.sweep(mc.pending)
+	if err := mc.nc.Send(r.cmd, r.args...); err != nil {
+		mc.fail(err)
+		mc.unsent = append(mc.unsent, r) // the reader settles it
 		return true
 	}
-	mc.fail(err)
-	r.to.deliver(nil, err)
+	r.sent = time.Now()
+	mc.pending <- r // never full: it was empty
+	if err := mc.nc.Flush(); err != nil {
+		mc.fail(err) // the reader settles r
+	}
 	return true
 }
 
 // submit sends a command without waiting: r.to gets the reply (or the
 // failure) exactly once, without blocking the caller. Commands one
-// goroutine submits reach the master in that order, also across a dial.
+// goroutine submits reach the master in that order, also across a dial
+// and a re-send; one marked drop fails unsent while the connection is down.
 // r must not be touched again before its reply is delivered.
 func (mx *mux) submit(r *muxReq) {
-	mx.mu.Lock()
-	if mc := mx.cur; mc != nil && !mc.isClosed() {
-		mx.mu.Unlock()
-		if err := mc.enqueue(r); err != nil {
-			r.to.deliver(nil, err)
+	for {
+		mx.mu.Lock()
+		mc := mx.cur
+		if mc == nil {
+			if _, err := mx.startDialLocked(); err != nil {
+				mx.mu.Unlock()
+				r.to.deliver(nil, err)
+				return
+			}
 		}
-		return
-	}
-	if _, err := mx.startDialLocked(); err != nil {
+		if mc == nil || mc.isClosed() {
+			// Waits for the dial, behind what a failed connection re-sends.
+			mx.backlog = append(mx.backlog, r)
+			mx.mu.Unlock()
+			return
+		}
 		mx.mu.Unlock()
-		r.to.deliver(nil, err)
-		return
+		var err error
+		if r.drop {
+			err = mc.down()
+		}
+		if err == nil {
+			err = mc.enqueue(r)
+		}
+		if err == nil {
+			return
+		}
+		if !mc.isClosed() {
+			r.to.deliver(nil, err)
+			return
+		}
+		// It closed meanwhile: r joins the backlog.
 	}
-	mx.backlog = append(mx.backlog, r)
-	mx.mu.Unlock()
 }
 
 // muxHandle lets the code written for a redis.Conn (the scripts' EVALSHA
 // with its EVAL fallback) run over the mux.
 type muxHandle struct {
-	mx  *mux
-	ctx context.Context
+	mx   *mux
+	ctx  context.Context
+	want expect
 }
 
 var _ redis.ConnWithTimeout = muxHandle{}
@@ -486,12 +805,12 @@ var _ redis.ConnWithTimeout = muxHandle{}
 func (h muxHandle) Close() error { return nil }
 func (h muxHandle) Err() error   { return nil }
 func (h muxHandle) Do(cmd string, args ...any) (any, error) {
-	return h.mx.do(h.ctx, cmd, args)
+	return h.mx.do(h.ctx, h.want, cmd, args)
 }
 func (h muxHandle) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(h.ctx, timeout)
 	defer cancel()
-	return h.mx.do(ctx, cmd, args)
+	return h.mx.do(ctx, h.want, cmd, args)
 }
 func (h muxHandle) Send(string, ...any) error {
 	return errors.New("redlock: Send on a pipelined handle")

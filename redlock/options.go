@@ -28,6 +28,18 @@ const (
 	DefaultBackoffMax = 250 * time.Millisecond
 )
 
+// Minimums, below which an option would flood the masters.
+const (
+	// MinAutoExtendPeriod is the shortest period WithAutoExtend accepts
+	// (also when it is the default, a third of the TTL): a watchdog then
+	// sends at most 100 extensions a second.
+	MinAutoExtendPeriod = 10 * time.Millisecond
+	// MinBackoff is the shortest delay bound WithBackoff accepts: a
+	// waiter then makes at most 1,000 attempts a second (each delay is
+	// drawn from [d/2, d]).
+	MinBackoff = 2 * time.Millisecond
+)
+
 // expiryPrecision is added to the drift: Redis expires keys with up to one
 // millisecond of error, and the TTL is sent in whole milliseconds.
 const expiryPrecision = 2 * time.Millisecond
@@ -91,9 +103,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // default), all of the client's goroutines share one pipelined connection
 // per master: concurrent operations share writes and reads, and a round
 // needs no goroutine per master (see docs/design.md). It needs pools that
-// can dial connections of their own, as those of package pool do; with
-// other pools, or off, each command borrows a pooled connection and a
-// goroutine carries it.
+// can dial connections of their own: those of package pool, any
+// pool.Dialer, and a *redis.Pool through its DialContext or Dial field
+// (with its dial settings); with other pools, or off, each command borrows
+// a pooled connection and a goroutine carries it.
 func WithPipelining(on bool) Option { return func(c *config) { c.pipelining = on } }
 
 // WithClusterSlots says that the masters are Redis Cluster nodes (each
@@ -139,15 +152,17 @@ func WithWait(d time.Duration) LockOption {
 
 // WithBackoff sets the bounds of the delay between attempts: the n-th
 // delay is drawn from [d/2, d] with d = min(max, min×2ⁿ), so competing
-// clients fall out of step. The defaults are DefaultBackoffMin and
-// DefaultBackoffMax.
+// clients fall out of step. min must be at least MinBackoff and max at
+// least min. The defaults are DefaultBackoffMin and DefaultBackoffMax.
 func WithBackoff(min, max time.Duration) LockOption {
 	return func(c *lockConfig) { c.backoffMin, c.backoffMax = min, max }
 }
 
 // WithAutoExtend makes the lock keep itself alive: a watchdog extends it
 // to its TTL every period until it is released, retrying a failed
-// extension while validity is left. period 0 means a third of the TTL.
+// extension while validity is left. period 0 means a third of the TTL;
+// the period must be at least MinAutoExtendPeriod and shorter than the
+// validity the TTL leaves.
 // When extending fails for good the lock is lost: Lost() closes and Err()
 // says why. Client.Do always extends automatically.
 func WithAutoExtend(period time.Duration) LockOption {
@@ -187,8 +202,8 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	switch {
 	case lc.wait < 0:
 		return lc, fmt.Errorf("%w: wait must not be negative, got %v", ErrInvalid, lc.wait)
-	case lc.backoffMin <= 0 || lc.backoffMax < lc.backoffMin:
-		return lc, fmt.Errorf("%w: backoff needs 0 < min <= max, got min %v, max %v", ErrInvalid, lc.backoffMin, lc.backoffMax)
+	case lc.backoffMin < MinBackoff || lc.backoffMax < lc.backoffMin:
+		return lc, fmt.Errorf("%w: backoff needs %v <= min <= max, got min %v, max %v", ErrInvalid, MinBackoff, lc.backoffMin, lc.backoffMax)
 	}
 	if c.clusterSlots && (lc.fair || lc.fencing) && !keys.SharesSlot(key) {
 		return lc, fmt.Errorf("%w: key %q has no hash tag and holds a '}', so its companion keys (fencing counter, fair queue) "+
@@ -200,7 +215,10 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	}
 	budget := lc.ttl - c.timeout - c.drift(lc.ttl)
 	switch {
-	case lc.auto && (lc.autoPeriod < 0 || lc.autoPeriod >= budget):
+	case lc.auto && lc.autoPeriod < MinAutoExtendPeriod:
+		return lc, fmt.Errorf("%w: auto-extension period %v is shorter than the minimum %v (the default period is a third of the TTL)",
+			ErrInvalid, lc.autoPeriod, MinAutoExtendPeriod)
+	case lc.auto && lc.autoPeriod >= budget:
 		return lc, fmt.Errorf("%w: auto-extension period %v must be positive and shorter than the validity a TTL of %v leaves (%v)",
 			ErrInvalid, lc.autoPeriod, lc.ttl, budget)
 	case lc.maxHold < 0:

@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -84,8 +83,13 @@ type round struct {
 	// acquisition's reply; written before the reply is reported.
 	counters []uint64
 	ctx      context.Context // per-round bound, free of the caller's cancellation (pooled path only)
+	chain    string          // pooled path: the key in Client.chains this round is the newest of, or ""
 	cancel   context.CancelFunc
 	running  atomic.Int32 // workers still running; the last one frees the round
+	// held: a pipelined acquisition counts once more in Client.workers
+	// until it is decided and, when it failed, its rollback is queued, so
+	// that Close cannot close the connections in between.
+	held atomic.Bool
 
 	replies chan reply
 	decided chan struct{}   // pooled path only
@@ -94,6 +98,10 @@ type round struct {
 	// Pooled path, fenced acquisitions only: answered[i] closes when
 	// master i has answered (or the worker gave up), for the fence commit.
 	answered []chan struct{}
+
+	// fin: retries of its release or rollback that a master missed
+	// (finish.go).
+	fin roundFin
 
 	// Pipelined path only: the round's command and its per-master
 	// requests, held here so that a round is one allocation.
@@ -104,12 +112,19 @@ type round struct {
 
 // startRound starts one worker per master. Commands that must not pass
 // each other on a master are chained: worker i of a round sends nothing
-// before worker i of the round it follows has finished. A lock's extension
-// and release follow its acquisition (after), so a release cannot overtake
-// the SET it undoes; an acquisition follows the client's latest release of
-// the key still in flight, so a client that releases and locks again does
-// not find its own old token on the masters that were slow to delete it.
-// The wait is bounded by the round's own deadline.
+// before worker i of the round it follows has finished (see "Ordering on
+// each master" in docs/design.md). Every round of one holder of a key —
+// one token, or one reentrant owner, fair waiter or writer across its
+// attempts (chainID) — follows the holder's previous round still running,
+// so a late rollback of a failed attempt cannot delete the next attempt's
+// grant, nor a late attempt bring back a queue entry or a writer's intent
+// that its waiter gave up. A fence commit follows its acquisition's
+// command (after), not its end. An acquisition that starts a holder's
+// chain follows the client's latest release of the key still in flight,
+// so a client that releases and locks again does not find its own old
+// token on the masters that were slow to delete it. The wait is bounded by
+// the round's own deadline; a worker that gave up still finishes only
+// after the round it follows, so the chain holds through it.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, sh shape) (*round, error) {
 	n := len(c.masters)
 	r := &round{
@@ -120,6 +135,11 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		r.counters = make([]uint64, n)
 	}
 	r.running.Store(int32(n))
+	workers := n
+	if c.allMux && op == opAcquire {
+		r.held.Store(true)
+		workers++
+	}
 	if !c.allMux {
 		// What the worker goroutines need: a bound, the decision, and
 		// their completion for the rounds chained after this one.
@@ -144,8 +164,22 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		}
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
+	var older *round // a reentrant owner's previous round, whose retries this one ends
+	if sh.v != nil && sh.v.kind == kindReentrant {
+		older = c.fin.newest(c, chainID(key, token, sh), r, ttl)
+	}
 	prev := after
 	if !c.allMux {
+		if op != opCommit {
+			r.chain = chainID(key, token, sh)
+			if last := c.chains[r.chain]; last != nil {
+				prev = last
+			}
+			if c.chains == nil {
+				c.chains = make(map[string]*round)
+			}
+			c.chains[r.chain] = r
+		}
 		switch {
 		case op == opAcquire && prev == nil:
 			prev = c.releasing[key]
@@ -153,8 +187,11 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 			c.releasing[key] = r
 		}
 	}
-	c.workers.Add(n)
+	c.workers.Add(workers)
 	c.mu.Unlock()
+	if older != nil {
+		c.fin.supersede(older, r)
+	}
 	if c.allMux {
 		// Pipelined: no goroutine per master; each reply is handled on
 		// its connection's reader. Commands to one master go out in the
@@ -170,15 +207,30 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	return r, nil
 }
 
+// chainID names the holder of key whose rounds must reach each master in
+// the order they are started: a reentrant owner (whose token is the
+// owner), a fair waiter or a writer (stable across their attempts, whose
+// queue entry or intent each attempt refreshes and a leave removes), else
+// the token.
+func chainID(key, token string, sh shape) string {
+	id := "t:" + token
+	switch {
+	case sh.fair != nil:
+		id = "f:" + sh.fair.waiter
+	case sh.v != nil && sh.v.kind == kindWrite:
+		id = "w:" + sh.v.writer
+	}
+	return key + "\x00" + id
+}
+
 // roundReq is one master's share of a round on a pipelined connection:
 // the request and what its reply needs. A round holds them, so sending a
 // command allocates nothing.
 type roundReq struct {
-	req     muxReq
-	r       *round
-	i       int
-	w       *wireCmd
-	retried bool
+	req muxReq
+	r   *round
+	i   int
+	w   *wireCmd
 	// settle gets the master's vote; nil means the round's own settle.
 	settle func(i int, v vote, err error)
 }
@@ -197,39 +249,36 @@ func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...
 	} else {
 		reqs = make([]roundReq, n)
 	}
+	// Run late (after commands submitted later, see muxConn.noScript), a
+	// release, rollback, extension or leave finds nothing, or its own
+	// token: no later round uses it, but a reentrant owner's do.
+	late := w.op != opAcquire && w.op != opCommit && (r.v == nil || r.v.kind != kindReentrant)
+	undo := w.op == opRollback || w.op == opLeave // never refused as busy (muxUndo)
 	for i := range reqs {
 		if len(skip) > 0 && skip[i] {
 			continue
 		}
 		q := &reqs[i]
-		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args}, r: r, i: i, w: w, settle: settle}
+		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, late: late, undo: undo, resend: true,
+			drop: w.op == opAcquire || w.op == opExtend}, r: r, i: i, w: w, settle: settle}
 		q.req.to = q
 		r.c.muxes[i].submit(&q.req)
 	}
 }
 
-// deliver handles master q.i's reply. A script's NOSCRIPT (its cache was
-// flushed) is answered once by EVAL of the source; a connection the master
-// had closed (it restarted) is answered once by a retry on a new one, with
-// the same caution as exec.
+// deliver handles master q.i's reply. (A script's NOSCRIPT is the mux's:
+// see muxConn.noScript.) A request the mux re-sent after the master closed
+// the connection gets the same caution as exec's retry.
 func (q *roundReq) deliver(reply any, err error) {
-	w, mx := q.w, q.r.c.muxes[q.i]
-	if w.script != nil && scripts.IsNoScript(err) {
-		evalArgs := slices.Clone(w.args)
-		evalArgs[0] = w.script.Source()
-		mx.submit(&muxReq{cmd: "EVAL", args: evalArgs, to: replyFunc(func(reply any, err error) {
-			v, err := q.r.decode(q.i, w.op, reply, err)
-			q.settleVote(v, err)
-		})})
-		return
+	w := q.w
+	v, err := q.r.decode(q.i, w.op, w.want, reply, err)
+	if err != nil && q.req.sent.IsZero() {
+		q.r.fin.markUnsent(w.op, q.i)
 	}
-	if err != nil && brokenConn(err) && !q.retried {
-		q.retried = true
-		mx.submit(&q.req)
-		return
+	if err != nil && finishes(w.op, q.r) {
+		q.r.c.finishLater(q.r, q.i, w.op, err)
 	}
-	v, err := q.r.decode(q.i, w.op, reply, err)
-	if q.retried && err == nil && v == voteNo && w.op != opExtend {
+	if q.req.resent && err == nil && v == voteNo && w.op != opExtend {
 		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
 	}
 	q.settleVote(v, err)
@@ -250,6 +299,7 @@ type wireCmd struct {
 	script *scripts.Script // nil for a plain command
 	cmd    string          // "EVALSHA", or the plain command
 	args   []any
+	want   expect // what the reply may be
 }
 
 // wireInto builds op's command into w, its arguments in buf when it has
@@ -260,7 +310,7 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	}
 	script, cmd, args := r.command(op, buf[2:2])
 	if script == nil {
-		*w = wireCmd{op: op, cmd: cmd, args: args}
+		*w = wireCmd{op: op, cmd: cmd, args: args, want: expectOf(nil)}
 		return
 	}
 	full := buf[:2+len(args)]
@@ -269,7 +319,7 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	} else {
 		script.PrefixArgs(full, r.nkeys(script))
 	}
-	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full}
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, want: expectOf(script)}
 }
 
 // settle reports master i's answer to the round, on a pipelined path.
@@ -290,7 +340,7 @@ func (r *round) settle(i int, v vote, err error) {
 func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 	c := r.c
 	done := make(chan struct{})
-	var granted sync.WaitGroup
+	var granted atomic.Int32
 	w := new(wireCmd)
 	r.wireInto(w, opRollback, nil)
 	votes = slices.Clone(votes)
@@ -299,8 +349,8 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 			m := &c.masters[i]
 			c.logFailure(opRollback, r.key, m, c.nodeError(m, err))
 		}
-		if votes[i] == voteYes {
-			granted.Done()
+		if votes[i] == voteYes && granted.Add(-1) == 0 {
+			close(done)
 		}
 		c.workers.Done()
 	}
@@ -316,21 +366,42 @@ func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
 		}
 	}
 	c.mu.Lock()
+	if c.closed && !r.held.Load() {
+		// Close has failed or is failing the connections: nothing more
+		// is sent, and the key expires at its TTL. (An acquisition still
+		// held in Client.workers was counted before Close began: Close
+		// waits for it, so its rollback goes out.)
+		c.mu.Unlock()
+		close(done)
+		return done
+	}
 	c.workers.Add(sends)
 	c.mu.Unlock()
-	r.send(w, settle, skip...)
-	go func() {
-		granted.Wait()
+	if granted.Load() == 0 {
 		close(done)
-	}()
+	}
+	r.send(w, settle, skip...)
+	r.unhold()
 	return done
 }
 
-// decide fixes the round's outcome and lets the workers act on it.
+// decide fixes the round's outcome and lets the workers act on it. A
+// failed pipelined acquisition must then be rolled back
+// (rollbackPipelined), which ends its hold on Client.Close.
 func (r *round) decide(failed bool) {
 	r.failed = failed
 	if r.decided != nil {
 		close(r.decided)
+	}
+	if !failed {
+		r.unhold()
+	}
+}
+
+// unhold ends a pipelined acquisition's extra count in Client.workers.
+func (r *round) unhold() {
+	if r.held.Swap(false) {
+		r.c.workers.Done()
 	}
 }
 
@@ -345,6 +416,9 @@ func (r *round) finish(i int) {
 		if r.c.releasing[r.key] == r {
 			delete(r.c.releasing, r.key)
 		}
+		if r.chain != "" && r.c.chains[r.chain] == r {
+			delete(r.c.chains, r.chain)
+		}
 		r.c.mu.Unlock()
 	}
 	r.c.workers.Done()
@@ -353,12 +427,20 @@ func (r *round) finish(i int) {
 func (r *round) work(i int, prev *round) {
 	defer r.finish(i)
 	m := &r.c.masters[i]
+	// Besides the round it follows, a reentrant owner's round follows a
+	// retry of the owner's earlier release still in flight (finish.go).
+	waits := [2]<-chan struct{}{nil, r.waitAfter(i)}
 	if prev != nil {
-		wait := prev.done[i]
+		waits[0] = prev.done[i]
 		if r.op == opCommit {
 			// A fence commit follows the acquisition's SET on this
 			// master, not its end (which waits for the decision).
-			wait = prev.answered[i]
+			waits[0] = prev.answered[i]
+		}
+	}
+	for _, wait := range waits {
+		if wait == nil {
+			continue
 		}
 		select {
 		case <-wait:
@@ -371,12 +453,27 @@ func (r *round) work(i int, prev *round) {
 			if r.answered != nil {
 				close(r.answered[i])
 			}
+			// The rounds chained after this one must still follow the
+			// pending one: this worker ends (done[i]) only after it. Its
+			// wait is bounded by that round's own bounds.
+			for _, w := range waits {
+				if w != nil {
+					<-w
+				}
+			}
+			if finishes(r.op, r) {
+				// A release that never went out is sent later.
+				r.c.finishLater(r, i, r.op, err)
+			}
 			return
 		}
 	}
 	v, err := r.c.exec(r.ctx, m, r.op, r)
 	if err != nil {
 		r.c.logFailure(r.op, r.key, m, err)
+		if finishes(r.op, r) {
+			r.c.finishLater(r, i, r.op, err)
+		}
 	}
 	r.replies <- reply{index: i, vote: v, err: err}
 	if r.answered != nil {
@@ -393,6 +490,7 @@ func (r *round) work(i int, prev *round) {
 	defer cancel()
 	if _, err := r.c.exec(rctx, m, opRollback, r); err != nil {
 		r.c.logFailure(opRollback, r.key, m, err)
+		r.c.finishLater(r, i, opRollback, err)
 	}
 }
 
@@ -401,8 +499,9 @@ func (r *round) work(i int, prev *round) {
 // clients) fails at its first use; exec then tries once more on a fresh
 // connection within the same deadline. An answer to that second try that
 // could hide the first try's effect counts as unknown, not as a refusal.
-func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (vote, error) {
-	v, err := c.execOnce(ctx, m, op, r, false)
+func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (v vote, err error) {
+	defer c.backstopVote(m, &v, &err)
+	v, err = c.execOnce(ctx, m, op, r, false)
 	if err == nil || !brokenConn(err) {
 		return v, c.wrapNodeError(m, err)
 	}
@@ -426,27 +525,36 @@ func (c *Client) wrapNodeError(m *master, err error) error {
 	return c.nodeError(m, err)
 }
 
-// brokenConn reports whether err says the connection was already closed
-// by the other side, before the command could have been read.
+// brokenConn reports whether err says the master closed the connection
+// (EOF, reset, broken pipe): it runs nothing more that came on it. Not
+// net.ErrClosed, which says this side closed it, as the mux does when a
+// master stalls or is out of step, and the master may still run what it
+// read.
 func brokenConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, net.ErrClosed)
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // execOnce sends one command; fresh asks for a newly dialed connection
 // rather than an idle one of the pool, where the pool can dial.
 func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, fresh bool) (vote, error) {
+	script, cmd, args := r.command(op, nil)
+	want := expectOf(script)
 	var conn redis.Conn
+	pooled := false
 	if mx := c.muxes[m.index]; mx != nil {
-		conn = muxHandle{mx: mx, ctx: ctx}
+		conn = muxHandle{mx: mx, ctx: ctx, want: want}
 	} else {
+		pooled = true
 		var err error
-		if d, ok := m.pool.(dialer); fresh && ok {
-			conn, err = d.Dial(ctx)
+		if fresh && m.dial != nil {
+			conn, err = m.dial.Dial(ctx)
 		} else {
 			conn, err = m.pool.GetContext(ctx)
 		}
 		if err != nil {
+			if !fresh {
+				r.fin.markUnsent(op, m.index)
+			}
 			return voteFail, err
 		}
 		defer conn.Close()
@@ -456,9 +564,11 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
+		if !fresh {
+			r.fin.markUnsent(op, m.index)
+		}
 		return voteFail, context.DeadlineExceeded
 	}
-	script, cmd, args := r.command(op, nil)
 	var res any
 	var err error
 	if script != nil {
@@ -466,7 +576,25 @@ func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, f
 	} else {
 		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
 	}
-	return r.decode(m.index, op, res, err)
+	v, err := r.decode(m.index, op, want, res, err)
+	var de *desyncError
+	if pooled && errors.As(err, &de) {
+		discard(conn)
+	}
+	return v, err
+}
+
+// discard keeps a pooled connection that is out of step with its master
+// from going back to the pool: redigo's pool closes a connection whose Err
+// is set, and a read whose deadline has already passed fails and sets it.
+// The replies already buffered (a few KiB at most) are read first.
+func discard(conn redis.Conn) {
+	for i := 0; i < 4096 && conn.Err() == nil; i++ {
+		_, err := redis.ReceiveWithTimeout(conn, -time.Nanosecond)
+		if _, isReply := err.(redis.Error); err != nil && !isReply {
+			return
+		}
+	}
 }
 
 // command returns what op sends to a master: a script and its keys and
@@ -512,49 +640,95 @@ func (r *round) nkeys(script *scripts.Script) int {
 	return len(r.v.keys)
 }
 
-// decode turns master i's reply to op into its vote; a fenced
-// acquisition's counter goes to r.counters[i].
-func (r *round) decode(i int, op opKind, res any, err error) (vote, error) {
-	if err != nil {
-		err = scripts.Explain(err)
+// expect is what a command's reply may be, besides an error reply (which
+// any command may get). A reply that does not fit is never a vote: it says
+// that the connection is out of step with its master.
+type expect uint8
+
+const (
+	expectSet     expect = iota + 1 // SET NX PX: "OK", or nil when the key exists
+	expectFlag                      // the scripts that answer 1 or 0
+	expectCounter                   // a fenced acquisition: 0, or the counter as a decimal string
+	expectSHA                       // SCRIPT LOAD: a script's SHA1, 40 hex digits
+)
+
+// expectOf returns what script's replies may be (nil: the plain SET).
+// See internal/scripts/*.lua.
+func expectOf(script *scripts.Script) expect {
+	switch script {
+	case nil:
+		return expectSet
+	case scripts.FencedAcquire, scripts.FairFencedAcquire:
+		return expectCounter
+	default:
+		return expectFlag
 	}
-	if b, ok := res.([]byte); ok && err == nil && op == opAcquire && r.counters != nil {
-		n, perr := strconv.ParseUint(string(b), 10, 64)
-		if perr != nil || n >= maxFence {
+}
+
+// fits reports whether v is a reply e allows.
+func (e expect) fits(v any) bool {
+	switch e {
+	case expectSet:
+		return v == nil || v == "OK"
+	case expectFlag:
+		return v == int64(0) || v == int64(1)
+	case expectCounter:
+		if v == int64(0) {
+			return true
+		}
+		b, ok := v.([]byte)
+		if !ok || len(b) == 0 || len(b) > 20 {
+			return false
+		}
+		for _, d := range b {
+			if d < '0' || d > '9' {
+				return false
+			}
+		}
+		return true
+	case expectSHA:
+		b, ok := v.([]byte)
+		if !ok || len(b) != 40 {
+			return false
+		}
+		for _, d := range b {
+			if (d < '0' || d > '9') && (d < 'a' || d > 'f') {
+				return false
+			}
+		}
+		return true
+	default:
+		return false
+	}
+}
+
+// decode turns master i's reply to op, which must fit want, into its vote;
+// a fenced acquisition's counter goes to r.counters[i].
+func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
+	if err != nil {
+		return voteFail, scripts.Explain(err)
+	}
+	if !want.fits(res) {
+		return voteFail, &desyncError{cmd: op.String(), reply: describe(res)}
+	}
+	switch {
+	case res == nil || res == int64(0):
+		return voteNo, nil
+	case want == expectCounter:
+		n, perr := strconv.ParseUint(string(res.([]byte)), 10, 64)
+		if perr != nil || n >= maxFence || r.counters == nil {
 			return voteFail, fmt.Errorf("fencing counter %s out of range", describe(res))
 		}
 		r.counters[i] = n
-		return voteYes, nil
 	}
-	return decode(op, res, err)
-}
-
-// decode turns a master's reply to op into its vote.
-func decode(op opKind, res any, err error) (vote, error) {
-	if err != nil {
-		return voteFail, err
-	}
-	switch res {
-	case "OK":
-		if op == opAcquire {
-			return voteYes, nil
-		}
-	case nil:
-		if op == opAcquire {
-			return voteNo, nil
-		}
-	case int64(1):
-		return voteYes, nil
-	case int64(0):
-		return voteNo, nil
-	}
-	return voteFail, fmt.Errorf("unexpected reply %s to %s", describe(res), op)
+	return voteYes, nil
 }
 
 // nodeError names the master and turns the many shapes of a timeout into
 // ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
 // true only when the caller's own context expired.
 func (c *Client) nodeError(m *master, err error) *NodeError {
+	err = m.redact(err)
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, c.timeout, err.Error())
@@ -562,18 +736,46 @@ func (c *Client) nodeError(m *master, err error) *NodeError {
 	return &NodeError{Index: m.index, Addr: m.addr, Err: err}
 }
 
+// describe names a reply for an error message. Bytes from a master are
+// quoted only when the reply is short and plain (printable ASCII without
+// quotes or backslashes), so that they show whole and unchanged: a
+// password a master echoes is then found and redacted (pool.Redactor),
+// where a reply cut short, escaped, or printed as decimal bytes would
+// show it in a form the redaction does not recognise.
 func describe(v any) string {
 	switch v := v.(type) {
 	case nil:
 		return "nil"
 	case []byte:
-		if len(v) > 32 {
-			v = v[:32]
+		if quotable(string(v)) {
+			return `"` + string(v) + `"`
 		}
-		return strconv.Quote(string(v))
+		return "a bulk string of " + strconv.Itoa(len(v)) + " bytes"
+	case string:
+		if quotable(v) {
+			return "string(" + v + ")"
+		}
+		return "a status of " + strconv.Itoa(len(v)) + " bytes"
+	case []any:
+		return "an array of " + strconv.Itoa(len(v)) + " elements"
+	case int64:
+		return "int64(" + strconv.FormatInt(v, 10) + ")"
 	default:
-		return fmt.Sprintf("%T(%v)", v, v)
+		return fmt.Sprintf("a reply of type %T", v)
 	}
+}
+
+// quotable reports whether s may be quoted whole in a message.
+func quotable(s string) bool {
+	if len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // tally counts a round's replies.

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -19,8 +20,9 @@ import (
 // master announces it) wakes one waiter of that key, the one that has
 // waited longest, which retries at once: no herd of retries per release.
 // Notices can be lost (a master restarts, a connection drops, a waiter
-// subscribes just after the release): waiters always keep their backoff
-// timer, so correctness never depends on a message.
+// subscribes just after the release): waiters always keep a timer (their
+// backoff, or the fallback poll below), so correctness never depends on a
+// message.
 
 // wakeChannel is the channel the release of key publishes on.
 func wakeChannel(key string) string { return wakePrefix + key }
@@ -78,6 +80,11 @@ func (k *keyWaiters) announce(id string, quorum int) bool {
 type waiter struct {
 	key string
 	ch  chan struct{}
+	// woken: a release's notice was handed to this waiter (guarded by
+	// waker.mu). Should it give up without the lock, the notice is passed
+	// on to the next waiter of the key, which might otherwise sleep until
+	// its fallback poll.
+	woken bool
 }
 
 func newWaker(c *Client) *waker {
@@ -117,15 +124,20 @@ func (w *waker) wait(keys []string) *waiting {
 	return wg
 }
 
-// stop unregisters the waiters.
-func (wg *waiting) stop() {
+// stop unregisters the waiters; acquired tells whether the Acquire got
+// the lock, shared whether others may hold it along (a reader).
+func (wg *waiting) stop(acquired, shared bool) {
 	for _, wt := range wg.ws {
-		wg.w.unregister(wt)
+		wg.w.unregister(wt, acquired, shared)
 	}
 }
 
 // unregister removes a waiter; the last waiter of a key unsubscribes it.
-func (w *waker) unregister(wt *waiter) {
+// A waiter that was woken and gives up without the lock passes the notice
+// on to the next waiter of its key, and so does a reader that got in: the
+// next one may be a reader that can get in too (a release's notices wake
+// only one or two waiters per client).
+func (w *waker) unregister(wt *waiter, acquired, shared bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[wt.key]
@@ -136,7 +148,81 @@ func (w *waker) unregister(wt *waiter) {
 	if len(kw.queue) == 0 {
 		delete(w.waiters, wt.key)
 		w.syncLocked()
+		return
 	}
+	if wt.woken && !acquired || acquired && shared {
+		kw.wakeFirst()
+	}
+}
+
+// Fallback poll.
+//
+// A waiter is woken by the release's notice, and its backoff timer is only
+// a fallback for the keys that are freed without one: a holder that
+// vanished frees its key at its TTL, and the rollbacks of a split vote are
+// not announced. While the backoff climbs (contention, a split vote, a
+// notice that came before the masters that had not yet run the release)
+// the waiter retries at the backoff; once the backoff has reached its
+// maximum, the last attempt was refused by a quorum's worth of masters
+// that hold the key for another, and the release of each of its keys
+// would reach this client —
+// the key's channel is subscribed, acknowledged, on enough masters that
+// every quorum includes one of them (N − quorum + 1) — the waiter polls
+// only every fallbackPoll(TTL) instead.
+
+// maxFallbackPoll bounds the fallback poll.
+const maxFallbackPoll = 2 * time.Second
+
+// fallbackPoll is how long a waiter with live subscriptions sleeps between
+// attempts unless woken: half the lock's TTL (a vanished holder with the
+// same TTL frees the key at most that long before the waiter notices), at
+// most maxFallbackPoll, and never less than the maximum backoff.
+func fallbackPoll(ttl, backoffMax time.Duration) time.Duration {
+	return max(backoffMax, min(ttl/2, maxFallbackPoll))
+}
+
+// delay returns how long the waiter sleeps before its next attempt
+// (number attempt+1), which failed with failed, unless woken: the jittered
+// backoff, or the jittered fallback poll once the backoff is at its
+// maximum, the attempt was refused by so many masters holding the key for
+// another that no quorum was possible (masters that failed or timed out
+// announce nothing when they come back), and every key's subscription is
+// live on enough masters. A waiter that leaves a mark (a fair queue entry,
+// a writer's intent) keeps the backoff: its attempts refresh the mark,
+// which would expire otherwise.
+func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error) time.Duration {
+	d := backoff(lc.backoffMin, lc.backoffMax, attempt)
+	if leaves || attempt < 30 && lc.backoffMin<<attempt < lc.backoffMax && lc.backoffMin<<attempt > 0 {
+		return d
+	}
+	var qe *QuorumError
+	if !asQuorumError(failed, &qe) || len(qe.Refused) <= qe.Masters-qe.Quorum {
+		return d
+	}
+	w := wg.w
+	need := len(w.c.masters) - w.c.quorum + 1
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wt := range wg.ws {
+		if w.liveLocked(wt.key) < need {
+			return d
+		}
+	}
+	p := fallbackPoll(lc.ttl, lc.backoffMax)
+	return p/2 + rand.N(p-p/2+1)
+}
+
+// liveLocked counts the masters on which key's channel is subscribed and
+// the subscription acknowledged, on a connection still read.
+func (w *waker) liveLocked(key string) int {
+	ch := wakeChannel(key)
+	n := 0
+	for _, s := range w.subs {
+		if s != nil && s.isLive(ch) {
+			n++
+		}
+	}
+	return n
 }
 
 // revive restarts subscribers whose connection failed, for the waiters
@@ -190,9 +276,17 @@ func (w *waker) notify(key, id string) {
 	if kw == nil || !kw.announce(id, w.c.quorum) {
 		return
 	}
+	kw.wakeFirst()
+}
+
+// wakeFirst wakes the key's longest-waiting waiter and sends it to the
+// back of the queue: if it loses the race it waits its turn again. The
+// caller holds waker.mu.
+func (kw *keyWaiters) wakeFirst() {
 	wt := kw.queue[0]
 	copy(kw.queue, kw.queue[1:])
 	kw.queue[len(kw.queue)-1] = wt
+	wt.woken = true
 	select {
 	case wt.ch <- struct{}{}:
 	default:
@@ -223,16 +317,48 @@ type subscriber struct {
 	kick chan struct{} // size 1: the wanted channels changed
 	quit chan struct{}
 
-	mu      sync.Mutex
-	conn    redis.Conn
-	dead    bool
-	stopped bool
+	// stopRead ends the reader's wait on a borrowed connection, which
+	// must not be closed under its reader (redigo's pooled connection
+	// reads the unsubscribe replies itself on Close).
+	readCtx  context.Context
+	stopRead context.CancelFunc
+
+	mu       sync.Mutex
+	conn     redis.Conn
+	borrowed bool            // conn is a pooled connection, not one of its own
+	live     map[string]bool // channels whose subscription the master acknowledged
+	dead     bool
+	stopped  bool
+}
+
+// isLive reports whether the master acknowledged the subscription to
+// channel on a connection that is still read.
+func (s *subscriber) isLive(channel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.dead && s.live[channel]
+}
+
+// acknowledged records the master's (un)subscribe reply.
+func (s *subscriber) acknowledged(v redis.Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch v.Kind {
+	case "subscribe":
+		if s.live == nil {
+			s.live = map[string]bool{}
+		}
+		s.live[v.Channel] = true
+	case "unsubscribe":
+		delete(s.live, v.Channel)
+	}
 }
 
 func (w *waker) startSubscriber(i int) *subscriber {
 	c := w.c
 	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(),
 		kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	s.readCtx, s.stopRead = context.WithCancel(context.Background())
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -263,16 +389,30 @@ func (s *subscriber) stop() {
 		s.stopped = true
 		close(s.quit)
 	}
-	conn := s.conn
+	conn, borrowed := s.conn, s.borrowed
 	s.mu.Unlock()
-	if conn != nil {
+	s.stopRead()
+	if conn != nil && !borrowed {
 		conn.Close() // unblocks the reader
 	}
+}
+
+// closeConn ends the reader, then closes conn: a connection of its own
+// is closed at once (which unblocks the reader), a borrowed one only
+// after its reader gave it up.
+func (s *subscriber) closeConn(conn redis.Conn, borrowed bool, readerDone <-chan struct{}) {
+	s.stopRead()
+	if !borrowed {
+		conn.Close()
+	}
+	<-readerDone
+	closeQuietly(conn)
 }
 
 func (s *subscriber) fail(err error) {
 	s.mu.Lock()
 	s.dead = true
+	s.live = nil
 	s.mu.Unlock()
 	if err != nil {
 		s.w.c.logFailure(opWait, "", s.m, err)
@@ -284,8 +424,9 @@ func (s *subscriber) fail(err error) {
 func (s *subscriber) write() {
 	c := s.w.c
 	defer c.workers.Done()
+	defer s.backstop(true)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	conn, err := dialDedicated(ctx, s.m)
+	conn, borrowed, err := dialDedicated(ctx, s.m)
 	cancel()
 	if err != nil {
 		s.fail(c.nodeError(s.m, err))
@@ -297,18 +438,18 @@ func (s *subscriber) write() {
 		conn.Close()
 		return
 	}
-	s.conn = conn
+	s.conn, s.borrowed = conn, borrowed
 	s.mu.Unlock()
 	c.workers.Add(1)
 	readerDone := make(chan struct{})
-	go s.read(conn, readerDone)
+	go s.read(conn, borrowed, readerDone)
+	defer s.closeConn(conn, borrowed, readerDone)
 
 	psc := redis.PubSubConn{Conn: conn}
 	have := map[string]bool{}
 	for {
 		select {
 		case <-s.quit:
-			<-readerDone
 			return
 		case <-readerDone:
 			s.fail(nil)
@@ -335,38 +476,54 @@ func (s *subscriber) write() {
 		}
 		if err != nil {
 			s.fail(c.nodeError(s.m, err))
-			conn.Close()
-			<-readerDone
 			return
 		}
 		have = want
 	}
 }
 
-// read wakes the waiters of each released key until the connection closes.
-func (s *subscriber) read(conn redis.Conn, done chan struct{}) {
+// read wakes the waiters of each released key until the connection closes
+// or, for a borrowed connection, until stopRead.
+func (s *subscriber) read(conn redis.Conn, borrowed bool, done chan struct{}) {
 	defer s.w.c.workers.Done()
 	defer close(done)
+	defer s.backstop(false)
 	psc := redis.PubSubConn{Conn: conn}
+	receive := func() any {
+		// No read deadline: the connection is idle while nobody
+		// releases. A borrowed connection cannot be closed under this
+		// read, so the read is cancelled instead (which breaks the
+		// connection; the pool discards it).
+		if borrowed {
+			return psc.ReceiveContext(s.readCtx)
+		}
+		return psc.ReceiveWithTimeout(0)
+	}
 	for {
-		// No read deadline: the connection is idle while nobody releases.
-		switch v := psc.ReceiveWithTimeout(0).(type) {
+		switch v := receive().(type) {
 		case redis.Message:
 			if key, ok := strings.CutPrefix(v.Channel, wakePrefix); ok {
 				s.w.notify(key, string(v.Data))
 			}
+		case redis.Subscription:
+			s.acknowledged(v)
 		case error:
+			s.mu.Lock()
+			s.live = nil // nothing more is heard on this connection
+			s.mu.Unlock()
 			return
 		}
 	}
 }
 
-// dialDedicated returns a connection of its own for subscribing: from the
-// pool's dialer when it has one, else borrowed from the pool for as long as
-// the subscriber lives.
-func dialDedicated(ctx context.Context, m *master) (redis.Conn, error) {
-	if d, ok := m.pool.(dialer); ok {
-		return d.Dial(ctx)
+// dialDedicated returns a connection of its own for subscribing, dialed
+// as the pipelined connections are (dialerOf), else borrowed from the pool
+// (borrowed) for as long as the subscriber lives.
+func dialDedicated(ctx context.Context, m *master) (conn redis.Conn, borrowed bool, err error) {
+	if m.dial != nil {
+		conn, err = m.dial.Dial(ctx)
+		return conn, false, err
 	}
-	return m.pool.GetContext(ctx)
+	conn, err = m.pool.GetContext(ctx)
+	return conn, true, err
 }

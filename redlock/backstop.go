@@ -1,0 +1,89 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Untrusted masters.
+//
+// The pools of package pool guard every connection (pool.GuardConn): a
+// reply that breaks the RESP framing or the pool's limits breaks the
+// connection with a *pool.ProtocolError before redigo's parser sees it, so
+// a hostile master is one failed master, never a crash. A pool of another
+// kind (a plain *redis.Pool) is not guarded, since this package does not
+// own its connections (its own dial function makes the pipelined and
+// subscribed ones too): there the goroutines that read replies have a
+// backstop, a recover that turns a panic of the parser (a header such as
+// "$300000000000000" makes redigo panic) into a failed vote or a broken
+// connection. It cannot catch a stack overflow (arrays nested millions
+// deep), nor a panic on a goroutine redigo starts itself (DoContext,
+// dialing with AUTH): guard such pools by dialing through pool.GuardConn
+// (redis.DialContextFunc; see its example).
+
+// ErrPanic is matched by the error of a master whose reply made the reply
+// parser panic (only on pools that package pool did not make).
+var ErrPanic = errors.New("redlock: the reply parser panicked")
+
+// panicError turns a recovered value into an error that matches ErrPanic.
+func panicError(p any) error { return fmt.Errorf("%w: %v", ErrPanic, p) }
+
+// backstopVote, deferred by a function that returns a master's vote,
+// turns a panic into a failed vote.
+func (c *Client) backstopVote(m *master, v *vote, err *error) {
+	if p := recover(); p != nil {
+		*v, *err = voteFail, c.nodeError(m, panicError(p))
+	}
+}
+
+// receive is redis.ReceiveWithTimeout with the backstop: a panic of the
+// parser becomes an error, and the caller breaks the connection.
+func receive(conn redis.Conn, timeout time.Duration) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, panicError(p)
+		}
+	}()
+	return redis.ReceiveWithTimeout(conn, timeout)
+}
+
+// backstop, deferred by a subscriber's goroutines, turns a panic into a
+// failed subscriber; the waiters fall back on their timers until it is
+// restarted. The writer closes the connection (closeConn): on the
+// reader's panic, once the reader has ended.
+func (s *subscriber) backstop(closeConn bool) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil && closeConn {
+		closeQuietly(conn)
+	}
+	s.fail(s.w.c.nodeError(s.m, panicError(p)))
+}
+
+// closeQuietly closes a subscriber's connection. A subscribed connection
+// of a redis.Pool reads on as it closes (it unsubscribes first), and its
+// parser may panic again on a hostile master: the connection is then left
+// to the garbage collector.
+func closeQuietly(conn redis.Conn) {
+	defer func() { _ = recover() }()
+	conn.Close()
+}
+
+// redact removes the credentials the master's pool knows of from err's
+// text (pool.Redactor); other pools' errors are returned as they are.
+func (m *master) redact(err error) error {
+	if r, ok := m.pool.(pool.Redactor); ok {
+		return r.RedactError(err)
+	}
+	return err
+}

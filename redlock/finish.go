@@ -1,0 +1,512 @@
+package redlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Finishing releases and rollbacks that a master did not confirm.
+//
+// A release, or the rollback of a failed attempt, that a master did not
+// answer leaves the key there until its TTL — the caller's answer does not
+// need that master, but the key blocks it for everyone. So the client
+// sends such a command to that master again, in the background: a few
+// times, with a backoff that grows to finishMax, until the master answers
+// (yes or no: either way the key is no longer ours there), the key's TTL
+// has passed since the master failed (it has expired by then), or the
+// client closes. The caller's answer stays as it was.
+//
+// What "did not confirm" means depends on the path. Pipelined, a command
+// waits on the master's one connection after its caller stopped waiting,
+// and a late answer means it ran: only a command that failed for good —
+// its connection broke (a stall, a reply out of step, a second EOF), the
+// redial failed, the queue was full, an error reply — is finished. Pooled,
+// every command whose worker got no answer in time (its connection is
+// discarded), and every release that never went out because the round
+// before it on that master was still pending.
+//
+// A compare-and-delete by token is idempotent, so a late copy is harmless
+// — except for a reentrant owner, whose every hold uses the owner as its
+// token: a retry of an old release that reached the master after the
+// owner's next acquisition would delete the new hold. So every round of a
+// reentrant owner supersedes the owner's previous rounds (see
+// docs/design.md, "Finishing what a master missed"): their retries are
+// dropped, and a retry is sent only under the gate that the next round
+// passes before it sends anything, so a retry is either sent before that
+// round (and reaches the master first: one connection, or chained) or not
+// at all. Other holders' tokens are used by one attempt or one lock only,
+// and their later rounds never touch them.
+//
+// A master whose latest retry failed gets one retry at a time, after a
+// backoff of its own (the others wait for its outcome), so a master that
+// is down or hung is not flooded with retries and dials; once it answers,
+// the waiting ones go at once. At most finishLimit retries wait per
+// client; beyond that, new ones are refused with a log line (the key then
+// expires at its TTL there), so that a master that is gone for long
+// cannot make the client hoard work.
+
+// finishMin and finishMax bound the backoff between the tries of a
+// release or rollback that a master missed.
+const (
+	finishMin = 20 * time.Millisecond
+	finishMax = time.Second
+)
+
+// finishLimit is how many retries may wait per client.
+const finishLimit = 1024
+
+// finisher holds a client's retries of releases and rollbacks that a
+// master did not confirm. One goroutine, tracked in Client.workers, runs
+// while any retry is queued.
+type finisher struct {
+	// gate orders a retry's send with the start of a later round of the
+	// same reentrant owner (supersede). Taken before mu, a mux's lock or
+	// Client.mu, never while holding one.
+	gate sync.Mutex
+
+	mu       sync.Mutex // guards the fields below, up to owners; taken before Client.mu
+	queue    finQueue   // by due time
+	masters  []finMaster
+	pending  int  // retries queued, held or in flight
+	running  bool // the goroutine runs
+	closed   bool
+	wake     chan struct{} // size 1: the queue's head changed
+	limit    int
+	min, max time.Duration
+
+	// owners maps each reentrant owner's chain (chainID) to its newest
+	// round, until that round's retries could no longer run. Under
+	// Client.mu.
+	owners  map[string]*round
+	sweepAt int
+}
+
+// finMaster is the finisher's state for one master.
+type finMaster struct {
+	down     bool        // its latest retry got no answer: one at a time
+	fails    int         // retries in a row that got no answer
+	next     time.Time   // while down, no retry before this (its backoff)
+	inflight int         // retries sent, not yet ended
+	held     []*finEntry // due while it is down and one is in flight
+}
+
+// roundFin is a round's share of the finisher's state.
+type roundFin struct {
+	// superseded: a later round of the same reentrant owner has started;
+	// this round's retries are dropped. Set under finisher.gate.
+	superseded atomic.Bool
+	// until, for a reentrant owner's round: its retries end by then.
+	until time.Time
+	// busy (pooled path, under finisher.gate): per master, closed when
+	// the retry in flight there ends.
+	busy []chan struct{}
+	// after (pooled path): per master, a retry of a superseded round
+	// still in flight, which this round's worker waits for before it
+	// sends anything.
+	after []chan struct{}
+	// unsent: bit i set when the acquisition's command certainly never
+	// left for master i (no connection, no time left): its rollback there
+	// needs no retry.
+	unsent atomic.Uint64
+}
+
+// markUnsent records that op, if it is the acquisition, never left for
+// master i.
+func (rf *roundFin) markUnsent(op opKind, i int) {
+	if op != opAcquire || i >= 64 {
+		return
+	}
+	for {
+		old := rf.unsent.Load()
+		if rf.unsent.CompareAndSwap(old, old|1<<i) {
+			return
+		}
+	}
+}
+
+// finEntry is one retry: op of round r on master i.
+type finEntry struct {
+	r     *round
+	i     int
+	op    opKind
+	tries int       // sends so far
+	due   time.Time // the next send
+	until time.Time // no send after this
+	err   error     // the latest failure
+}
+
+func (f *finisher) init(masters int) {
+	f.wake = make(chan struct{}, 1)
+	f.limit = finishLimit
+	f.min, f.max = finishMin, finishMax
+	f.masters = make([]finMaster, masters)
+}
+
+// finishes reports whether op of r is finished when a master misses it: a
+// rollback, or a release that frees the key (not a reentrant owner's
+// partial release, which only sets its count).
+func finishes(op opKind, r *round) bool {
+	return op == opRollback || (op == opRelease && (r.v == nil || r.v.kind != kindReentrant || r.v.count == 0))
+}
+
+// newest records r as the newest round of the reentrant owner id and
+// returns the owner's previous one, whose retries r supersedes. The
+// caller holds Client.mu.
+func (f *finisher) newest(c *Client, id string, r *round, ttl time.Duration) *round {
+	now := time.Now()
+	// A command of r fails for good within the stall bound of a
+	// pipelined connection, or within a few per-master timeouts on the
+	// pooled path; its retries end a TTL later at the latest.
+	r.fin.until = now.Add(ttl + 12*c.timeout + time.Second)
+	if f.owners == nil {
+		f.owners = make(map[string]*round)
+	}
+	old := f.owners[id]
+	f.owners[id] = r
+	if len(f.owners) >= f.sweepAt {
+		// Past its until, and a per-master timeout more for a pooled
+		// retry sent just before it, a round has no retry left.
+		for k, o := range f.owners {
+			if o.fin.until.Add(2 * c.timeout).Before(now) {
+				delete(f.owners, k)
+			}
+		}
+		f.sweepAt = max(64, 2*len(f.owners))
+	}
+	return old
+}
+
+// supersede drops the retries of old, a reentrant owner's previous round,
+// before r (the owner's next) sends anything. On the pooled path, r's
+// workers wait for a retry of old still in flight.
+func (f *finisher) supersede(old, r *round) {
+	f.gate.Lock()
+	old.fin.superseded.Store(true)
+	for i, ch := range old.fin.busy {
+		if ch != nil {
+			if r.fin.after == nil {
+				r.fin.after = make([]chan struct{}, len(old.fin.busy))
+			}
+			r.fin.after[i] = ch
+		}
+	}
+	f.gate.Unlock()
+}
+
+// finActs is what is left to do once finisher.mu is released.
+type finActs struct {
+	start, poke bool
+	logs        []finLog
+}
+
+type finLog struct {
+	e   *finEntry
+	why string
+}
+
+func (a *finActs) do(c *Client) {
+	f := &c.fin
+	if a.start {
+		go f.run(c)
+	} else if a.poke {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+	for _, l := range a.logs {
+		c.logUnfinished(l.e, l.why)
+	}
+}
+
+// finishLater queues a retry of op of r on master i, which failed with
+// err without an answer.
+func (c *Client) finishLater(r *round, i int, op opKind, err error) {
+	if r.fin.superseded.Load() || (op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0) {
+		return // superseded, or nothing to roll back there
+	}
+	now := time.Now()
+	until := now.Add(time.Duration(r.ttlMS) * time.Millisecond)
+	if !r.fin.until.IsZero() && r.fin.until.Before(until) {
+		until = r.fin.until
+	}
+	e := &finEntry{r: r, i: i, op: op, until: until, err: err}
+	f := &c.fin
+	var a finActs
+	f.mu.Lock()
+	if f.pending >= f.limit && !f.closed {
+		a.logs = append(a.logs, finLog{e, "too many pending retries"})
+	} else {
+		f.pending++
+		// The master just failed: its first retry goes alone.
+		f.masters[i].down = true
+		f.queueLocked(c, e, now.Add(backoff(f.min, f.max, 0)), &a)
+	}
+	f.mu.Unlock()
+	a.do(c)
+}
+
+// queueLocked queues e (counted in pending) to be sent at due, or drops
+// it: superseded, the client closed, or due past its time. It reports
+// whether e was queued.
+func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs) bool {
+	why := ""
+	switch {
+	case e.r.fin.superseded.Load() || f.closed:
+		why = "-" // the owner's next round decides; Close logs its own
+	case due.After(e.until):
+		why = "no answer before the key's TTL"
+	}
+	if why == "" && !f.running {
+		c.mu.Lock()
+		if c.closed {
+			f.closed, why = true, "-"
+		} else {
+			c.workers.Add(1)
+			f.running, a.start = true, true
+		}
+		c.mu.Unlock()
+	}
+	if why != "" {
+		f.pending--
+		if why != "-" {
+			a.logs = append(a.logs, finLog{e, why})
+		}
+		return false
+	}
+	e.due = due
+	heap.Push(&f.queue, e)
+	if f.queue[0] == e {
+		a.poke = true
+	}
+	return true
+}
+
+// ended ends one send of e to its master: answered (err nil), failed
+// (err), or dropped before it was sent.
+func (f *finisher) ended(c *Client, e *finEntry, err error, dropped bool) {
+	var a finActs
+	f.mu.Lock()
+	m := &f.masters[e.i]
+	m.inflight--
+	at := time.Now() // when the retries held for this master go
+	switch {
+	case dropped:
+		f.pending--
+	case err == nil:
+		f.pending--
+		m.down, m.fails = false, 0
+	default:
+		e.err = err
+		m.next = at.Add(backoff(f.min, f.max, m.fails))
+		m.down = true
+		m.fails++
+		// The held ones compete with it for the next try, so that one
+		// that always fails (an error reply for its key) cannot hold
+		// the others back for long.
+		at = m.next
+		f.queueLocked(c, e, at, &a)
+	}
+	held := m.held
+	m.held = nil
+	for _, h := range held {
+		f.queueLocked(c, h, at, &a)
+	}
+	f.mu.Unlock()
+	a.do(c)
+}
+
+// run sends the retries as they fall due, until none is queued or the
+// client closes.
+func (f *finisher) run(c *Client) {
+	defer c.workers.Done()
+	for {
+		f.mu.Lock()
+		now := time.Now()
+		var due []*finEntry
+		for len(f.queue) > 0 && !f.queue[0].due.After(now) {
+			e := heap.Pop(&f.queue).(*finEntry)
+			m := &f.masters[e.i]
+			if m.down && m.inflight > 0 {
+				m.held = append(m.held, e)
+				continue
+			}
+			if m.down && now.Before(m.next) {
+				e.due = m.next // the master's backoff, not this retry's
+				heap.Push(&f.queue, e)
+				continue
+			}
+			m.inflight++
+			due = append(due, e)
+		}
+		if len(due) == 0 && len(f.queue) == 0 {
+			// Held retries are queued again when the one in flight ends.
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		var wait time.Duration
+		if len(f.queue) > 0 {
+			wait = f.queue[0].due.Sub(now)
+		}
+		f.mu.Unlock()
+		for _, e := range due {
+			f.try(c, e)
+		}
+		if len(due) > 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-f.wake:
+		case <-c.closing:
+			t.Stop()
+			f.close(c)
+			return
+		}
+		t.Stop()
+	}
+}
+
+// close drops what is queued or held: the client is closing.
+func (f *finisher) close(c *Client) {
+	f.mu.Lock()
+	n := len(f.queue)
+	f.queue = nil
+	for i := range f.masters {
+		n += len(f.masters[i].held)
+		f.masters[i].held = nil
+	}
+	f.pending -= n
+	f.closed, f.running = true, false
+	f.mu.Unlock()
+	if n > 0 && c.logger != nil {
+		c.logger.LogAttrs(context.Background(), slog.LevelWarn,
+			"redlock: client closed with releases that masters missed still to retry; those keys stay there until their TTL",
+			slog.Int("retries", n))
+	}
+}
+
+// try sends e once more, tracked in Client.workers.
+func (f *finisher) try(c *Client, e *finEntry) {
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.workers.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		f.mu.Lock()
+		f.closed = true
+		f.mu.Unlock()
+		f.ended(c, e, nil, true)
+		return
+	}
+	e.tries++
+	if c.allMux {
+		f.send(c, e)
+	} else {
+		go f.exec(c, e)
+	}
+}
+
+// send submits e on the master's pipelined connection; the reply is
+// handled on its reader.
+func (f *finisher) send(c *Client, e *finEntry) {
+	r := e.r
+	w := new(wireCmd)
+	r.wireInto(w, e.op, nil)
+	q := &muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, undo: true, resend: true,
+		// As for the round's own command (round.send).
+		late: r.v == nil || r.v.kind != kindReentrant}
+	q.to = replyFunc(func(v any, err error) {
+		_, err = r.decode(e.i, e.op, w.want, v, err)
+		f.ended(c, e, err, false)
+		c.workers.Done()
+	})
+	f.gate.Lock()
+	if r.fin.superseded.Load() {
+		f.gate.Unlock()
+		f.ended(c, e, nil, true)
+		c.workers.Done()
+		return
+	}
+	c.muxes[e.i].submit(q)
+	f.gate.Unlock()
+}
+
+// exec sends e on a pooled connection, bounded by the per-master timeout.
+// A later round of a reentrant owner waits for it (roundFin.after).
+func (f *finisher) exec(c *Client, e *finEntry) {
+	defer c.workers.Done()
+	r := e.r
+	f.gate.Lock()
+	if r.fin.superseded.Load() {
+		f.gate.Unlock()
+		f.ended(c, e, nil, true)
+		return
+	}
+	done := make(chan struct{})
+	if r.fin.busy == nil {
+		r.fin.busy = make([]chan struct{}, len(c.masters))
+	}
+	r.fin.busy[e.i] = done
+	f.gate.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	_, err := c.exec(ctx, &c.masters[e.i], e.op, r)
+	cancel()
+	f.gate.Lock()
+	r.fin.busy[e.i] = nil
+	close(done)
+	f.gate.Unlock()
+	f.ended(c, e, err, false)
+}
+
+// logUnfinished reports a retry given up.
+func (c *Client) logUnfinished(e *finEntry, why string) {
+	if c.logger == nil {
+		return
+	}
+	m := &c.masters[e.i]
+	attrs := []slog.Attr{slog.String("op", e.op.String()), slog.String("key", e.r.key),
+		slog.Int("master", m.index), slog.String("addr", m.addr), slog.String("reason", why), slog.Int("tries", e.tries)}
+	if err := e.err; err != nil {
+		var ne *NodeError
+		if !errors.As(err, &ne) {
+			err = c.nodeError(m, err)
+		}
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	c.logger.LogAttrs(context.Background(), slog.LevelWarn,
+		"redlock: a master did not confirm; the key stays there until its TTL", attrs...)
+}
+
+// waitAfter returns the channel that closes when the retry of a
+// superseded round on master i has ended, or nil (pooled path).
+func (r *round) waitAfter(i int) <-chan struct{} {
+	if r.fin.after == nil || r.fin.after[i] == nil {
+		return nil
+	}
+	return r.fin.after[i]
+}
+
+// finQueue is a heap of retries by due time.
+type finQueue []*finEntry
+
+func (q finQueue) Len() int           { return len(q) }
+func (q finQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q finQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *finQueue) Push(x any)        { *q = append(*q, x.(*finEntry)) }
+func (q *finQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return e
+}

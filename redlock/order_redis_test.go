@@ -1,0 +1,182 @@
+package redlock_test
+
+// Ordering on each master: every round of one token (a reentrant owner, a
+// fair waiter, a writer) reaches each master after the previous round of
+// the same token on that master, on both connection paths.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// forPaths runs f on the pipelined and on the pooled path; path is the
+// option that picks it, to give every client f makes.
+func forPaths(t *testing.T, f func(t *testing.T, path redlock.Option)) {
+	t.Run("pipelined", func(t *testing.T) { f(t, redlock.WithPipelining(true)) })
+	t.Run("pooled", func(t *testing.T) { f(t, redlock.WithPipelining(false)) })
+}
+
+// pathClient is a client on rs with the given path, whatever
+// QUORUMLOCK_TEST_POOLED says.
+func (rs *realSet) pathClient(t *testing.T, path redlock.Option, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(rs.pools, append(append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...), path)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A reentrant owner's attempts share one token, so a late rollback of an
+// earlier attempt must not reach a master after the next attempt's grant
+// there: it would delete that grant, and another owner could then win a
+// quorum while the first still holds its lock (issue 13, 2).
+func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
+	forPaths(t, func(t *testing.T, path redlock.Option) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		const channel = "quorumlock:released:lock"
+		// Another owner holds masters 0 and 1; master 2 is frozen.
+		for _, s := range rs.servers[:2] {
+			if _, err := s.Do("HSET", "lock", "x", 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Do("PEXPIRE", "lock", 60000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rs.servers[2].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				if err := rs.servers[2].Resume(); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		defer resume()
+		ca := rs.pathClient(t, path, redlock.WithTimeout(5*time.Second))
+		a, err := ca.NewReentrant("lock", "owner-a",
+			redlock.WithTTL(time.Minute), redlock.WithWait(time.Minute), redlock.WithBackoff(time.Minute, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- a.Acquire(ctx) }()
+		// Attempt 1 was refused by masters 0 and 1 (its command to master
+		// 2 is pending): the waiter subscribed.
+		waitUntil(t, "the first attempt failed and the owner waits", func() bool {
+			return numSub(t, rs, 0, channel) == 1
+		})
+		// Master 0 frees up; wake the owner for attempt 2, which wins
+		// master 0 and waits for master 2.
+		if _, err := rs.servers[0].Do("DEL", "lock"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.servers[0].Do("PUBLISH", channel, "someone"); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "attempt 2 won master 0", func() bool {
+			v, err := redis.String(rs.servers[0].Do("HGET", "lock", "owner-a"))
+			return err == nil && v == "1"
+		})
+		time.Sleep(50 * time.Millisecond) // attempt 2's command to master 2 is on its way
+		resume()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the owner did not get the lock")
+		}
+		// Give attempt 1's rollback time to run on master 2.
+		time.Sleep(500 * time.Millisecond)
+		if vals := rs.hget(t, "lock", "owner-a"); count(vals, "1") < 2 {
+			t.Fatalf("owner-a holds the lock, but only these masters know it: %q", vals)
+		}
+		// The other owner leaves master 1: a second owner must still be
+		// refused.
+		if _, err := rs.servers[1].Do("DEL", "lock"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := rs.pathClient(t, path).NewReentrant("lock", "owner-b", redlock.WithWait(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Acquire(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("a second owner acquired the lock while owner-a holds it: %v", err)
+		}
+		if err := a.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A fenced acquisition whose commit round cannot start because the client
+// is closing is rolled back like any failed attempt: Close leaves no lock
+// on any master but those of acquisitions that returned a Lock.
+func TestRedis_CloseDuringFenceCommitLeavesNoKey(t *testing.T) {
+	forPaths(t, func(t *testing.T, path redlock.Option) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		held := map[string]string{} // key → token of a returned lock
+		var mu sync.Mutex
+		for round := 0; round < 15; round++ {
+			c, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; ; j++ {
+						key := fmt.Sprintf("f%d-%d-%d", round, g, j)
+						l, err := c.TryAcquire(ctx, key, redlock.WithFencing(), redlock.WithTTL(time.Minute))
+						if err != nil {
+							if !errors.Is(err, redlock.ErrClosed) && !errors.Is(err, redlock.ErrNotAcquired) {
+								t.Errorf("%s: %v", key, err)
+							}
+							return
+						}
+						mu.Lock()
+						held[key] = l.Token()
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(time.Duration(20+round*3) * time.Millisecond)
+			c.Close()
+			wg.Wait()
+		}
+		for i, s := range rs.servers {
+			keys, err := redis.Strings(s.Do("KEYS", "f*"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				v, err := redis.String(s.Do("GET", k))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if held[k] != v {
+					t.Errorf("master %d: %s = %q left by an acquisition that returned no lock", i, k, v)
+				}
+			}
+		}
+	})
+}
