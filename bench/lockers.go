@@ -38,18 +38,22 @@ type lib struct {
 	// floor marks the reference client that is no library: it runs only
 	// in the sequential workload.
 	floor bool
+	// parallelOnly: a variant of quorumlock shown in the parallel workload
+	// alone.
+	parallelOnly bool
 	// make returns the library on n masters, or nil when it cannot run
 	// there (bsm/redislock has one master).
 	make func(e *env, n int) locker
 }
 
 var libs = []lib{
-	{"quorumlock", false, false, newQuorumlock},
-	{"quorumlock (pooled)", false, false, newQuorumlockPooled},
-	{"quorumlock (fair)", true, false, newQuorumlockFair},
-	{"go-redsync", false, false, newRedsync},
-	{"bsm/redislock", false, false, newRedislock},
-	{floorName, false, true, newFloor},
+	{"quorumlock", false, false, false, newQuorumlock},
+	{"quorumlock (pooled)", false, false, false, newQuorumlockPooled},
+	{"quorumlock (fair)", true, false, false, newQuorumlockFair},
+	{"go-redsync", false, false, false, newRedsync},
+	{"bsm/redislock", false, false, false, newRedislock},
+	{floorName, false, true, false, newFloor},
+	{"quorumlock (own *redis.Pool)", false, false, true, newQuorumlockOwnPools},
 }
 
 const floorName = "floor: write all, read all"
@@ -59,6 +63,7 @@ type env struct {
 	servers  []*redistest.Server // when the bench started the masters; nil with -masters
 	metrics  map[string]float64  // figures the targets are judged on, by name
 	duration time.Duration
+	hungCell time.Duration // each cell of the degraded workload
 	closers  []func()
 }
 
@@ -85,6 +90,29 @@ func newQuorumlockPooled(e *env, n int) locker {
 }
 
 func newQuorumlock(e *env, n int) locker { return newQuorumlockWith(e, n) }
+
+// newQuorumlockOwnPools is quorumlock on plain redigo pools of the
+// application's own (as go-redsync's), handed to redlock.New: they
+// pipeline through their DialContext.
+func newQuorumlockOwnPools(e *env, n int) locker {
+	pools := make([]pool.Pool, n)
+	for i := range pools {
+		addr := e.addrs[i]
+		p := &redigo.Pool{
+			MaxIdle: 128,
+			DialContext: func(ctx context.Context) (redigo.Conn, error) {
+				return redigo.DialContext(ctx, "tcp", addr, redigo.DialReadTimeout(time.Second), redigo.DialWriteTimeout(time.Second))
+			},
+		}
+		e.closers = append(e.closers, func() { p.Close() })
+		pools[i] = p
+	}
+	c, err := redlock.New(pools)
+	if err != nil {
+		panic(err)
+	}
+	return &qlLocker{c: c, opts: []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(time.Hour)}}
+}
 
 func newQuorumlockWith(e *env, n int, opts ...redlock.Option) locker {
 	pools := make([]pool.Pool, n)

@@ -32,10 +32,14 @@ import (
 
 func main() {
 	log.SetFlags(0)
+	if len(os.Args) == 2 && os.Args[1] == spinFlag {
+		spin()
+	}
 	mastersFlag := flag.String("masters", os.Getenv(masters.Env), "comma-separated host:port of at least 7 masters (default: start local redis-server processes)")
 	workloads := flag.String("workloads", "sequential,parallel,scale,handoff,degraded,allocs", "comma-separated workloads: "+strings.Join(workloadNames(), ", "))
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
+	hungCell := flag.Duration("hung-cell", 10*time.Second, "how long each cell of the degraded workload runs (shorter only for quick runs)")
 	flag.Parse()
 
 	addrs := masters.Split(*mastersFlag)
@@ -55,7 +59,7 @@ func main() {
 	if len(addrs) < 7 {
 		log.Fatalf("bench: %d masters given, the workloads need 7", len(addrs))
 	}
-	env := &env{addrs: addrs, servers: servers, duration: *duration, metrics: map[string]float64{}}
+	env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, metrics: map[string]float64{}}
 	defer env.close()
 
 	var report strings.Builder

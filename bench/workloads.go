@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,7 +158,7 @@ func sequential(ctx context.Context, e *env) string {
 func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
 	var ours, pooled *result
 	for _, lb := range libs {
-		if lb.handoffOnly || (lb.floor && tag != "seq") {
+		if lb.handoffOnly || (lb.floor && tag != "seq") || (lb.parallelOnly && tag != "par") {
 			continue
 		}
 		l := lb.make(e, n)
@@ -198,7 +199,7 @@ func handoff(ctx context.Context, e *env) string {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
 			var ours *result
 			for _, lb := range libs {
-				if lb.floor {
+				if lb.floor || lb.parallelOnly {
 					continue
 				}
 				lockers := make([]locker, 8)
@@ -242,8 +243,33 @@ func parallel(ctx context.Context, e *env) string {
 	return b.String()
 }
 
-// degraded: one client, sequential, on N=5 with one and then two masters
-// hung (SIGSTOP). Needs masters the bench started itself.
+// degradedCase is one cell of the degraded workload.
+type degradedCase struct {
+	label string // for the table
+	tag   string // for the metrics
+	hung  int    // masters stopped (the last ones)
+	mid   bool   // stopped after a third of the cell, not before it
+	peers bool   // go-redsync runs it too (each of its cycles waits for its 1 s read timeout)
+}
+
+var degradedCases = []degradedCase{
+	{"none", "healthy", 0, false, true},
+	{"1 of 5, whole cell", "hung1", 1, false, false},
+	{"2 of 5, whole cell", "hung2", 2, false, true},
+	{"2 of 5, from ⅓ of the cell", "hung2mid", 2, true, false},
+}
+
+// degradedLoads are the CPU conditions the cases run under: a quiet
+// machine, and one busy loop per core in processes of their own.
+var degradedLoads = []struct {
+	label, tag string
+	busy       bool
+}{{"quiet", "quiet", false}, {"busy loop per core", "busy", true}}
+
+// degraded: one client, sequential, on N=5 with masters hung (SIGSTOP),
+// on a quiet machine and with every core kept busy by other processes.
+// Each case is judged against the healthy p99 measured under the same CPU
+// load in the same run. Needs masters the bench started itself.
 func degraded(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Degraded: hung masters\n\n")
@@ -251,59 +277,113 @@ func degraded(ctx context.Context, e *env) string {
 		b.WriteString("Skipped: the masters were given with -masters, and the bench pauses only masters it started.\n\n")
 		return b.String()
 	}
-	b.WriteString("One client, sequential lock+unlock on N=5 while masters are stopped with SIGSTOP (they accept connections and never answer). " +
-		"quorumlock's per-master timeout is its default, 50 ms; go-redsync's redigo pools have 1 s read timeouts. Cells with hung masters run for at least 10 s; " +
-		"a library that completes no cycle shows 0.\n\n")
-	b.WriteString("| hung | library | cycles/s | p50 ms | p99 ms | quorumlock's p99 advantage |\n|---|---|---|---|---|---|\n")
-	for _, hung := range []int{0, 1, 2} {
-		for i := 0; i < hung; i++ {
-			if err := e.servers[4-i].Pause(); err != nil {
+	cell := e.hungCell
+	fmt.Fprintf(&b, "One client, sequential lock+unlock on N=5 while masters are stopped with SIGSTOP (they accept connections and never answer), "+
+		"either before the client starts (whole cell) or after a third of the cell, for the rest of it. Each cell runs %v. "+
+		"Every case runs on a quiet machine and again with one busy loop per core (a spinning process each, as other programs keeping the CPUs busy), "+
+		"and is judged against the healthy p99 measured under the same CPU load in this run. "+
+		"quorumlock's per-master timeout is its default, 50 ms; go-redsync's redigo pools have 1 s read timeouts, so each of its cycles with a hung master "+
+		"takes a second or more: it runs the healthy and whole-cell cases only. A library that completes no cycle shows 0.\n\n", cell)
+	b.WriteString("| CPUs | hung | library | cycles/s | p50 ms | p99 ms | p99 ÷ healthy p99 | quorumlock's p99 advantage |\n|---|---|---|---|---|---|---|---|\n")
+	var worst []string
+	for _, load := range degradedLoads {
+		var bz *busy
+		if load.busy {
+			var err error
+			if bz, err = startBusy(); err != nil {
 				panic(err)
 			}
 		}
-		// The peers first, so that nothing quorumlock did to the stopped
-		// masters' accept queues can slow them.
-		order := append(slices.Clone(libs[2:]), libs[:2]...)
-		results := map[string]*result{}
-		for _, lb := range order {
-			if lb.handoffOnly || lb.floor {
+		healthy := map[string]*result{}
+		for _, dc := range degradedCases {
+			if load.busy && dc.hung == 1 {
 				continue
 			}
-			l := lb.make(e, 5)
-			if l == nil {
-				continue
+			// The peers first, so that nothing quorumlock did to the
+			// stopped masters' accept queues can slow them.
+			order := append(slices.Clone(libs[2:]), libs[:2]...)
+			results := map[string]*result{}
+			for _, lb := range order {
+				if lb.handoffOnly || lb.floor || lb.parallelOnly || (!dc.peers && !strings.HasPrefix(lb.name, "quorumlock")) {
+					continue
+				}
+				l := lb.make(e, 5) // dials nothing yet
+				if l == nil {
+					continue
+				}
+				log.Printf("degraded: %s, hung %s, %s", load.label, dc.label, lb.name)
+				results[lb.name] = degradedCell(ctx, e, l, dc, cell, fmt.Sprintf("bench:deg:%s:%s:%s", load.tag, dc.tag, lb.name))
+				e.metrics[fmt.Sprintf("deg-%s-%s %s p99", load.tag, dc.tag, lb.name)] = float64(results[lb.name].pct(0.99))
 			}
-			// A peer that waits for a hung master's read timeout needs
-			// seconds per cycle: give every hung cell 10 s or more.
-			de := *e
-			if hung > 0 && de.duration < 10*time.Second {
-				de.duration = 10 * time.Second
+			if dc.hung == 0 {
+				healthy = results
 			}
-			r := run(ctx, &de, []locker{l}, fmt.Sprintf("bench:deg:%s:%d", lb.name, hung), 0, 1, false)
-			l.close()
-			e.metrics[fmt.Sprintf("deg%d %s p99", hung, lb.name)] = float64(r.pct(0.99))
-			results[lb.name] = r
+			ours := results["quorumlock"]
+			for _, lb := range libs {
+				r, ok := results[lb.name]
+				if !ok {
+					continue
+				}
+				adv, rel := "—", "—"
+				if !strings.HasPrefix(lb.name, "quorumlock") {
+					adv = ratio(float64(ours.pct(0.99)), float64(r.pct(0.99)), false)
+				}
+				if h := healthy[lb.name]; h != nil && dc.hung > 0 && h.pct(0.99) > 0 && r.cycles > 0 {
+					rel = fmt.Sprintf("%.2f×", float64(r.pct(0.99))/float64(h.pct(0.99)))
+					if lb.name == "quorumlock" && dc.hung == 2 {
+						worst = append(worst, fmt.Sprintf("%s (%s): %s", dc.label, load.label, rel))
+					}
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %s | %s | %s |\n", load.label, dc.label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), rel, adv)
+			}
 		}
-		ours := results["quorumlock"]
-		for _, lb := range libs {
-			r, ok := results[lb.name]
-			if !ok {
-				continue
-			}
-			adv := "—"
-			if !strings.HasPrefix(lb.name, "quorumlock") {
-				adv = ratio(float64(ours.pct(0.99)), float64(r.pct(0.99)), false)
-			}
-			fmt.Fprintf(&b, "| %d of 5 | %s | %.1f | %s | %s | %s |\n", hung, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv)
-		}
-		for i := 0; i < hung; i++ {
-			if err := e.servers[4-i].Resume(); err != nil {
+		bz.stop()
+	}
+	fmt.Fprintf(&b, "\nTarget: with 2 of 5 masters hung, quorumlock's p99 ≤ 2× its healthy p99 under the same CPU load. This run: %s.\n\n", strings.Join(worst, "; "))
+	return b.String()
+}
+
+// degradedCell runs l (made, not yet used) through one case: the last dc.hung
+// masters stopped for the whole cell or from a third of it on, and
+// running again (and answering) before it returns.
+func degradedCell(ctx context.Context, e *env, l locker, dc degradedCase, cell time.Duration, key string) *result {
+	hung := e.servers[5-dc.hung : 5]
+	pause := func() {
+		for _, s := range hung {
+			if err := s.Pause(); err != nil {
 				panic(err)
 			}
 		}
 	}
-	b.WriteString("\n")
-	return b.String()
+	if !dc.mid {
+		pause()
+	}
+	de := *e
+	de.duration = cell
+	var paused sync.WaitGroup
+	if dc.mid {
+		paused.Add(1)
+		t := time.AfterFunc(cell/3, func() { pause(); paused.Done() })
+		defer func() {
+			if t.Stop() {
+				paused.Done()
+			}
+		}()
+	}
+	r := run(ctx, &de, []locker{l}, key, 0, 1, false)
+	l.close()
+	paused.Wait()
+	for _, s := range hung {
+		if err := s.Resume(); err != nil {
+			panic(err)
+		}
+	}
+	for _, s := range hung { // it works through what queued up while it was stopped
+		if _, err := s.Do("PING"); err != nil {
+			panic(err)
+		}
+	}
+	return r
 }
 
 // allocs: allocations and bytes per lock+unlock on N=5, measured with
@@ -312,7 +392,7 @@ func allocs(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Allocations per lock+unlock, N=5\n\n| library | allocs/op | B/op | ns/op |\n|---|---|---|---|\n")
 	for _, lb := range libs {
-		if lb.handoffOnly || lb.floor {
+		if lb.handoffOnly || lb.floor || lb.parallelOnly {
 			continue
 		}
 		l := lb.make(e, 5)
@@ -374,6 +454,20 @@ func targetsSection(m map[string]float64) string {
 			return o / t, true
 		}
 	}
+	// With 2 of 5 hung: each path's p99 over its own healthy p99 under
+	// the same CPU load, the better path's.
+	hungTarget := func(when, load, tag string) target {
+		return target{name: fmt.Sprintf("2 of 5 hung (%s, %s CPUs), p99: quorumlock's ÷ its healthy p99 ≤ 2", when, load), goal: 2, value: func() (float64, bool) {
+			best := 0.0
+			for _, lib := range []string{"quorumlock", "quorumlock (pooled)"} {
+				h, d := m[fmt.Sprintf("deg-%s-healthy %s p99", load, lib)], m[fmt.Sprintf("deg-%s-%s %s p99", load, tag, lib)]
+				if h != 0 && d != 0 && (best == 0 || d/h < best) {
+					best = d / h
+				}
+			}
+			return best, best != 0
+		}}
+	}
 	ts := []target{
 		{"one client, N=5, p50: quorumlock ÷ go-redsync ≤ 0.5", ratioOf("seq5 %s p50", "seq5 go-redsync p50", true), 0.5, false, false},
 		{"64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3", ratioOf("par5 %s rate", "par5 go-redsync rate", false), 3, true, false},
@@ -385,13 +479,10 @@ func targetsSection(m map[string]float64) string {
 			return t / o, true
 		}, 1, true, false},
 		{"64 clients, N=1, cycles/s: quorumlock ÷ bsm/redislock ≥ 1", ratioOf("par1 %s rate", "par1 bsm/redislock rate", false), 1, true, false},
-		{"2 of 5 hung, p99: quorumlock's ÷ its healthy p99 ≤ 2", func() (float64, bool) {
-			h, d := best("deg0 %s p99", true), best("deg2 %s p99", true)
-			if h == 0 || d == 0 {
-				return 0, false
-			}
-			return d / h, true
-		}, 2, false, false},
+		hungTarget("whole cell", "quiet", "hung2"),
+		hungTarget("from ⅓ of the cell", "quiet", "hung2mid"),
+		hungTarget("whole cell", "busy", "hung2"),
+		hungTarget("from ⅓ of the cell", "busy", "hung2mid"),
 		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false, false},
 		{name: "(context) one client, N=5, p50: floor ÷ go-redsync", info: true, value: func() (float64, bool) {
 			f, t := m["seq5 "+floorName+" p50"], m["seq5 go-redsync p50"]
@@ -439,7 +530,7 @@ func scale(ctx context.Context, e *env) string {
 	b.WriteString("| distinct keys | library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
 	for _, keys := range []int{64, 10_000, 100_000} {
 		for _, lb := range libs {
-			if lb.handoffOnly || lb.floor {
+			if lb.handoffOnly || lb.floor || lb.parallelOnly {
 				continue
 			}
 			l := lb.make(e, 5)
