@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -66,4 +68,48 @@ func (b *busy) stop() {
 		c.Wait()
 	}
 	b.procs = nil
+}
+
+// loaded: 64 goroutines of one application on N=5, each locking a key of
+// its own, with one busy loop per core running, on each of quorumlock's
+// ways to reach the masters. Every lock is a single attempt (TryAcquire)
+// with the default per-master timeout, so each attempt that fails is
+// counted, and so is each release that is not confirmed. With every
+// master up, both must be 0.
+func loaded(ctx context.Context, e *env) string {
+	var b strings.Builder
+	b.WriteString("## 64 clients on N=5 with a busy loop per core\n\n")
+	b.WriteString("64 goroutines share one instance, each looping TryAcquire + Release on a key of its own, while one spinning process per core keeps the CPUs busy. " +
+		"Every master is up: a failed acquisition or a release that is not confirmed is the client failing under CPU load.\n\n")
+	b.WriteString("| library | cycles/s | p50 ms | p99 ms | failed acquisitions | unconfirmed releases |\n|---|---|---|---|---|---|\n")
+	bz, err := startBusy()
+	if err != nil {
+		panic(err)
+	}
+	defer bz.stop()
+	for _, lb := range libs {
+		if !lb.runs("busy") {
+			continue
+		}
+		l := lb.make(e, 5)
+		if l == nil {
+			continue
+		}
+		if q, ok := l.(*qlLocker); ok {
+			q.try = true
+		}
+		lockers := make([]locker, 64)
+		for i := range lockers {
+			lockers[i] = l
+		}
+		r := run(ctx, e, lockers, "bench:busy:"+lb.name, 0, 1, false)
+		l.close()
+		prefix := "busy " + lb.name
+		e.metrics[prefix+" cycles"] = float64(r.cycles)
+		e.metrics[prefix+" failed"] = float64(r.acqFailures)
+		e.metrics[prefix+" unconfirmed"] = float64(r.relFailures)
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %d | %d |\n", lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), r.acqFailures, r.relFailures)
+	}
+	b.WriteString("\n")
+	return b.String()
 }

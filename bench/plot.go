@@ -14,12 +14,10 @@ func plot(m map[string]float64) string {
 		out := map[string][]float64{}
 		for _, lb := range libs {
 			var ys []float64
-			found := false
+			found := true // a library that ran at every x
 			for _, x := range xs {
 				v, ok := m[key(x, lb.name)]
-				if ok {
-					found = true
-				}
+				found = found && ok
 				ys = append(ys, v*scale)
 			}
 			if found {
@@ -46,6 +44,8 @@ func plot(m map[string]float64) string {
 var colors = map[string]string{
 	"quorumlock":          "#1f77b4",
 	"quorumlock (pooled)": "#2ca02c",
+	qlOwnPoolName:         "#17becf",
+	floorName:             "#7f7f7f",
 	"go-redsync":          "#d62728",
 	"bsm/redislock":       "#9467bd",
 }
