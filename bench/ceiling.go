@@ -63,7 +63,7 @@ func ceiling(ctx context.Context, e *env) string {
 		b.WriteString("Not measured: redis-benchmark is not installed (Debian's redis-tools; `make bench-peers` installs it).\n\n")
 		return b.String()
 	}
-	requests := int(max(20_000, 60_000*e.duration.Seconds()))
+	requests := int(max(20_000, 40_000*e.duration.Seconds()))
 	fmt.Fprintf(&b, "`redis-benchmark -P 16 -c 50 -n %d -r 100000000` against each of the first five masters, five instances at once "+
 		"(they share this machine's cores with the masters): SET NX PX, then EVAL of a compare-and-delete script. "+
 		"A lock+unlock cycle on N=5 is one SET and one EVAL on every master, so the ceiling is 1 / (1/SET + 1/EVAL) cycles/s, "+

@@ -141,19 +141,20 @@ type workload func(ctx context.Context, e *env) string
 // fullWorkloads is what `make bench-peers` runs; quickWorkloads only
 // what the targets are judged on (the hung-master targets excepted).
 const (
-	fullWorkloads  = "ceiling,sequential,parallel,scale,handoff,loaded,allocs,degraded"
-	quickWorkloads = "ceiling,sequential,parallel,handoff,loaded,allocs"
+	fullWorkloads  = "ceiling,sequential,parallel,scale,handoff,handoffdiag,allocs,loaded,degraded"
+	quickWorkloads = "ceiling,sequential,parallel,handoff,allocs,loaded"
 )
 
 var registry = map[string]workload{
-	"ceiling":    ceiling,
-	"loaded":     loaded,
-	"sequential": sequential,
-	"parallel":   parallel,
-	"degraded":   degraded,
-	"allocs":     allocs,
-	"scale":      scale,
-	"handoff":    handoff,
+	"ceiling":     ceiling,
+	"handoffdiag": handoffDiag,
+	"loaded":      loaded,
+	"sequential":  sequential,
+	"parallel":    parallel,
+	"degraded":    degraded,
+	"allocs":      allocs,
+	"scale":       scale,
+	"handoff":     handoff,
 }
 
 func workloadNames() []string {

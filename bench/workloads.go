@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +93,12 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				if err != nil {
 					if ctx.Err() == nil {
 						acqFails++
+						if keysPerClient == 1 {
+							// What the failure left (until the TTL, or
+							// until finished in the background) must not
+							// fail the next attempts too: a fresh key.
+							k = fmt.Sprintf("%s:%d:%d", key, id, acqFails)
+						}
 					}
 					continue
 				}
@@ -108,6 +116,9 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				lastRelease.Store(time.Now().UnixNano())
 				if err := unlock(context.Background()); err != nil {
 					relFails++
+					if keysPerClient == 1 {
+						k = fmt.Sprintf("%s:%d:r%d", key, id, relFails)
+					}
 				}
 				if wait {
 					lat = append(lat, waited)
@@ -446,21 +457,32 @@ func allocs(ctx context.Context, e *env) string {
 			continue
 		}
 		key := "bench:allocs:" + lb.name
+		// testing.Benchmark outside a test cannot fail: failures are
+		// counted, and the first one shown.
+		failures, gen := 0, 0
+		var first error
+		runtime.GC() // what earlier cells left to collect is not counted here
 		res := testing.Benchmark(func(tb *testing.B) {
 			tb.ReportAllocs()
 			for i := 0; i < tb.N; i++ {
-				unlock, err := l.lock(ctx, key)
-				if err != nil {
-					tb.Fatal(err)
+				unlock, err := l.lock(ctx, fmt.Sprintf("%s:%d", key, gen))
+				if err == nil {
+					err = unlock(ctx)
 				}
-				if err := unlock(ctx); err != nil {
-					tb.Fatal(err)
+				if err != nil {
+					failures++
+					gen++ // a key a failure left behind is not used again
+					first = cmp.Or(first, err)
 				}
 			}
 		})
 		l.close()
 		e.metrics["allocs "+lb.name] = float64(res.AllocsPerOp())
-		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", lb.name, res.AllocsPerOp(), res.AllocedBytesPerOp(), res.NsPerOp())
+		failed := ""
+		if failures > 0 {
+			failed = fmt.Sprintf(" (%d failed: %v)", failures, first)
+		}
+		fmt.Fprintf(&b, "| %s%s | %d | %d | %d |\n", lb.name, failed, res.AllocsPerOp(), res.AllocedBytesPerOp(), res.NsPerOp())
 	}
 	b.WriteString("\n")
 	return b.String()
