@@ -68,7 +68,8 @@ func ceiling(ctx context.Context, e *env) string {
 		"(they share this machine's cores with the masters): SET NX PX, then EVAL of a compare-and-delete script. "+
 		"A lock+unlock cycle on N=5 is one SET and one EVAL on every master, so the ceiling is 1 / (1/SET + 1/EVAL) cycles/s, "+
 		"from the mean rate per master that redis-benchmark reports.\n\n", requests)
-	b.WriteString("| command | per master, mean (redis-benchmark) | per master, from the wall clock of all five | slowest master |\n|---|---|---|---|\n")
+	b.WriteString("CPU per command is the masters' own (INFO cpu) and the five redis-benchmark processes' (their rusage), over all the commands they ran.\n\n")
+	b.WriteString("| command | per master, mean (redis-benchmark) | per master, from the wall clock of all five | slowest master | masters' CPU µs/command | redis-benchmark CPU µs/command |\n|---|---|---|---|---|---|\n")
 	key := "bench:ceiling:__rand_int__"
 	cmds := []struct {
 		label string
@@ -79,13 +80,17 @@ func ceiling(ctx context.Context, e *env) string {
 	}
 	var rates []float64
 	for _, c := range cmds {
-		mean, wall, slowest, err := benchTogether(ctx, path, e.addrs[:5], requests, c.args)
+		mcpu0 := mastersCPU(e.addrs[:5])
+		mean, wall, slowest, bcpu, err := benchTogether(ctx, path, e.addrs[:5], requests, c.args)
 		if err != nil {
-			fmt.Fprintf(&b, "| %s | failed: %v | | |\n", c.label, err)
+			fmt.Fprintf(&b, "| %s | failed: %v | | | | |\n", c.label, err)
 			return b.String()
 		}
+		mcpu := mastersCPU(e.addrs[:5]) - mcpu0
 		rates = append(rates, mean)
-		fmt.Fprintf(&b, "| %s | %.0f/s | %.0f/s | %.0f/s |\n", c.label, mean, wall, slowest)
+		perCmd := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(5*requests) }
+		e.metrics["ceiling "+c.label+" masters cpu"] = perCmd(mcpu)
+		fmt.Fprintf(&b, "| %s | %.0f/s | %.0f/s | %.0f/s | %.1f | %.1f |\n", c.label, mean, wall, slowest, perCmd(mcpu), perCmd(bcpu))
 	}
 	cycles := 1 / (1/rates[0] + 1/rates[1])
 	e.metrics["ceiling set"] = rates[0]
@@ -98,15 +103,16 @@ func ceiling(ctx context.Context, e *env) string {
 // benchTogether runs one redis-benchmark per address at once and returns
 // the mean of the rates they report, the rate per master from the wall
 // clock of the whole run, and the lowest reported rate.
-func benchTogether(ctx context.Context, path string, addrs []string, requests int, args []string) (mean, wall, slowest float64, err error) {
+func benchTogether(ctx context.Context, path string, addrs []string, requests int, args []string) (mean, wall, slowest float64, cpu time.Duration, err error) {
 	rates := make([]float64, len(addrs))
+	cpus := make([]time.Duration, len(addrs))
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, addr := range addrs {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		wg.Add(1)
 		go func() {
@@ -118,6 +124,7 @@ func benchTogether(ctx context.Context, path string, addrs []string, requests in
 				errs[i] = fmt.Errorf("redis-benchmark on %s: %w", addr, err)
 				return
 			}
+			cpus[i] = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 			rates[i], errs[i] = parseBenchCSV(out)
 		}()
 	}
@@ -125,15 +132,16 @@ func benchTogether(ctx context.Context, path string, addrs []string, requests in
 	elapsed := time.Since(start)
 	for _, err := range errs {
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 	}
 	slowest = rates[0]
-	for _, r := range rates {
+	for i, r := range rates {
 		mean += r / float64(len(rates))
 		slowest = min(slowest, r)
+		cpu += cpus[i]
 	}
-	return mean, float64(requests) / elapsed.Seconds(), slowest, nil
+	return mean, float64(requests) / elapsed.Seconds(), slowest, cpu, nil
 }
 
 // parseBenchCSV reads the rps column of redis-benchmark's --csv output:

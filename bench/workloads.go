@@ -5,14 +5,18 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
 )
 
 // result is what one library did in one cell of a workload.
@@ -164,7 +168,7 @@ func ratio(ours, theirs float64, higherIsBetter bool) string {
 func sequential(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## One client, sequential lock+unlock\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's p50 advantage |\n|---|---|---|---|---|---|\n")
+	b.WriteString(cpuNote + "| N | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|---|---|\n")
 	ns := []int{1, 3, 5, 7}
 	if e.quick {
 		ns = []int{1, 5}
@@ -194,9 +198,14 @@ func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, c
 		for i := range lockers {
 			lockers[i] = l
 		}
+		cpu0, mcpu0, sys0 := selfCPU(), mastersCPU(e.addrs[:n]), selfSyscalls()
 		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, 1, false)
+		cpu, mcpu, sys := selfCPU()-cpu0, mastersCPU(e.addrs[:n])-mcpu0, selfSyscalls()-sys0
 		l.close()
 		e.record(fmt.Sprintf("%s%d %s", tag, n, lb.name), r)
+		perCycle := func(d time.Duration) string {
+			return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)/float64(max(r.cycles, 1)))
+		}
 		adv := "—"
 		switch {
 		case lb.name == qlName:
@@ -204,7 +213,8 @@ func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, c
 		case !lb.ours() && ours != nil:
 			adv = ratio(figure(ours), figure(r), higherBetter)
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv)
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)),
+			perCycle(cpu), perCycle(mcpu), float64(sys)/float64(max(r.cycles, 1)), adv)
 	}
 }
 
@@ -285,7 +295,7 @@ func parallel(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## 64 clients on their own keys\n\n")
 	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|\n")
+	b.WriteString(cpuNote + "| N | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range []int{1, 5} {
 		compare(ctx, e, &b, strconv.Itoa(n), n, 64, "par", "par", (*result).rate, true)
 	}
@@ -494,7 +504,7 @@ func scale(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Scale on N=5\n\n")
 	b.WriteString("Clients are goroutines sharing one instance of each library, each locking keys of its own.\n\n")
-	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|\n")
+	b.WriteString(cpuNote + "| clients | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, clients := range scaleClients {
 		compare(ctx, e, &b, strconv.Itoa(clients), 5, clients, fmt.Sprintf("scale%d-", clients), "scale", (*result).rate, true)
 	}
@@ -523,3 +533,58 @@ func scale(ctx context.Context, e *env) string {
 }
 
 var scaleClients = []int{1, 4, 16, 64, 256}
+
+// cpuNote explains the CPU columns of the comparison tables.
+const cpuNote = "Client CPU is this process's user+system time over the cell, masters' CPU the masters' own (INFO cpu), each per cycle: on 2 shared cores the two together bound the throughput. " +
+	"Syscalls are this process's read and write system calls (/proc/self/io): fewer per cycle means commands batched into fewer writes and reads.\n\n"
+
+// selfSyscalls is this process's read and write system calls so far
+// (syscr + syscw in /proc/self/io), or 0 where that file is missing.
+func selfSyscalls() int64 {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(data), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if ok && (name == "syscr" || name == "syscw") {
+			x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += x
+		}
+	}
+	return n
+}
+
+// selfCPU is this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mastersCPU sums the masters' user+system CPU time (INFO cpu).
+func mastersCPU(addrs []string) time.Duration {
+	var total time.Duration
+	for _, addr := range addrs {
+		c, err := redigo.Dial("tcp", addr)
+		if err != nil {
+			return 0
+		}
+		info, err := redigo.String(c.Do("INFO", "cpu"))
+		c.Close()
+		if err != nil {
+			return 0
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return total
+}
