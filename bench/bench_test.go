@@ -96,6 +96,8 @@ func TestTargets(t *testing.T) {
 		"seq1 quorumlock p50": 150, "seq1 bsm/redislock p50": 100, // 1.5 > 1.1: not met
 		"busy quorumlock failed": 0, "busy quorumlock unconfirmed": 0,
 		"busy quorumlock (pooled) failed": 3, "busy quorumlock (pooled) unconfirmed": 4,
+		"busy quorumlock (own *redis.Pool) failed": 9, "busy quorumlock (own *redis.Pool) unconfirmed": 1,
+		"busy quorumlock (own *redis.Pool) probe p99": float64(80 * time.Millisecond),
 	}
 	s := targetsSection(m)
 	for _, want := range []string{
@@ -103,6 +105,7 @@ func TestTargets(t *testing.T) {
 		"| one client, N=1, p50: quorumlock ÷ bsm/redislock ≤ 1.1 | 1.50 | not met |",
 		"| 64 clients, N=5, busy loop per core, quorumlock: failed acquisitions + unconfirmed releases = 0 | 0 | met |",
 		"| 64 clients, N=5, busy loop per core, quorumlock (pooled): failed acquisitions + unconfirmed releases = 0 | 7 | not met |",
+		"| 64 clients, N=5, busy loop per core, quorumlock (own *redis.Pool): failed acquisitions + unconfirmed releases = 0 | 10 | inconclusive: the probe's PING p99 was 80.000 ms (> 25ms), the machine is overloaded |",
 		"| go-redis adapter: 64 clients, N=5, cycles/s ÷ go-redsync on go-redis ≥ 2 | not measured | – |",
 	} {
 		if !strings.Contains(s, want) {

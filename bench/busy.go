@@ -115,6 +115,7 @@ func loaded(ctx context.Context, e *env) string {
 		e.metrics[prefix+" cycles"] = float64(r.cycles)
 		e.metrics[prefix+" failed"] = float64(r.acqFailures)
 		e.metrics[prefix+" unconfirmed"] = float64(r.relFailures)
+		e.metrics[prefix+" probe p99"] = float64(percentile(ping, 0.99))
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %d | %d | %s / %s | %s / %s |\n", lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), r.acqFailures, r.relFailures,
 			ms(percentile(ping, 0.99)), ms(percentile(ping, 1)), ms(percentile(late, 0.99)), ms(percentile(late, 1)))
 	}

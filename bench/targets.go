@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // target is one of issue 15's targets, judged on this run's figures.
@@ -18,7 +19,16 @@ type target struct {
 	info bool
 	// count: the value is a count, printed as an integer.
 	count bool
+	// inconclusive, when set, tells why this run cannot judge the
+	// target ("" when it can).
+	inconclusive func(m map[string]float64) string
 }
+
+// probeBound is the probe PING p99 above which a loaded cell cannot judge
+// failures: half the per-master timeout (50 ms). When a bare PING from a
+// connection of its own takes that long, the machine, not the client,
+// delays the masters' answers past the timeout.
+const probeBound = 25 * time.Millisecond
 
 // ratioOf is m[a] ÷ m[b], measured when both are.
 func ratioOf(a, b string) func(map[string]float64) (float64, bool) {
@@ -80,7 +90,13 @@ func targets() []target {
 	for _, ql := range []string{qlName, qlPooledName, qlOwnPoolName, qlGoRedisName} {
 		p := "busy " + ql
 		ts = append(ts, target{name: fmt.Sprintf("64 clients, N=5, busy loop per core, %s: failed acquisitions + unconfirmed releases = 0", ql),
-			value: sumOf(p+" failed", p+" unconfirmed"), goal: 0, count: true})
+			value: sumOf(p+" failed", p+" unconfirmed"), goal: 0, count: true,
+			inconclusive: func(m map[string]float64) string {
+				if probe := time.Duration(m[p+" probe p99"]); probe > probeBound {
+					return fmt.Sprintf("inconclusive: the probe's PING p99 was %s ms (> %v), the machine is overloaded", ms(probe), probeBound)
+				}
+				return ""
+			}})
 	}
 	// With 2 of 5 hung: each path's p99 over its own healthy p99 under
 	// the same CPU load, the better path's.
@@ -140,6 +156,11 @@ func targetsSection(m map[string]float64) string {
 		verdict := "not met"
 		if met {
 			verdict = "met"
+		}
+		if t.inconclusive != nil {
+			if why := t.inconclusive(m); why != "" {
+				verdict = why
+			}
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.name, shown, verdict)
 	}
