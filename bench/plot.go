@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -46,6 +47,9 @@ var colors = map[string]string{
 	"quorumlock (pooled)": "#2ca02c",
 	qlOwnPoolName:         "#17becf",
 	floorName:             "#7f7f7f",
+	floorReaderName:       "#bcbd22",
+	rsGoRedisName:         "#ff7f0e",
+	qlGoRedisName:         "#8c564b",
 	"go-redsync":          "#d62728",
 	"bsm/redislock":       "#9467bd",
 }
@@ -88,7 +92,7 @@ func chart(b *strings.Builder, x0 float64, title string, xs []int, series map[st
 		if !ok {
 			continue
 		}
-		c := colors[lb.name]
+		c := cmp.Or(colors[lb.name], "#000000")
 		var pts []string
 		for i, y := range ys {
 			if y > 0 {
