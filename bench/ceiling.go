@@ -63,13 +63,49 @@ func ceiling(ctx context.Context, e *env) string {
 		b.WriteString("Not measured: redis-benchmark is not installed (Debian's redis-tools; `make bench-peers` installs it).\n\n")
 		return b.String()
 	}
-	requests := int(max(20_000, 40_000*e.duration.Seconds()))
 	fmt.Fprintf(&b, "`redis-benchmark -P 16 -c 50 -n %d -r 100000000` against each of the first five masters, five instances at once "+
 		"(they share this machine's cores with the masters): SET NX PX, then EVAL of a compare-and-delete script. "+
 		"A lock+unlock cycle on N=5 is one SET and one EVAL on every master, so the ceiling is 1 / (1/SET + 1/EVAL) cycles/s, "+
-		"from the mean rate per master that redis-benchmark reports.\n\n", requests)
+		"from the mean rate per master that redis-benchmark reports. It is measured here and again right after the 64-client N=5 cells; "+
+		"the targets take the higher of the two (a capacity, which other programs on the machine can only lower).\n\n", ceilingRequests(e))
 	b.WriteString("CPU per command is the masters' own (INFO cpu) and the five redis-benchmark processes' (their rusage), over all the commands they ran.\n\n")
-	b.WriteString("| command | per master, mean (redis-benchmark) | per master, from the wall clock of all five | slowest master | masters' CPU µs/command | redis-benchmark CPU µs/command |\n|---|---|---|---|---|---|\n")
+	b.WriteString(ceilingHeader)
+	rows, cycles, err := measureCeiling(ctx, e, path)
+	b.WriteString(rows)
+	if err != nil {
+		return b.String()
+	}
+	e.metrics["ceiling cycles"] = cycles
+	fmt.Fprintf(&b, "\nCeiling on N=5: **%.0f lock+unlock cycles/s**.\n\n", cycles)
+	return b.String()
+}
+
+const ceilingHeader = "| command | per master, mean (redis-benchmark) | per master, from the wall clock of all five | slowest master | masters' CPU µs/command | redis-benchmark CPU µs/command |\n|---|---|---|---|---|---|\n"
+
+func ceilingRequests(e *env) int { return int(max(20_000, 40_000*e.duration.Seconds())) }
+
+// ceilingAgain measures the ceiling once more (when it was measured
+// before in this run) and keeps the higher figure.
+func ceilingAgain(ctx context.Context, e *env) string {
+	first, ok := e.metrics["ceiling cycles"]
+	path, err := exec.LookPath("redis-benchmark")
+	if !ok || err != nil {
+		return ""
+	}
+	rows, cycles, err := measureCeiling(ctx, e, path)
+	if err != nil {
+		return "The ceiling measured again: " + strings.TrimSpace(rows) + "\n\n"
+	}
+	e.metrics["ceiling cycles"] = max(first, cycles)
+	return fmt.Sprintf("The masters' ceiling measured again right after the N=5 cells: %.0f cycles/s (before them: %.0f); the targets use %.0f.\n\n%s%s\n",
+		cycles, first, max(first, cycles), ceilingHeader, rows)
+}
+
+// measureCeiling runs redis-benchmark for SET NX PX and EVAL on the
+// first five masters and returns the table rows and the ceiling.
+func measureCeiling(ctx context.Context, e *env, path string) (string, float64, error) {
+	var b strings.Builder
+	requests := ceilingRequests(e)
 	key := "bench:ceiling:__rand_int__"
 	cmds := []struct {
 		label string
@@ -84,20 +120,16 @@ func ceiling(ctx context.Context, e *env) string {
 		mean, wall, slowest, bcpu, err := benchTogether(ctx, path, e.addrs[:5], requests, c.args)
 		if err != nil {
 			fmt.Fprintf(&b, "| %s | failed: %v | | | | |\n", c.label, err)
-			return b.String()
+			return b.String(), 0, err
 		}
 		mcpu := mastersCPU(e.addrs[:5]) - mcpu0
 		rates = append(rates, mean)
 		perCmd := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(5*requests) }
-		e.metrics["ceiling "+c.label+" masters cpu"] = perCmd(mcpu)
 		fmt.Fprintf(&b, "| %s | %.0f/s | %.0f/s | %.0f/s | %.1f | %.1f |\n", c.label, mean, wall, slowest, perCmd(mcpu), perCmd(bcpu))
 	}
-	cycles := 1 / (1/rates[0] + 1/rates[1])
 	e.metrics["ceiling set"] = rates[0]
 	e.metrics["ceiling eval"] = rates[1]
-	e.metrics["ceiling cycles"] = cycles
-	fmt.Fprintf(&b, "\nCeiling on N=5: **%.0f lock+unlock cycles/s**.\n\n", cycles)
-	return b.String()
+	return b.String(), 1 / (1/rates[0] + 1/rates[1]), nil
 }
 
 // benchTogether runs one redis-benchmark per address at once and returns
