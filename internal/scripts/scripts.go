@@ -201,6 +201,7 @@ type WrongKindError struct {
 	Err    error  // the master's reply
 }
 
+// Error says which kinds hold the key and which kind was refused.
 func (e *WrongKindError) Error() string {
 	return "the key is held by " + e.Holder + ", not by a " + e.Script + " lock: do not mix lock kinds on one key"
 }
