@@ -54,7 +54,8 @@ func FenceKey(key string) string { return layout.FenceKey(key) }
 func WithFencing() LockOption { return func(c *lockConfig) { c.fencing = true } }
 
 // Fence returns the lock's fencing token, or 0 for a lock acquired
-// without WithFencing (or a nil Lock). Present it with every write to the
+// without WithFencing, or for a Lock no acquisition returned (nil or
+// zero). Present it with every write to the
 // protected resource, which must refuse a token lower than the highest it
 // has seen.
 func (l *Lock) Fence() uint64 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,7 +29,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string) int {
 		// more time than a lock's per-master timeout.
 		var err error
 		if c, err = redlock.New(e.poolList(), redlock.WithTimeout(statusTimeout)); err != nil {
-			fmt.Fprintf(e.stderr, "redlock: %v\n", err)
+			printErr(e.stderr, err)
 			return exitUsage
 		}
 		defer c.Close()
@@ -39,7 +40,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string) int {
 		in, err := c.Inspect(ctx, key)
 		if err != nil {
 			tw.Flush()
-			fmt.Fprintf(e.stderr, "redlock: %s\n", display(err.Error()))
+			printErr(e.stderr, errors.New(display(err.Error())))
 			return failCode(err)
 		}
 		fmt.Fprintf(tw, "%s\n", display(key))
