@@ -274,7 +274,6 @@ type env struct {
 
 func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, extra ...pool.Option) (*env, error) {
 	e := &env{timeout: timeout, stdout: stdout, stderr: stderr, isTerminal: isTerminal}
-	ps := make([]pool.Pool, 0, len(addrs))
 	for _, a := range addrs {
 		var p *pool.RedisPool
 		var err error
@@ -289,9 +288,8 @@ func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, ex
 			return nil, err
 		}
 		e.pools = append(e.pools, p)
-		ps = append(ps, p)
 	}
-	c, err := redlock.New(ps, redlock.WithTimeout(timeout))
+	c, err := redlock.New(e.poolList(), redlock.WithTimeout(timeout))
 	if err != nil {
 		e.close()
 		return nil, err
