@@ -10,11 +10,9 @@ import (
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
-)
 
-// wakePrefix is the channel prefix on which quorumlock's release script
-// announces a release (redlock's wakeChannel).
-const wakePrefix = "quorumlock:released:"
+	"github.com/quorumlock/quorumlock/layout"
+)
 
 // handoffDiag: where the time of a handoff goes, for quorumlock on N=5
 // with no hold. The same cell as the handoff table's, with 8 clients and
@@ -118,7 +116,7 @@ func diagCell(ctx context.Context, e *env, lb lib, clients int) diagResult {
 			panic(err)
 		}
 		psc := redigo.PubSubConn{Conn: c}
-		if err := psc.Subscribe(wakePrefix + key); err != nil {
+		if err := psc.Subscribe(layout.WakePrefix + key); err != nil {
 			panic(err)
 		}
 		if _, ok := psc.Receive().(redigo.Subscription); !ok {
