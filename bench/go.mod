@@ -10,6 +10,7 @@ require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/quorumlock/quorumlock v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
@@ -33,28 +35,62 @@ type locker interface {
 }
 
 type lib struct {
-	name        string
-	handoffOnly bool
-	// floor marks the reference client that is no library: it runs only
-	// in the sequential workload.
-	floor bool
-	// parallelOnly: a variant of quorumlock shown in the parallel workload
-	// alone.
-	parallelOnly bool
+	name string
+	// in lists the workloads the library runs in (their tags: seq, par,
+	// scale, keys, handoff, degraded, allocs, busy).
+	in string
 	// make returns the library on n masters, or nil when it cannot run
-	// there (bsm/redislock has one master).
+	// there (bsm/redislock has one master; the go-redis adapter's slot is
+	// empty until its constructor is filled in).
 	make func(e *env, n int) locker
 }
 
+func (l lib) runs(tag string) bool { return slices.Contains(strings.Fields(l.in), tag) }
+
+// ours tells quorumlock's rows from the peers'.
+func (l lib) ours() bool { return strings.HasPrefix(l.name, "quorumlock") }
+
+const everywhere = "seq par scale keys handoff degraded allocs busy"
+
+// The names the targets are judged on.
+const (
+	qlName        = "quorumlock"
+	qlPooledName  = "quorumlock (pooled)"
+	qlOwnPoolName = "quorumlock (own *redis.Pool)"
+	qlGoRedisName = "quorumlock (go-redis adapter)"
+	rsName        = "go-redsync"
+	rsGoRedisName = "go-redsync (go-redis)"
+	rlName        = "bsm/redislock"
+)
+
 var libs = []lib{
-	{"quorumlock", false, false, false, newQuorumlock},
-	{"quorumlock (pooled)", false, false, false, newQuorumlockPooled},
-	{"quorumlock (fair)", true, false, false, newQuorumlockFair},
-	{"go-redsync", false, false, false, newRedsync},
-	{"bsm/redislock", false, false, false, newRedislock},
-	{floorName, false, true, false, newFloor},
-	{"quorumlock (own *redis.Pool)", false, false, true, newQuorumlockOwnPools},
+	{qlName, everywhere, newQuorumlock},
+	{qlPooledName, everywhere, newQuorumlockPooled},
+	{qlOwnPoolName, "seq par allocs busy", newQuorumlockOwnPools},
+	{qlGoRedisName, "seq par allocs busy handoff", func(e *env, n int) locker {
+		if newQuorumlockGoRedis == nil {
+			return nil
+		}
+		return newQuorumlockGoRedis(e, n)
+	}},
+	{"quorumlock (fair)", "handoff", newQuorumlockFair},
+	{rsName, "seq par scale keys handoff degraded allocs", newRedsync},
+	{rsGoRedisName, "seq par allocs", newRedsyncGoRedis},
+	{rlName, "seq par handoff", newRedislock},
+	{floorName, "seq", newFloor},
+	{floorReaderName, "seq", newFloorReader},
 }
+
+// newQuorumlockGoRedis is the slot for quorumlock through its go-redis v9
+// adapter (the goredis/ module). Fill it from a file of its own, e.g.
+//
+//	func init() { newQuorumlockGoRedis = func(e *env, n int) locker { ... } }
+//
+// returning a *qlLocker whose Client runs on one go-redis client per
+// master (e.addrs[:n], PoolSize 128 like the peers), and add the module
+// to go.mod with a replace to ../goredis. While it is nil, the adapter's
+// rows are left out and its targets read "not measured".
+var newQuorumlockGoRedis func(e *env, n int) locker
 
 const floorName = "floor: write all, read all"
 
@@ -64,6 +100,7 @@ type env struct {
 	metrics  map[string]float64  // figures the targets are judged on, by name
 	duration time.Duration
 	hungCell time.Duration // each cell of the degraded workload
+	quick    bool          // fewer cells: only those the targets are judged on
 	closers  []func()
 }
 
@@ -77,6 +114,9 @@ func (e *env) close() {
 type qlLocker struct {
 	c    *redlock.Client
 	opts []redlock.LockOption
+	// try makes one attempt per lock (TryAcquire), so that every attempt
+	// that fails is seen.
+	try bool
 }
 
 func newQuorumlockFair(e *env, n int) locker {
@@ -132,7 +172,11 @@ func newQuorumlockWith(e *env, n int, opts ...redlock.Option) locker {
 }
 
 func (q *qlLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	l, err := q.c.Acquire(ctx, key, q.opts...)
+	acquire := q.c.Acquire
+	if q.try {
+		acquire = q.c.TryAcquire
+	}
+	l, err := acquire(ctx, key, q.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +222,18 @@ func (r *rsLocker) lock(ctx context.Context, key string) (func(context.Context) 
 }
 
 func (r *rsLocker) close() {}
+
+// go-redsync v4 on go-redis v9 clients (its goredis adapter), the peer
+// of quorumlock's go-redis adapter.
+func newRedsyncGoRedis(e *env, n int) locker {
+	pools := make([]rsredis.Pool, n)
+	for i := range pools {
+		rc := goredis.NewClient(&goredis.Options{Addr: e.addrs[i], PoolSize: 128})
+		e.closers = append(e.closers, func() { rc.Close() })
+		pools[i] = rsgoredis.NewPool(rc)
+	}
+	return &rsLocker{redsync.New(pools...)}
+}
 
 // bsm/redislock on go-redis, single master, retrying every millisecond.
 type rlLocker struct {
@@ -254,6 +310,76 @@ func (f *floorLocker) lock(_ context.Context, key string) (func(context.Context)
 }
 
 func (f *floorLocker) close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// floorReaderName is the floor client with one change: each connection's
+// replies are read by a goroutine of its own and handed to the caller on
+// a channel, as a pipelining client's reader does. Its p50 beside the
+// floor's is what that hand-off costs on this machine.
+const floorReaderName = "floor, replies through a reader goroutine"
+
+type floorReaderLocker struct {
+	conns   []net.Conn
+	replies []chan string
+}
+
+func newFloorReader(e *env, n int) locker {
+	f := &floorReaderLocker{}
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", e.addrs[i])
+		if err != nil {
+			panic(err)
+		}
+		ch := make(chan string, 16)
+		f.conns = append(f.conns, c)
+		f.replies = append(f.replies, ch)
+		go func() {
+			defer close(ch)
+			rd := bufio.NewReader(c)
+			for {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					return
+				}
+				ch <- line
+			}
+		}()
+	}
+	return f
+}
+
+func (f *floorReaderLocker) roundTrip(cmd []byte) error {
+	for _, c := range f.conns {
+		if _, err := c.Write(cmd); err != nil {
+			return err
+		}
+	}
+	for _, ch := range f.replies {
+		line, ok := <-ch
+		if !ok {
+			return errors.New("floor: connection closed")
+		}
+		if line[0] == '-' {
+			return errors.New(strings.TrimSpace(line))
+		}
+	}
+	return nil
+}
+
+func (f *floorReaderLocker) lock(_ context.Context, key string) (func(context.Context) error, error) {
+	set := fmt.Sprintf("*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$5\r\ntoken\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n", len(key), key)
+	if err := f.roundTrip([]byte(set)); err != nil {
+		return nil, err
+	}
+	return func(context.Context) error {
+		return f.roundTrip([]byte(fmt.Sprintf("*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n", len(key), key)))
+	}, nil
+}
+
+func (f *floorReaderLocker) close() {
 	for _, c := range f.conns {
 		c.Close()
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -14,12 +15,10 @@ func plot(m map[string]float64) string {
 		out := map[string][]float64{}
 		for _, lb := range libs {
 			var ys []float64
-			found := false
+			found := true // a library that ran at every x
 			for _, x := range xs {
 				v, ok := m[key(x, lb.name)]
-				if ok {
-					found = true
-				}
+				found = found && ok
 				ys = append(ys, v*scale)
 			}
 			if found {
@@ -46,6 +45,11 @@ func plot(m map[string]float64) string {
 var colors = map[string]string{
 	"quorumlock":          "#1f77b4",
 	"quorumlock (pooled)": "#2ca02c",
+	qlOwnPoolName:         "#17becf",
+	floorName:             "#7f7f7f",
+	floorReaderName:       "#bcbd22",
+	rsGoRedisName:         "#ff7f0e",
+	qlGoRedisName:         "#8c564b",
 	"go-redsync":          "#d62728",
 	"bsm/redislock":       "#9467bd",
 }
@@ -88,7 +92,7 @@ func chart(b *strings.Builder, x0 float64, title string, xs []int, series map[st
 		if !ok {
 			continue
 		}
-		c := colors[lb.name]
+		c := cmp.Or(colors[lb.name], "#000000")
 		var pts []string
 		for i, y := range ys {
 			if y > 0 {

@@ -1,26 +1,37 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
 )
 
 // result is what one library did in one cell of a workload.
 type result struct {
-	cycles   int
-	elapsed  time.Duration
-	lat      []time.Duration // per cycle (sequential) or per wait (handoff)
-	perCli   []int
-	failures int
-	handoffs []time.Duration // from a release's start to the next lock's return
+	cycles      int
+	elapsed     time.Duration
+	lat         []time.Duration // per cycle (sequential) or per wait (handoff)
+	perCli      []int
+	acqFailures int // lock calls that failed while the cell was running
+	relFailures int // unlock calls that failed (for quorumlock: not confirmed, or not held)
+	// handoffs are the times from a release's start to the next lock's
+	// return, when that lock went to another client (a waiter); self
+	// counts the locks the releasing client took again itself.
+	handoffs []time.Duration
+	self     int
 }
 
 func (r *result) rate() float64 { return float64(r.cycles) / r.elapsed.Seconds() }
@@ -64,6 +75,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 	res := &result{perCli: make([]int, clients)}
 	var mu sync.Mutex
 	var lastRelease atomic.Int64 // unix nanos of the latest release's start
+	var lastHolder atomic.Int64  // 1 + the id of the client that held last
 	var wg sync.WaitGroup
 	start := time.Now()
 	for id := 0; id < clients; id++ {
@@ -75,7 +87,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				k = fmt.Sprintf("%s:%d", key, id)
 			}
 			var lat, hos []time.Duration
-			n, fails := 0, 0
+			n, acqFails, relFails, self := 0, 0, 0, 0
 			for ctx.Err() == nil {
 				if keysPerClient > 1 {
 					k = fmt.Sprintf("%s:%d", key, id*keysPerClient+n%keysPerClient)
@@ -84,14 +96,22 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				unlock, err := lockers[id].lock(ctx, k)
 				if err != nil {
 					if ctx.Err() == nil {
-						fails++
+						acqFails++
+						if keysPerClient == 1 {
+							// What the failure left (until the TTL, or
+							// until finished in the background) must not
+							// fail the next attempts too: a fresh key.
+							k = fmt.Sprintf("%s:%d:%d", key, id, acqFails)
+						}
 					}
 					continue
 				}
 				got := time.Now()
 				waited := got.Sub(t0)
 				var handoff time.Duration
-				if rel := lastRelease.Load(); rel != 0 {
+				if prev := lastHolder.Swap(int64(id) + 1); prev == int64(id)+1 {
+					self++
+				} else if rel := lastRelease.Load(); rel != 0 && prev != 0 {
 					handoff = got.Sub(time.Unix(0, rel))
 				}
 				if hold > 0 {
@@ -99,7 +119,10 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				}
 				lastRelease.Store(time.Now().UnixNano())
 				if err := unlock(context.Background()); err != nil {
-					fails++
+					relFails++
+					if keysPerClient == 1 {
+						k = fmt.Sprintf("%s:%d:r%d", key, id, relFails)
+					}
 				}
 				if wait {
 					lat = append(lat, waited)
@@ -116,7 +139,9 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			res.handoffs = append(res.handoffs, hos...)
 			res.perCli[id] = n
 			res.cycles += n
-			res.failures += fails
+			res.acqFailures += acqFails
+			res.relFailures += relFails
+			res.self += self
 			mu.Unlock()
 		}()
 	}
@@ -143,22 +168,26 @@ func ratio(ours, theirs float64, higherIsBetter bool) string {
 func sequential(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## One client, sequential lock+unlock\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's p50 advantage | pooled quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|\n")
-	for _, n := range []int{1, 3, 5, 7} {
-		compare(ctx, e, &b, strconv.Itoa(n), n, 1, "seq", "p50", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
+	b.WriteString(cpuNote + "| N | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's p50 advantage |\n|---|---|---|---|---|---|---|---|---|\n")
+	ns := []int{1, 3, 5, 7}
+	if e.quick {
+		ns = []int{1, 5}
+	}
+	for _, n := range ns {
+		compare(ctx, e, &b, strconv.Itoa(n), n, 1, "seq", "seq", func(r *result) float64 { return float64(r.pct(0.5)) }, false)
 	}
 	b.WriteString("\n")
 	return b.String()
 }
 
-// compare runs every library but the handoff-only ones with clients
+// compare runs every library that runs in the workload with clients
 // goroutines sharing one instance, each on a key of its own, and writes a
-// row per library with quorumlock's advantage (pipelined, the default, and pooled) in
-// figure over each peer. It records figure as "<tag><n> <library> <name>".
-func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, name string, figure func(*result) float64, higherBetter bool) {
-	var ours, pooled *result
+// row per library with quorumlock's (the default, on addresses) advantage
+// in figure over each peer. It records "<tag><n> <library> rate|p50|p99".
+func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, in string, figure func(*result) float64, higherBetter bool) {
+	var ours *result
 	for _, lb := range libs {
-		if lb.handoffOnly || (lb.floor && tag != "seq") || (lb.parallelOnly && tag != "par") {
+		if !lb.runs(in) {
 			continue
 		}
 		l := lb.make(e, n)
@@ -169,21 +198,31 @@ func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, c
 		for i := range lockers {
 			lockers[i] = l
 		}
+		cpu0, mcpu0, sys0 := selfCPU(), mastersCPU(e.addrs[:n]), selfSyscalls()
 		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, 1, false)
+		cpu, mcpu, sys := selfCPU()-cpu0, mastersCPU(e.addrs[:n])-mcpu0, selfSyscalls()-sys0
 		l.close()
-		e.metrics[fmt.Sprintf("%s%d %s %s", tag, n, lb.name, name)] = figure(r)
-		adv1, adv2 := "—", "—"
-		switch lb.name {
-		case "quorumlock":
-			ours = r
-		case "quorumlock (pooled)":
-			pooled = r
-		default:
-			adv1 = ratio(figure(ours), figure(r), higherBetter)
-			adv2 = ratio(figure(pooled), figure(r), higherBetter)
+		e.record(fmt.Sprintf("%s%d %s", tag, n, lb.name), r)
+		perCycle := func(d time.Duration) string {
+			return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)/float64(max(r.cycles, 1)))
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), adv1, adv2)
+		adv := "—"
+		switch {
+		case lb.name == qlName:
+			ours = r
+		case !lb.ours() && ours != nil:
+			adv = ratio(figure(ours), figure(r), higherBetter)
+		}
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)),
+			perCycle(cpu), perCycle(mcpu), float64(sys)/float64(max(r.cycles, 1)), adv)
 	}
+}
+
+// record keeps a cell's figures for the targets and the plot.
+func (e *env) record(prefix string, r *result) {
+	e.metrics[prefix+" rate"] = r.rate()
+	e.metrics[prefix+" p50"] = float64(r.pct(0.5))
+	e.metrics[prefix+" p99"] = float64(r.pct(0.99))
 }
 
 // handoff: 8 clients on one key; how fast the lock passes from one holder
@@ -191,38 +230,59 @@ func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, c
 func handoff(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Handoff: 8 clients on one key\n\n")
+	rtt, rttSet := roundTrip(ctx, e)
+	e.metrics["rtt"] = float64(rtt)
+	fmt.Fprintf(&b, "Single-command round trip to a master, measured just before this table from this process (one connection, one command at a time, p50): "+
+		"PING %s ms, SET NX PX %s ms. The handoff target is judged against the PING figure.\n\n", ms(rtt), ms(rttSet))
 	b.WriteString("Eight clients, each with its own connections (as eight processes would have), loop: lock, hold, unlock. The wait is from the call to lock to its return. " +
 		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often.\n\n")
-	b.WriteString("The handoff is the time from a holder starting its release to the next lock being returned, to whichever client.\n\n")
-	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | Jain | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, n := range []int{1, 5} {
-		for _, hold := range []time.Duration{0, time.Millisecond} {
-			var ours *result
-			for _, lb := range libs {
-				if lb.floor || lb.parallelOnly {
-					continue
-				}
-				lockers := make([]locker, 8)
-				for i := range lockers {
-					lockers[i] = lb.make(e, n)
-				}
-				if lockers[0] == nil {
-					continue
-				}
-				r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold), hold, 0, true)
-				for _, l := range lockers {
-					l.close()
-				}
-				adv := "—"
-				switch {
-				case ours == nil:
-					ours = r
-				case !strings.HasPrefix(lb.name, "quorumlock"):
-					adv = ratio(ours.rate(), r.rate(), true)
-				}
-				fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %.3f | %v | %s |\n",
-					n, hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(percentile(r.handoffs, 0.5)), r.jain(), r.perCli, adv)
+	b.WriteString("The handoff is the time from a holder starting its release to the lock being returned to another client (a waiter); " +
+		"\"self\" is the share of locks that went to the client that released last (barging by the releaser), which the handoff leaves out.\n\n")
+	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | handoff ÷ RTT | self | Jain | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type cell struct {
+		n    int
+		hold time.Duration
+	}
+	cells := []cell{{1, 0}, {1, time.Millisecond}, {5, 0}, {5, time.Millisecond}}
+	if e.quick {
+		cells = []cell{{5, 0}}
+	}
+	for _, c := range cells {
+		var ours *result
+		for _, lb := range libs {
+			if !lb.runs("handoff") {
+				continue
 			}
+			lockers := make([]locker, 8)
+			for i := range lockers {
+				lockers[i] = lb.make(e, c.n)
+			}
+			if lockers[0] == nil {
+				continue
+			}
+			r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, c.n, c.hold), c.hold, 0, true)
+			for _, l := range lockers {
+				l.close()
+			}
+			adv := "—"
+			switch {
+			case lb.name == qlName:
+				ours = r
+			case !lb.ours() && ours != nil:
+				adv = ratio(ours.rate(), r.rate(), true)
+			}
+			ho := percentile(r.handoffs, 0.5)
+			prefix := fmt.Sprintf("handoff%d-%v %s", c.n, c.hold, lb.name)
+			e.metrics[prefix+" rate"] = r.rate()
+			e.metrics[prefix+" p99"] = float64(r.pct(0.99))
+			e.metrics[prefix+" jain"] = r.jain()
+			e.metrics[prefix+" handoff"] = float64(ho)
+			selfShare := 0.0
+			if r.cycles > 0 {
+				selfShare = float64(r.self) / float64(r.cycles)
+			}
+			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %.1f× | %.0f%% | %.3f | %v | %s |\n",
+				c.n, c.hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(ho), float64(ho)/float64(rtt), 100*selfShare, r.jain(), r.perCli, adv)
 		}
 	}
 	b.WriteString("\n")
@@ -235,11 +295,19 @@ func parallel(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## 64 clients on their own keys\n\n")
 	b.WriteString("64 goroutines share one instance of each library (one application), each looping lock+unlock on a key of its own.\n\n")
-	b.WriteString("| N | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
-	for _, n := range []int{1, 5} {
-		compare(ctx, e, &b, strconv.Itoa(n), n, 64, "par", "rate", (*result).rate, true)
+	b.WriteString(cpuNote)
+	header := "| N | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|\n"
+	// N=5 first, between two measurements of the masters' ceiling (the
+	// workload before this one, and again right after): it is judged
+	// beside them, and the machine's load drifts.
+	for _, n := range []int{5, 1} {
+		b.WriteString(header)
+		compare(ctx, e, &b, strconv.Itoa(n), n, 64, "par", "par", (*result).rate, true)
+		b.WriteString("\n")
+		if n == 5 {
+			b.WriteString(ceilingAgain(ctx, e))
+		}
 	}
-	b.WriteString("\n")
 	return b.String()
 }
 
@@ -301,12 +369,19 @@ func degraded(ctx context.Context, e *env) string {
 			}
 			// The peers first, so that nothing quorumlock did to the
 			// stopped masters' accept queues can slow them.
-			order := append(slices.Clone(libs[2:]), libs[:2]...)
+			var order []lib
+			for _, lb := range libs {
+				if lb.runs("degraded") && !lb.ours() && dc.peers {
+					order = append(order, lb)
+				}
+			}
+			for _, lb := range libs {
+				if lb.runs("degraded") && lb.ours() {
+					order = append(order, lb)
+				}
+			}
 			results := map[string]*result{}
 			for _, lb := range order {
-				if lb.handoffOnly || lb.floor || lb.parallelOnly || (!dc.peers && !strings.HasPrefix(lb.name, "quorumlock")) {
-					continue
-				}
 				l := lb.make(e, 5) // dials nothing yet
 				if l == nil {
 					continue
@@ -325,7 +400,7 @@ func degraded(ctx context.Context, e *env) string {
 					continue
 				}
 				adv, rel := "—", "—"
-				if !strings.HasPrefix(lb.name, "quorumlock") {
+				if !lb.ours() {
 					adv = ratio(float64(ours.pct(0.99)), float64(r.pct(0.99)), false)
 				}
 				if h := healthy[lb.name]; h != nil && dc.hung > 0 && h.pct(0.99) > 0 && r.cycles > 0 {
@@ -392,7 +467,7 @@ func allocs(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Allocations per lock+unlock, N=5\n\n| library | allocs/op | B/op | ns/op |\n|---|---|---|---|\n")
 	for _, lb := range libs {
-		if lb.handoffOnly || lb.floor || lb.parallelOnly {
+		if !lb.runs("allocs") {
 			continue
 		}
 		l := lb.make(e, 5)
@@ -400,117 +475,32 @@ func allocs(ctx context.Context, e *env) string {
 			continue
 		}
 		key := "bench:allocs:" + lb.name
+		// testing.Benchmark outside a test cannot fail: failures are
+		// counted, and the first one shown.
+		failures, gen := 0, 0
+		var first error
+		runtime.GC() // what earlier cells left to collect is not counted here
 		res := testing.Benchmark(func(tb *testing.B) {
 			tb.ReportAllocs()
 			for i := 0; i < tb.N; i++ {
-				unlock, err := l.lock(ctx, key)
-				if err != nil {
-					tb.Fatal(err)
+				unlock, err := l.lock(ctx, fmt.Sprintf("%s:%d", key, gen))
+				if err == nil {
+					err = unlock(ctx)
 				}
-				if err := unlock(ctx); err != nil {
-					tb.Fatal(err)
+				if err != nil {
+					failures++
+					gen++ // a key a failure left behind is not used again
+					first = cmp.Or(first, err)
 				}
 			}
 		})
 		l.close()
 		e.metrics["allocs "+lb.name] = float64(res.AllocsPerOp())
-		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", lb.name, res.AllocsPerOp(), res.AllocedBytesPerOp(), res.NsPerOp())
-	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-// targetsSection judges the figures of this run against the project's
-// targets, taking the better of quorumlock's pipelined and pooled paths.
-func targetsSection(m map[string]float64) string {
-	best := func(format string, lower bool) float64 {
-		a, aok := m[fmt.Sprintf(format, "quorumlock")]
-		p, pok := m[fmt.Sprintf(format, "quorumlock (pooled)")]
-		switch {
-		case !aok:
-			return p
-		case !pok:
-			return a
-		case lower:
-			return min(a, p)
-		default:
-			return max(a, p)
+		failed := ""
+		if failures > 0 {
+			failed = fmt.Sprintf(" (%d failed: %v)", failures, first)
 		}
-	}
-	type target struct {
-		name     string
-		value    func() (float64, bool)
-		goal     float64
-		lowerBad bool // true when the value must be at least goal
-		info     bool // context for a target, not a target
-	}
-	ratioOf := func(ours, theirs string, oursLower bool) func() (float64, bool) {
-		return func() (float64, bool) {
-			o := best(ours, oursLower)
-			t, ok := m[theirs]
-			if !ok || o == 0 || t == 0 {
-				return 0, false
-			}
-			return o / t, true
-		}
-	}
-	// With 2 of 5 hung: each path's p99 over its own healthy p99 under
-	// the same CPU load, the better path's.
-	hungTarget := func(when, load, tag string) target {
-		return target{name: fmt.Sprintf("2 of 5 hung (%s, %s CPUs), p99: quorumlock's ÷ its healthy p99 ≤ 2", when, load), goal: 2, value: func() (float64, bool) {
-			best := 0.0
-			for _, lib := range []string{"quorumlock", "quorumlock (pooled)"} {
-				h, d := m[fmt.Sprintf("deg-%s-healthy %s p99", load, lib)], m[fmt.Sprintf("deg-%s-%s %s p99", load, tag, lib)]
-				if h != 0 && d != 0 && (best == 0 || d/h < best) {
-					best = d / h
-				}
-			}
-			return best, best != 0
-		}}
-	}
-	ts := []target{
-		{"one client, N=5, p50: quorumlock ÷ go-redsync ≤ 0.5", ratioOf("seq5 %s p50", "seq5 go-redsync p50", true), 0.5, false, false},
-		{"64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3", ratioOf("par5 %s rate", "par5 go-redsync rate", false), 3, true, false},
-		{"one client, N=1, p50: bsm/redislock ÷ quorumlock ≥ 1", func() (float64, bool) {
-			o, t := best("seq1 %s p50", true), m["seq1 bsm/redislock p50"]
-			if o == 0 || t == 0 {
-				return 0, false
-			}
-			return t / o, true
-		}, 1, true, false},
-		{"64 clients, N=1, cycles/s: quorumlock ÷ bsm/redislock ≥ 1", ratioOf("par1 %s rate", "par1 bsm/redislock rate", false), 1, true, false},
-		hungTarget("whole cell", "quiet", "hung2"),
-		hungTarget("from ⅓ of the cell", "quiet", "hung2mid"),
-		hungTarget("whole cell", "busy", "hung2"),
-		hungTarget("from ⅓ of the cell", "busy", "hung2mid"),
-		{"allocations, N=5: quorumlock ÷ go-redsync ≤ 1/3", ratioOf("allocs %s", "allocs go-redsync", true), 1.0 / 3, false, false},
-		{name: "(context) one client, N=5, p50: floor ÷ go-redsync", info: true, value: func() (float64, bool) {
-			f, t := m["seq5 "+floorName+" p50"], m["seq5 go-redsync p50"]
-			return f / t, f != 0 && t != 0
-		}},
-		{name: "(context) one client, N=5, p50: quorumlock ÷ floor", info: true, value: ratioOf("seq5 %s p50", "seq5 "+floorName+" p50", true)},
-	}
-	var b strings.Builder
-	b.WriteString("## Targets\n\nJudged on this run, with the better of quorumlock's two connection paths (pipelined, the default, and pooled).\n\n| target | this run | met |\n|---|---|---|\n")
-	for _, t := range ts {
-		v, ok := t.value()
-		if !ok {
-			fmt.Fprintf(&b, "| %s | not measured | – |\n", t.name)
-			continue
-		}
-		if t.info {
-			fmt.Fprintf(&b, "| %s | %.2f | – |\n", t.name, v)
-			continue
-		}
-		met := v <= t.goal
-		if t.lowerBad {
-			met = v >= t.goal
-		}
-		verdict := "no"
-		if met {
-			verdict = "yes"
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", t.name, v, verdict)
+		fmt.Fprintf(&b, "| %s%s | %d | %d | %d |\n", lb.name, failed, res.AllocsPerOp(), res.AllocedBytesPerOp(), res.NsPerOp())
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -522,15 +512,15 @@ func scale(ctx context.Context, e *env) string {
 	var b strings.Builder
 	b.WriteString("## Scale on N=5\n\n")
 	b.WriteString("Clients are goroutines sharing one instance of each library, each locking keys of its own.\n\n")
-	b.WriteString("| clients | library | cycles/s | p50 ms | p99 ms | quorumlock's cycles/s advantage | pooled quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString(cpuNote + "| clients | library | cycles/s | p50 ms | p99 ms | client CPU µs/cycle | masters' CPU µs/cycle | client read+write syscalls/cycle | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, clients := range scaleClients {
-		compare(ctx, e, &b, strconv.Itoa(clients), 5, clients, fmt.Sprintf("scale%d-", clients), "rate", (*result).rate, true)
+		compare(ctx, e, &b, strconv.Itoa(clients), 5, clients, fmt.Sprintf("scale%d-", clients), "scale", (*result).rate, true)
 	}
 	b.WriteString("\n64 clients, each cycling through its share of K distinct keys (every key locked and released in turn):\n\n")
 	b.WriteString("| distinct keys | library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
 	for _, keys := range []int{64, 10_000, 100_000} {
 		for _, lb := range libs {
-			if lb.handoffOnly || lb.floor || lb.parallelOnly {
+			if !lb.runs("keys") {
 				continue
 			}
 			l := lb.make(e, 5)
@@ -551,3 +541,58 @@ func scale(ctx context.Context, e *env) string {
 }
 
 var scaleClients = []int{1, 4, 16, 64, 256}
+
+// cpuNote explains the CPU columns of the comparison tables.
+const cpuNote = "Client CPU is this process's user+system time over the cell, masters' CPU the masters' own (INFO cpu), each per cycle: on 2 shared cores the two together bound the throughput. " +
+	"Syscalls are this process's read and write system calls (/proc/self/io): fewer per cycle means commands batched into fewer writes and reads.\n\n"
+
+// selfSyscalls is this process's read and write system calls so far
+// (syscr + syscw in /proc/self/io), or 0 where that file is missing.
+func selfSyscalls() int64 {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(data), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if ok && (name == "syscr" || name == "syscw") {
+			x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += x
+		}
+	}
+	return n
+}
+
+// selfCPU is this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mastersCPU sums the masters' user+system CPU time (INFO cpu).
+func mastersCPU(addrs []string) time.Duration {
+	var total time.Duration
+	for _, addr := range addrs {
+		c, err := redigo.Dial("tcp", addr)
+		if err != nil {
+			return 0
+		}
+		info, err := redigo.String(c.Do("INFO", "cpu"))
+		c.Close()
+		if err != nil {
+			return 0
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return total
+}

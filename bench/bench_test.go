@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseBenchCSV(t *testing.T) {
+	out := "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n" +
+		"\"SET bk:__rand_int__ tok NX PX 10000\",\"84530.86\",\"8.645\",\"0.560\",\"7.127\",\"21.071\",\"27.807\",\"64.991\"\n"
+	got, err := parseBenchCSV([]byte(out))
+	if err != nil || got != 84530.86 {
+		t.Fatalf("parseBenchCSV = %v, %v; want 84530.86", got, err)
+	}
+	for _, bad := range []string{"", "\"test\",\"rps\"\n", "garbage\n1,2\n", "\"test\",\"rps\"\n\"SET\",\"x\"\n"} {
+		if _, err := parseBenchCSV([]byte(bad)); err == nil {
+			t.Errorf("parseBenchCSV(%q) did not fail", bad)
+		}
+	}
+}
+
+// TestCeiling runs redis-benchmark against real masters and checks that
+// the ceiling is measured and combined as 1 / (1/SET + 1/EVAL).
+func TestCeiling(t *testing.T) {
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		t.Skip("redis-benchmark is not installed (make bench-deps)")
+	}
+	servers := redistest.Start(t, 5)
+	e := &env{duration: 100 * time.Millisecond, metrics: map[string]float64{}}
+	for _, s := range servers {
+		e.addrs = append(e.addrs, s.Addr())
+	}
+	section := ceiling(context.Background(), e)
+	set, eval, cycles := e.metrics["ceiling set"], e.metrics["ceiling eval"], e.metrics["ceiling cycles"]
+	if set <= 0 || eval <= 0 {
+		t.Fatalf("ceiling not measured: %v\n%s", e.metrics, section)
+	}
+	if want := 1 / (1/set + 1/eval); cycles < want*0.999 || cycles > want*1.001 {
+		t.Errorf("ceiling cycles %v, want %v", cycles, want)
+	}
+	if !strings.Contains(section, "lock+unlock cycles/s") {
+		t.Errorf("the section does not print the ceiling:\n%s", section)
+	}
+}
+
+// memLocker is an in-memory lock shared by the clients of a test of run's
+// accounting (pure bookkeeping, no Redis involved).
+type memLocker struct {
+	mu *sync.Mutex
+}
+
+func (m memLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m.mu.Lock()
+	return func(context.Context) error { m.mu.Unlock(); return nil }, nil
+}
+
+func (m memLocker) close() {}
+
+// TestRunHandoffs checks that run counts a lock taken again by the client
+// that released it as "self", and times only the handoffs to another.
+func TestRunHandoffs(t *testing.T) {
+	var mu sync.Mutex
+	e := &env{duration: 50 * time.Millisecond}
+	r := run(context.Background(), e, []locker{memLocker{&mu}, memLocker{&mu}}, "k", 0, 0, true)
+	if r.cycles == 0 || r.acqFailures != 0 || r.relFailures != 0 {
+		t.Fatalf("cycles %d, failures %d/%d", r.cycles, r.acqFailures, r.relFailures)
+	}
+	if got := len(r.handoffs) + r.self; got != r.cycles-1 {
+		t.Errorf("handoffs %d + self %d = %d, want every cycle but the first (%d)", len(r.handoffs), r.self, got, r.cycles-1)
+	}
+	for _, h := range r.handoffs {
+		if h <= 0 {
+			t.Fatalf("handoff %v", h)
+		}
+	}
+	one := run(context.Background(), e, []locker{memLocker{&mu}}, "k", 0, 0, true)
+	if len(one.handoffs) != 0 || one.self != one.cycles-1 {
+		t.Errorf("one client: handoffs %d, self %d of %d cycles; want 0 and all but the first", len(one.handoffs), one.self, one.cycles)
+	}
+}
+
+// TestTargets checks the verdicts: met, not met, not measured, and counts.
+func TestTargets(t *testing.T) {
+	m := map[string]float64{
+		"par5 quorumlock rate": 9000, "par5 go-redsync rate": 1500, // 6× ≥ 3: met
+		"seq1 quorumlock p50": 150, "seq1 bsm/redislock p50": 100, // 1.5 > 1.1: not met
+		"busy quorumlock failed": 0, "busy quorumlock unconfirmed": 0,
+		"busy quorumlock (pooled) failed": 3, "busy quorumlock (pooled) unconfirmed": 4,
+		"busy quorumlock (own *redis.Pool) failed": 9, "busy quorumlock (own *redis.Pool) unconfirmed": 1,
+		"busy quorumlock (own *redis.Pool) probe p99": float64(80 * time.Millisecond),
+	}
+	s := targetsSection(m)
+	for _, want := range []string{
+		"| 64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3 | 6.00 | met |",
+		"| one client, N=1, p50: quorumlock ÷ bsm/redislock ≤ 1.1 | 1.50 | not met |",
+		"| 64 clients, N=5, busy loop per core, quorumlock: failed acquisitions + unconfirmed releases = 0 | 0 | met |",
+		"| 64 clients, N=5, busy loop per core, quorumlock (pooled): failed acquisitions + unconfirmed releases = 0 | 7 | not met |",
+		"| 64 clients, N=5, busy loop per core, quorumlock (own *redis.Pool): failed acquisitions + unconfirmed releases = 0 | 10 | inconclusive: the probe's PING p99 was 80.000 ms (> 25ms), the machine is overloaded |",
+		"| go-redis adapter: 64 clients, N=5, cycles/s ÷ go-redsync on go-redis ≥ 2 | not measured | – |",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("missing %q in\n%s", want, s)
+		}
+	}
+}

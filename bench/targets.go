@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// target is one of issue 15's targets, judged on this run's figures.
+type target struct {
+	name string
+	// value returns the figure (mostly a ratio) and whether it was
+	// measured.
+	value func(m map[string]float64) (float64, bool)
+	goal  float64
+	// atLeast: the value must be at least goal; otherwise at most.
+	atLeast bool
+	// info marks context for the targets, not a target.
+	info bool
+	// count: the value is a count, printed as an integer.
+	count bool
+	// inconclusive, when set, tells why this run cannot judge the
+	// target ("" when it can).
+	inconclusive func(m map[string]float64) string
+}
+
+// probeBound is the probe PING p99 above which a loaded cell cannot judge
+// failures: half the per-master timeout (50 ms). When a bare PING from a
+// connection of its own takes that long, the machine, not the client,
+// delays the masters' answers past the timeout.
+const probeBound = 25 * time.Millisecond
+
+// ratioOf is m[a] ÷ m[b], measured when both are.
+func ratioOf(a, b string) func(map[string]float64) (float64, bool) {
+	return func(m map[string]float64) (float64, bool) {
+		x, xok := m[a]
+		y, yok := m[b]
+		if !xok || !yok || x == 0 || y == 0 {
+			return 0, false
+		}
+		return x / y, true
+	}
+}
+
+// sumOf is m[a] + m[b] + ..., measured when all are.
+func sumOf(keys ...string) func(map[string]float64) (float64, bool) {
+	return func(m map[string]float64) (float64, bool) {
+		s := 0.0
+		for _, k := range keys {
+			v, ok := m[k]
+			if !ok {
+				return 0, false
+			}
+			s += v
+		}
+		return s, true
+	}
+}
+
+// targets lists issue 15's targets for each way quorumlock reaches the
+// masters: addresses (NewFromAddrs-like pools), the user's own
+// *redis.Pool, and the go-redis adapter (not measured until its slot in
+// lockers.go is filled); the pooled path is judged where a second
+// transport must not fail.
+func targets() []target {
+	var ts []target
+	for _, ql := range []string{qlName, qlOwnPoolName} {
+		ts = append(ts,
+			target{name: fmt.Sprintf("64 clients, N=5, cycles/s: %s ÷ go-redsync ≥ 3", ql), value: ratioOf("par5 "+ql+" rate", "par5 "+rsName+" rate"), goal: 3, atLeast: true},
+			target{name: fmt.Sprintf("one client, N=1, p50: %s ÷ bsm/redislock ≤ 1.1", ql), value: ratioOf("seq1 "+ql+" p50", "seq1 "+rlName+" p50"), goal: 1.1},
+			target{name: fmt.Sprintf("one client, N=5, p50: %s ÷ floor ≤ 1.0", ql), value: ratioOf("seq5 "+ql+" p50", "seq5 "+floorName+" p50"), goal: 1.0},
+			target{name: fmt.Sprintf("64 clients, N=5, cycles/s: %s ÷ the masters' ceiling ≥ 0.6", ql), value: ratioOf("par5 "+ql+" rate", "ceiling cycles"), goal: 0.6, atLeast: true},
+			target{name: fmt.Sprintf("allocations per lock+unlock, N=5: %s ÷ go-redsync ≤ 1/3", ql), value: ratioOf("allocs "+ql, "allocs "+rsName), goal: 1.0 / 3},
+		)
+	}
+	ts = append(ts,
+		target{name: "go-redis adapter: 64 clients, N=5, cycles/s ÷ go-redsync on go-redis ≥ 2", value: ratioOf("par5 "+qlGoRedisName+" rate", "par5 "+rsGoRedisName+" rate"), goal: 2, atLeast: true},
+		target{name: "go-redis adapter: one client, N=1, p50 ÷ bsm/redislock ≤ 1.1", value: ratioOf("seq1 "+qlGoRedisName+" p50", "seq1 "+rlName+" p50"), goal: 1.1},
+	)
+	h := "handoff5-0s "
+	ts = append(ts,
+		target{name: "8 clients, one key, N=5, no hold: cycles/s ÷ go-redsync's ≥ 0.8", value: ratioOf(h+qlName+" rate", h+rsName+" rate"), goal: 0.8, atLeast: true},
+		target{name: "8 clients, one key, N=5, no hold: p99 wait ÷ go-redsync's ≤ 0.2", value: ratioOf(h+qlName+" p99", h+rsName+" p99"), goal: 0.2},
+		target{name: "8 clients, one key, N=5, no hold: Jain's index ≥ 0.95", value: func(m map[string]float64) (float64, bool) {
+			v, ok := m[h+qlName+" jain"]
+			return v, ok
+		}, goal: 0.95, atLeast: true},
+		target{name: "8 clients, one key, N=5, no hold: p50 handoff to a waiter ÷ the RTT ≤ 3", value: ratioOf(h+qlName+" handoff", "rtt"), goal: 3},
+	)
+	for _, ql := range []string{qlName, qlPooledName, qlOwnPoolName, qlGoRedisName} {
+		p := "busy " + ql
+		ts = append(ts, target{name: fmt.Sprintf("64 clients, N=5, busy loop per core, %s: failed acquisitions + unconfirmed releases = 0", ql),
+			value: sumOf(p+" failed", p+" unconfirmed"), goal: 0, count: true,
+			inconclusive: func(m map[string]float64) string {
+				if probe := time.Duration(m[p+" probe p99"]); probe > probeBound {
+					return fmt.Sprintf("inconclusive: the probe's PING p99 was %s ms (> %v), the machine is overloaded", ms(probe), probeBound)
+				}
+				return ""
+			}})
+	}
+	// With 2 of 5 hung: each path's p99 over its own healthy p99 under
+	// the same CPU load, the better path's.
+	for _, load := range []string{"quiet", "busy"} {
+		for _, c := range []struct{ when, tag string }{{"whole cell", "hung2"}, {"from ⅓ of the cell", "hung2mid"}} {
+			ts = append(ts, target{name: fmt.Sprintf("2 of 5 hung (%s, %s CPUs), p99: quorumlock's ÷ its healthy p99 ≤ 2", c.when, load), goal: 2,
+				value: func(m map[string]float64) (float64, bool) {
+					best := 0.0
+					for _, ql := range []string{qlName, qlPooledName} {
+						h, d := m[fmt.Sprintf("deg-%s-healthy %s p99", load, ql)], m[fmt.Sprintf("deg-%s-%s %s p99", load, c.tag, ql)]
+						if h != 0 && d != 0 && (best == 0 || d/h < best) {
+							best = d / h
+						}
+					}
+					return best, best != 0
+				}})
+		}
+	}
+	ts = append(ts,
+		target{name: "(context) the masters' ceiling on N=5, cycles/s", info: true, count: true, value: func(m map[string]float64) (float64, bool) {
+			v, ok := m["ceiling cycles"]
+			return v, ok
+		}},
+		target{name: "(context) single-command round trip (PING), µs", info: true, value: func(m map[string]float64) (float64, bool) {
+			v, ok := m["rtt"]
+			return v / 1e3, ok
+		}},
+		target{name: "(context) one client, N=5, p50: floor ÷ go-redsync", info: true, value: ratioOf("seq5 "+floorName+" p50", "seq5 "+rsName+" p50")},
+		target{name: "(context) 64 clients, N=5, cycles/s: pooled path ÷ go-redsync", info: true, value: ratioOf("par5 "+qlPooledName+" rate", "par5 "+rsName+" rate")},
+	)
+	return ts
+}
+
+// targetsSection judges this run's figures against the targets.
+func targetsSection(m map[string]float64) string {
+	var b strings.Builder
+	b.WriteString("## Targets\n\nIssue 15's targets, judged on the figures of this run (ratios of cells measured side by side).\n\n" +
+		"| target | this run | met |\n|---|---|---|\n")
+	for _, t := range targets() {
+		v, ok := t.value(m)
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured | – |\n", t.name)
+			continue
+		}
+		shown := fmt.Sprintf("%.2f", v)
+		if t.count {
+			shown = fmt.Sprintf("%.0f", v)
+		}
+		if t.info {
+			fmt.Fprintf(&b, "| %s | %s | – |\n", t.name, shown)
+			continue
+		}
+		met := v <= t.goal
+		if t.atLeast {
+			met = v >= t.goal
+		}
+		verdict := "not met"
+		if met {
+			verdict = "met"
+		}
+		if t.inconclusive != nil {
+			if why := t.inconclusive(m); why != "" {
+				verdict = why
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.name, shown, verdict)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
