@@ -24,12 +24,10 @@ redis-image: deps
 	@if docker info >/dev/null 2>&1; then integration/image/build.sh $(REDIS_IMAGE); \
 	else echo "no Docker engine answers: the integration suites run on redis-server processes only"; fi
 
-## test: unit and integration tests, with the race detector, against real Redis masters;
-##   then the real-Redis tests of redlock and the suites again on the pooled path
+## test: unit and integration tests, with the race detector, against real Redis masters
+##   (every test whose behaviour depends on the connection path runs on both, as subtests)
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./redlock
-	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./integration -args -nemesis=15s
 
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps

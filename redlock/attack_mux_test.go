@@ -53,10 +53,10 @@ func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
 		{"fair", []redlock.LockOption{redlock.WithFair()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			forPaths(t, func(t *testing.T, path redlock.Option) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				rs := startReal(t, 1)
 				srv := rs.servers[0]
-				c := rs.pathClient(t, path, redlock.WithTimeout(300*time.Millisecond))
+				c := rs.client(t, path, redlock.WithTimeout(300*time.Millisecond))
 				ctx := ctxT(t)
 				// Dial and load the scripts.
 				l, err := c.TryAcquire(ctx, "warm", tc.opts...)
@@ -107,9 +107,9 @@ func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
 // At the end every lock was released or expired: nothing is left but the
 // fencing counters.
 func TestAttack_scriptFlushUnderLoadRecovers(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
-		c := rs.pathClient(t, path)
+		c := rs.client(t, path)
 		ctx := ctxT(t)
 		held, err := c.TryAcquire(ctx, "lone", redlock.WithFencing())
 		if err != nil {
@@ -270,14 +270,14 @@ func lockLoop(ctx context.Context, c *redlock.Client, h *holders, key string, tt
 // Wait would panic), no goroutine is left (goleak in TestMain), and the
 // keys of locks Close cut short expire at their TTL.
 func TestAttack_closeRacesEveryCall(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
 		for i, s := range rs.servers {
 			addrs[i] = s.Addr()
 		}
 		for rep := 0; rep < 3; rep++ {
-			c := pathClient(t, pipelined, addrs, redlock.WithTimeout(200*time.Millisecond))
+			c := addrClient(t, path, addrs, redlock.WithTimeout(200*time.Millisecond))
 			ctx := ctxT(t)
 			var h holders
 			var wg sync.WaitGroup
@@ -322,14 +322,14 @@ func TestAttack_closeRacesEveryCall(t *testing.T) {
 // next one works (a fresh lock is granted on all three); whatever the
 // frozen master ran late is gone within its TTL.
 func TestAttack_frozenPastTheStallBound(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
 		for i, s := range rs.servers {
 			addrs[i] = s.Addr()
 		}
 		// Stall bound: 10 × 100 ms, at least 1 s.
-		c := pathClient(t, pipelined, addrs, redlock.WithTimeout(100*time.Millisecond))
+		c := addrClient(t, path, addrs, redlock.WithTimeout(100*time.Millisecond))
 		ctx := ctxT(t)
 		const ttl = 2 * time.Second
 		var h holders
@@ -385,7 +385,7 @@ func TestAttack_frozenPastTheStallBound(t *testing.T) {
 func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 	var logBuf syncBuffer
 	srv := redistest.StartOne(t)
-	c := poolOptsClient(t, true, []string{srv.Addr()}, []pool.Option{pool.WithWriteTimeout(10 * time.Second)},
+	c := addrClient(t, pipelinedPath, []string{srv.Addr()}, redlock.WithPoolOptions(pool.WithWriteTimeout(10*time.Second)),
 		redlock.WithTimeout(300*time.Millisecond), redlock.WithLogger(slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelWarn})))) // stall bound 3 s
 	// 6000 goroutines under -race on a loaded machine: more than ctxT's 10 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -470,7 +470,7 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 	for _, ran := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ran=%v", ran), func(t *testing.T) {
-			bothPaths(t, func(t *testing.T, pipelined bool) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				reals := redistest.Start(t, 3)
 				var mu sync.Mutex
 				seen := map[*fakeConn]int{}
@@ -489,7 +489,7 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 					}
 					return forward
 				})
-				c := pathClient(t, pipelined, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
+				c := addrClient(t, path, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
 					redlock.WithTimeout(300*time.Millisecond))
 				ctx := ctxT(t)
 				const ttl = 2 * time.Second
@@ -546,7 +546,7 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 		}
 		return forward
 	})
-	c := pathClient(t, true, []string{fm.addr()}, redlock.WithTimeout(300*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{fm.addr()}, redlock.WithTimeout(300*time.Millisecond))
 	const ttl = 2 * time.Second
 	wave := func(name string) (granted int32) {
 		var wg sync.WaitGroup
@@ -606,7 +606,7 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 // later reply on that connection counts either. The holder keeps its key
 // on every master, and the contender gets the lock once it is released.
 func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		var injected atomic.Bool
 		fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
@@ -617,7 +617,7 @@ func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
 		})
 		addrs := []string{fm.addr(), reals[1].Addr(), reals[2].Addr()}
 		ctx := ctxT(t)
-		holder := pathClient(t, pipelined, []string{reals[0].Addr(), reals[1].Addr(), reals[2].Addr()})
+		holder := addrClient(t, path, []string{reals[0].Addr(), reals[1].Addr(), reals[2].Addr()})
 		a, err := holder.TryAcquire(ctx, "s", redlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -633,7 +633,7 @@ func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
 			}
 			return true
 		})
-		contender := pathClient(t, pipelined, addrs, redlock.WithTimeout(realTimeout))
+		contender := addrClient(t, path, addrs, redlock.WithTimeout(realTimeout))
 		// Dial first, so that the SET is not the first command.
 		if l, err := contender.TryAcquire(ctx, "other"); err != nil {
 			t.Fatal(err)

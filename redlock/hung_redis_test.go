@@ -35,7 +35,7 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 		}
 	}()
 	// Stall bound: 10 × 150 ms = 1.5 s, well beyond this test's freeze.
-	c := pathClient(t, true, []string{reals[0].Addr(), reals[1].Addr(), fm.addr()}, redlock.WithTimeout(150*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{reals[0].Addr(), reals[1].Addr(), fm.addr()}, redlock.WithTimeout(150*time.Millisecond))
 	ctx := ctxT(t)
 	cycle := func(key string) {
 		t.Helper()

@@ -23,38 +23,6 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// pathClient is a client for the masters at addrs on the given path
-// (pipelined or pooled), whatever QUORUMLOCK_TEST_POOLED says.
-func pathClient(t *testing.T, pipelined bool, addrs []string, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	return poolOptsClient(t, pipelined, addrs, nil, opts...)
-}
-
-// poolOptsClient is pathClient with options for the pools.
-func poolOptsClient(t *testing.T, pipelined bool, addrs []string, popts []pool.Option, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	pools := make([]pool.Pool, len(addrs))
-	for i, a := range addrs {
-		p, err := pool.New(a, popts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		pools[i] = p
-	}
-	c, err := redlock.New(pools, append(opts, redlock.WithPipelining(pipelined))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func bothPaths(t *testing.T, f func(t *testing.T, pipelined bool)) {
-	t.Run("pipelined", func(t *testing.T) { f(t, true) })
-	t.Run("pooled", func(t *testing.T) { f(t, false) })
-}
-
 // sleepOr waits d unless done closes first.
 func sleepOr(d time.Duration, done <-chan struct{}) {
 	t := time.NewTimer(d)
@@ -72,7 +40,7 @@ func sleepOr(d time.Duration, done <-chan struct{}) {
 // return; the first that does not fit fails the connection (pipelined)
 // or keeps it out of the pool (pooled), and never counts as a vote.
 func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		real := redistest.StartOne(t)
 		if _, err := real.Do("SET", "held", "another-client"); err != nil {
 			t.Fatal(err)
@@ -84,7 +52,7 @@ func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
 			}
 			return forward
 		})
-		c := pathClient(t, pipelined, []string{fm.addr()}, redlock.WithTimeout(realTimeout))
+		c := addrClient(t, path, []string{fm.addr()}, redlock.WithTimeout(realTimeout))
 		ctx := ctxT(t)
 		l, err := c.TryAcquire(ctx, "free")
 		if err != nil {
@@ -111,7 +79,7 @@ func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
 // timeout (it used to drain the queue reply by reply), and what was still
 // pending fails with ErrClosed.
 func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		real := redistest.StartOne(t)
 		fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
 			if !strings.EqualFold(cmd[0], "SCRIPT") {
@@ -121,7 +89,7 @@ func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
 		})
 		var buf syncBuffer
 		const timeout = 300 * time.Millisecond
-		c := pathClient(t, pipelined, []string{fm.addr()}, redlock.WithTimeout(timeout),
+		c := addrClient(t, path, []string{fm.addr()}, redlock.WithTimeout(timeout),
 			redlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 		ctx := ctxT(t)
 		var wg sync.WaitGroup
@@ -144,7 +112,7 @@ func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
 			t.Fatalf("Close still blocked after %v (per-master timeout %v)", time.Since(start), timeout)
 		}
 		t.Logf("Close took %v", time.Since(start))
-		if pipelined && !strings.Contains(buf.String(), redlock.ErrClosed.Error()) {
+		if path.pipelined && !strings.Contains(buf.String(), redlock.ErrClosed.Error()) {
 			t.Errorf("no pending command failed with ErrClosed; log:\n%.2000s", buf.String())
 		}
 	})
@@ -163,7 +131,7 @@ func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 		}
 		return forward
 	})
-	c := pathClient(t, true, []string{fm.addr()}, redlock.WithTimeout(100*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{fm.addr()}, redlock.WithTimeout(100*time.Millisecond))
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -187,7 +155,7 @@ func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 // on a master that granted is still waiting for its reply (it used to wait
 // for the per-master timeout); the rollback completes in the background.
 func TestHostile_failedAttemptReturnsAtItsContextDeadline(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		hold := make(chan struct{})
 		granter := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
@@ -214,7 +182,7 @@ func TestHostile_failedAttemptReturnsAtItsContextDeadline(t *testing.T) {
 			addrs = append(addrs, slow.addr())
 		}
 		const timeout = 3 * time.Second
-		c := pathClient(t, pipelined, addrs, redlock.WithTimeout(timeout))
+		c := addrClient(t, path, addrs, redlock.WithTimeout(timeout))
 		ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -260,8 +228,8 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		})
 		// Writing the big command again, through the fake master, may
 		// take longer than the default write timeout.
-		c := poolOptsClient(t, true, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
-			[]pool.Option{pool.WithWriteTimeout(time.Minute)}, redlock.WithTimeout(2*time.Second))
+		c := addrClient(t, pipelinedPath, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
+			redlock.WithPoolOptions(pool.WithWriteTimeout(time.Minute)), redlock.WithTimeout(2*time.Second))
 		ctx := ctxT(t)
 		l, err := c.Acquire(ctx, key, redlock.WithTTL(time.Minute)) // granted by masters 1 and 2
 		if err != nil {
@@ -318,7 +286,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 			}
 			return forward
 		})
-		c := pathClient(t, true, []string{fms[i].addr()}, redlock.WithTimeout(100*time.Millisecond))
+		c := addrClient(t, pipelinedPath, []string{fms[i].addr()}, redlock.WithTimeout(100*time.Millisecond))
 		for j := 0; j < 20; j++ {
 			wg.Add(1)
 			go func() {
