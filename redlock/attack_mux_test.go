@@ -20,6 +20,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/pool"
@@ -473,23 +474,23 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) {
 				reals := redistest.Start(t, 3)
 				var mu sync.Mutex
-				seen := map[*fakeConn]int{}
-				fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
-					if fc.index >= 20 || strings.EqualFold(cmd[0], "SCRIPT") {
-						return forward
+				seen := map[*hostile.Conn]int{}
+				fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
+					if fc.Index >= 20 || strings.EqualFold(cmd[0], "SCRIPT") {
+						return hostile.Forward
 					}
 					mu.Lock()
 					defer mu.Unlock()
 					seen[fc]++
 					switch {
 					case seen[fc] == 15 && ran:
-						return swallow
+						return hostile.Swallow
 					case seen[fc] == 15 || seen[fc] == 16 && ran:
-						return hangUp
+						return hostile.HangUp
 					}
-					return forward
+					return hostile.Forward
 				})
-				c := addrClient(t, path, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
+				c := addrClient(t, path, []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()},
 					redlock.WithTimeout(300*time.Millisecond))
 				ctx := ctxT(t)
 				const ttl = 2 * time.Second
@@ -506,12 +507,12 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 				time.Sleep(1500 * time.Millisecond)
 				close(stop)
 				wg.Wait()
-				t.Logf("connections the fake master accepted: %d", fm.accepted())
+				t.Logf("connections the fake master accepted: %d", fm.Accepted())
 				if n := h.both.Load(); n > 0 {
 					t.Errorf("two holders of one key at once, %d times", n)
 				}
-				if fm.accepted() < 3 {
-					t.Errorf("only %d connections: the resets did not happen", fm.accepted())
+				if fm.Accepted() < 3 {
+					t.Errorf("only %d connections: the resets did not happen", fm.Accepted())
 				}
 				c.Close()
 				time.Sleep(ttl + 100*time.Millisecond)
@@ -530,8 +531,8 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 	real := redistest.StartOne(t)
 	var mu sync.Mutex
-	loads := map[*fakeConn]int{}
-	fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
+	loads := map[*hostile.Conn]int{}
+	fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 		mu.Lock()
 		defer mu.Unlock()
 		script := strings.EqualFold(cmd[0], "SCRIPT")
@@ -539,14 +540,14 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 			loads[fc]++
 		}
 		switch {
-		case fc.index == 0 && script && loads[fc] == 3:
-			return hangUp
-		case fc.index == 1 && !script:
-			return hangUp
+		case fc.Index == 0 && script && loads[fc] == 3:
+			return hostile.HangUp
+		case fc.Index == 1 && !script:
+			return hostile.HangUp
 		}
-		return forward
+		return hostile.Forward
 	})
-	c := addrClient(t, pipelinedPath, []string{fm.addr()}, redlock.WithTimeout(300*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{fm.Addr()}, redlock.WithTimeout(300*time.Millisecond))
 	const ttl = 2 * time.Second
 	wave := func(name string) (granted int32) {
 		var wg sync.WaitGroup
@@ -583,7 +584,7 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 	if n := wave("b"); n != 16 {
 		t.Errorf("second wave (connection dies after the dial): %d of 16 granted, want all", n)
 	}
-	t.Logf("connections: %d", fm.accepted())
+	t.Logf("connections: %d", fm.Accepted())
 	ctx := ctxT(t)
 	waitUntil(t, "a lock works on a healthy connection", func() bool {
 		l, err := c.TryAcquire(ctx, "after", redlock.WithTTL(ttl))
@@ -609,13 +610,13 @@ func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		var injected atomic.Bool
-		fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
+		fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 			if strings.EqualFold(cmd[0], "SET") && cmd[1] == "s" && cmd[2] != "" && injected.CompareAndSwap(false, true) {
-				fc.write("+OK\r\n")
+				fc.Write("+OK\r\n")
 			}
-			return forward
+			return hostile.Forward
 		})
-		addrs := []string{fm.addr(), reals[1].Addr(), reals[2].Addr()}
+		addrs := []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()}
 		ctx := ctxT(t)
 		holder := addrClient(t, path, []string{reals[0].Addr(), reals[1].Addr(), reals[2].Addr()})
 		a, err := holder.TryAcquire(ctx, "s", redlock.WithTTL(time.Minute))

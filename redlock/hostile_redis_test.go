@@ -1,15 +1,14 @@
 package redlock_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -186,7 +185,7 @@ func TestHostileInput_unexpectedReplies(t *testing.T) {
 		primary := redistest.StartOne(t)
 		replica := redistest.StartOne(t, redistest.WithConfig("replicaof", "127.0.0.1", strings.Split(primary.Addr(), ":")[1]))
 		full := redistest.StartOne(t, redistest.WithConfig("maxmemory", "1"))
-		proxy := garbageServer(t, "+PONG\r\n") // answers +PONG to everything
+		proxy := hostile.Start(t, hostile.Reply("+PONG\r\n")) // answers +PONG to everything
 		ctx := ctxT(t)
 		for name, bad := range map[string]string{
 			"replica": replica.Addr(), "full master": full.Addr(), "proxy": proxy,
@@ -221,45 +220,4 @@ func TestHostileInput_unexpectedReplies(t *testing.T) {
 			t.Errorf("reentrant on a plain lock's key: %v", err)
 		}
 	})
-}
-
-// garbageServer accepts connections on 127.0.0.1 and answers every line
-// with reply.
-func garbageServer(t *testing.T, reply string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer conn.Close()
-				r := bufio.NewReader(conn)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					// Answer each command (a RESP array header) once.
-					if strings.HasPrefix(line, "*") {
-						if _, err := conn.Write([]byte(reply)); err != nil {
-							return
-						}
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
