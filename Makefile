@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit integration race lint vet fmt tidy bench bench-peers demo deps redis-image clean-containers fuzz
+.PHONY: all test unit short integration race lint vet fmt tidy bench bench-peers demo deps redis-image clean-containers fuzz
 
 all: lint test
 
@@ -32,6 +32,12 @@ test: deps redis-image
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+
+## short: the unit tests only (quorum logic on in-memory masters, the fake clock,
+##   parsers), with the race detector; needs no redis-server or Docker: every test
+##   that needs real Redis skips under -short, saying so
+short:
+	$(GO) test -race -short -count=1 $(PKGS)
 
 ## integration: the suites that kill, pause, restart and partition real masters
 ##   (NEMESIS=10m for a soak; QUORUMLOCK_BACKEND=docker|process for one backend)
