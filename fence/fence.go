@@ -20,8 +20,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -49,7 +49,7 @@ var ErrInvalid = errors.New("fence: invalid argument")
 // SeenKey returns the key in which Store keeps the highest token seen for
 // the data key key: in key's Redis Cluster hash slot, so that the check
 // and the write are one script.
-func SeenKey(key string) string { return keys.Companion(key, ":fence-seen") }
+func SeenKey(key string) string { return layout.FenceSeenKey(key) }
 
 // Store keeps values in one Redis and writes a value only for a token at
 // least the highest token seen for its key (equal tokens pass, so one

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // Sentinel errors. Match them with errors.Is: the errors returned by this
@@ -55,6 +57,14 @@ var (
 	// ErrClosed is returned by operations on a closed Client.
 	ErrClosed = errors.New("redlock: client closed")
 
+	// ErrWrongKind is matched by the error of a master whose copy of the
+	// key belongs to a lock of another kind (a key locked with Acquire,
+	// taken with AcquireRead, say): kinds must not be mixed on one key
+	// (docs/kinds.md). The master's *NodeError says which kinds hold such
+	// a key. An acquisition that meets it on too many masters fails with
+	// ErrNotAcquired.
+	ErrWrongKind = scripts.ErrWrongKind
+
 	// ErrMasterTimeout is wrapped by the *NodeError of a master that did
 	// not answer within the per-master timeout.
 	ErrMasterTimeout = errors.New("redlock: master did not answer in time")
@@ -68,8 +78,14 @@ type NodeError struct {
 }
 
 // Error names the master by index and address, and its failure.
+// A timeout reads "master 2 (127.0.0.1:7003): did not answer in time
+// (50ms): …", without a second package prefix.
 func (e *NodeError) Error() string {
-	return "master " + strconv.Itoa(e.Index) + " (" + e.Addr + "): " + e.Err.Error()
+	msg := trimPrefix(e.Err.Error())
+	if errors.Is(e.Err, ErrMasterTimeout) {
+		msg = strings.TrimPrefix(msg, "master ")
+	}
+	return "master " + strconv.Itoa(e.Index) + " (" + e.Addr + "): " + msg
 }
 
 // Unwrap returns the master's error.
@@ -79,8 +95,18 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // master. It matches the operation's sentinel (ErrNotAcquired,
 // ErrNotExtended, ErrLockLost, ErrNotHeld or ErrNotReleased) with errors.Is, each master's
 // *NodeError with errors.As, and the caller's ctx.Err() when ctx ended.
+//
+// Its message states the outcome and the key once, then the count, then
+// the detail per master, on one line:
+//
+//	redlock: lock "k" not acquired: 1 of 3 masters agreed, 2 needed; held by another token on master 0 (127.0.0.1:7001); master 2 (127.0.0.1:7003): did not answer in time (50ms): …
 type QuorumError struct {
-	Op        string // "acquire", "extend" or "release"
+	// Op is the round that fell short: "acquire" (also a reentrant lock
+	// taken again), "extend", "release" (also a reentrant lock's count
+	// given back), or "commit fence" (the second round of a fenced
+	// acquisition, WithFencing: the counter could not be raised on a
+	// quorum; the error then matches ErrNotAcquired).
+	Op        string
 	Key       string
 	Masters   int   // how many masters there are
 	Quorum    int   // how many had to agree
@@ -98,21 +124,23 @@ type QuorumError struct {
 	addrs    []string
 }
 
-// Error says how many masters agreed, which held the key or did not hold
-// the token, and how each failed master failed.
+// Error says, on one line, what happened to which key, how many masters
+// agreed, which held the key or did not hold the token, and how each
+// failed master failed.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.sentinel.Error())
+	b.WriteString(keyMessage(e.sentinel, e.Key))
 	b.WriteString(": ")
-	b.WriteString(e.Op)
-	b.WriteString(" ")
-	b.WriteString(strconv.Quote(e.Key))
-	b.WriteString(": ")
+	if e.Op != opImplied(e.sentinel) {
+		b.WriteString(e.Op)
+		b.WriteString(": ")
+	}
 	b.WriteString(strconv.Itoa(e.Succeeded))
 	b.WriteString(" of ")
 	b.WriteString(strconv.Itoa(e.Masters))
-	b.WriteString(" masters agreed, quorum is ")
+	b.WriteString(" masters agreed, ")
 	b.WriteString(strconv.Itoa(e.Quorum))
+	b.WriteString(" needed")
 	if e.NoValidity {
 		b.WriteString(", but no validity was left")
 	}
@@ -126,16 +154,19 @@ func (e *QuorumError) Error() string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
+			b.WriteString("master ")
 			b.WriteString(strconv.Itoa(idx))
-			b.WriteString(" (")
-			b.WriteString(e.addrs[idx])
-			b.WriteString(")")
+			if idx >= 0 && idx < len(e.addrs) {
+				b.WriteString(" (")
+				b.WriteString(e.addrs[idx])
+				b.WriteString(")")
+			}
 		}
 	}
 	if e.Failed != nil {
 		for _, err := range e.Failed.Errors {
 			b.WriteString("; ")
-			b.WriteString(err.Error())
+			b.WriteString(trimPrefix(err.Error()))
 		}
 	}
 	if e.ctxErr != nil {
@@ -157,4 +188,83 @@ func (e *QuorumError) Unwrap() []error {
 		errs = append(errs, e.Failed)
 	}
 	return errs
+}
+
+// prefix starts every message of this package.
+const prefix = "redlock: "
+
+// trimPrefix drops the package prefix from a message that goes inside
+// another of this package's messages, so that it is said once.
+func trimPrefix(s string) string { return strings.TrimPrefix(s, prefix) }
+
+// keyMessage states a sentinel's outcome for one key:
+// `redlock: lock "k" not acquired`.
+func keyMessage(sentinel error, key string) string {
+	q := strconv.Quote(key)
+	switch sentinel {
+	case ErrNotAcquired:
+		return prefix + "lock " + q + " not acquired"
+	case ErrNotExtended:
+		return prefix + "lock " + q + " not extended"
+	case ErrLockLost:
+		return prefix + "lock " + q + " lost"
+	case ErrMaxHold:
+		return prefix + "lock " + q + " lost: held for the maximum hold time"
+	case ErrNotHeld:
+		return prefix + "lock " + q + " not held"
+	case ErrNotReleased:
+		return prefix + "release of lock " + q + " not confirmed"
+	}
+	return sentinel.Error() + ": " + q
+}
+
+// opImplied is the operation a sentinel names by itself; a QuorumError of
+// another operation names it.
+func opImplied(sentinel error) string {
+	switch sentinel {
+	case ErrNotAcquired:
+		return "acquire"
+	case ErrNotExtended:
+		return "extend"
+	case ErrNotReleased, ErrNotHeld:
+		return "release"
+	}
+	return ""
+}
+
+// keyError is an outcome for one key, worded once (keyMessage), with what
+// happened after it; it matches sentinel and cause with errors.Is.
+type keyError struct {
+	sentinel error
+	key      string
+	detail   string // may be ""
+	cause    error  // may be nil
+}
+
+func newKeyError(sentinel error, key, detail string, cause error) error {
+	return &keyError{sentinel: sentinel, key: key, detail: detail, cause: cause}
+}
+
+func (e *keyError) Error() string {
+	s := keyMessage(e.sentinel, e.key)
+	switch {
+	case strings.HasPrefix(e.detail, "("):
+		s += " " + e.detail
+	case e.detail != "":
+		s += ": " + e.detail
+	}
+	if e.cause != nil {
+		// The cause may be about the same key: say the key once.
+		c := trimPrefix(e.cause.Error())
+		c = strings.TrimPrefix(c, "lock "+strconv.Quote(e.key)+" ")
+		s += ": " + c
+	}
+	return s
+}
+
+func (e *keyError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.sentinel}
+	}
+	return []error{e.sentinel, e.cause}
 }

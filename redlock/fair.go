@@ -3,7 +3,7 @@ package redlock
 import (
 	"github.com/google/uuid"
 
-	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/layout"
 )
 
 // fairness is a waiter's place in the queue of a fair lock's key.
@@ -23,12 +23,10 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 	}
 	entry := c.entryTTL(lc)
 	return &fairness{
-		queue:      companionKey(key, ":queue"),
-		deadlines:  companionKey(key, ":queue-deadlines"),
+		queue:      layout.QueueKey(key),
+		deadlines:  layout.QueueDeadlinesKey(key),
 		waiter:     uuid.NewString(),
 		arrival:    c.clock.Now().UnixMicro(),
 		entryTTLms: entry.Milliseconds(),
 	}
 }
-
-func companionKey(key, suffix string) string { return keys.Companion(key, suffix) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/quorumlock/quorumlock/layout"
 )
 
 // Fencing tokens (WithFencing).
@@ -39,7 +41,7 @@ type fencing struct {
 // FenceKey returns the name of the companion key that holds key's fencing
 // counter on each master: key with the suffix ":fence", in key's Redis
 // Cluster hash slot (key's own hash tag if it has one, else {key}).
-func FenceKey(key string) string { return companionKey(key, ":fence") }
+func FenceKey(key string) string { return layout.FenceKey(key) }
 
 // WithFencing gives the lock a fencing token (Lock.Fence): a number that is
 // greater than the token of every holder of the same key granted before
@@ -52,7 +54,8 @@ func FenceKey(key string) string { return companionKey(key, ":fence") }
 func WithFencing() LockOption { return func(c *lockConfig) { c.fencing = true } }
 
 // Fence returns the lock's fencing token, or 0 for a lock acquired
-// without WithFencing (or a nil Lock). Present it with every write to the
+// without WithFencing, or for a Lock no acquisition returned (nil or
+// zero). Present it with every write to the
 // protected resource, which must refuse a token lower than the highest it
 // has seen.
 func (l *Lock) Fence() uint64 {

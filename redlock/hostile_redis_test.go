@@ -207,7 +207,7 @@ func TestHostileInput_unexpectedReplies(t *testing.T) {
 			}
 		}
 		// A key of the wrong type: a reentrant lock on a key that holds a
-		// plain lock is a script error, reported as such.
+		// plain lock is a script error, explained: which kinds hold such a key.
 		rs := startReal(t, 1)
 		c := rs.client(t, path)
 		l, err := c.Acquire(ctx, "k")
@@ -216,7 +216,7 @@ func TestHostileInput_unexpectedReplies(t *testing.T) {
 		}
 		defer l.Release(ctx)
 		re, _ := c.NewReentrant("k", "me", redlock.WithWait(0))
-		if err := re.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		if err := re.Acquire(ctx); !errors.Is(err, redlock.ErrWrongKind) || !strings.Contains(err.Error(), "held by a plain, fair, fenced or multi-key lock") {
 			t.Errorf("reentrant on a plain lock's key: %v", err)
 		}
 	})

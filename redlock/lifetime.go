@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -105,7 +106,7 @@ func (l *Lock) startMonitor() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		l.lostErr = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		l.lostErr = newKeyError(ErrLockLost, l.key, "", ErrClosed)
 		l.endValidity()
 		close(l.lost)
 		return
@@ -168,7 +169,7 @@ func (l *Lock) watch(m *monitor) {
 			return
 		case <-c.closing:
 			t.Stop()
-			l.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+			l.markLost(newKeyError(ErrLockLost, l.key, "", ErrClosed))
 			return
 		case <-m.wake:
 			t.Stop()
@@ -179,12 +180,12 @@ func (l *Lock) watch(m *monitor) {
 		until = l.Until() // as it is now, not as it was before the wait
 		switch {
 		case !holdEnd.IsZero() && !now.Before(holdEnd):
-			l.markLost(fmt.Errorf("%w: %q after %v", ErrMaxHold, l.key, l.maxHold))
+			l.markLost(newKeyError(ErrMaxHold, l.key, "("+l.maxHold.String()+")", nil))
 			return
 		case !now.Before(until):
-			err := fmt.Errorf("%w: %q: validity ran out", ErrLockLost, l.key)
+			err := newKeyError(ErrLockLost, l.key, "validity ran out", nil)
 			if lastErr != nil {
-				err = fmt.Errorf("%w after a failed extension: %w", err, lastErr)
+				err = newKeyError(ErrLockLost, l.key, "validity ran out after a failed extension", lastErr)
 			}
 			l.markLost(err)
 			return
@@ -211,8 +212,8 @@ func (l *Lock) watch(m *monitor) {
 		case errors.Is(err, ErrNotExtended):
 			// The lock cannot be kept alive: stop trusting it now rather
 			// than when its validity runs out.
-			l.markLost(fmt.Errorf("%w: %q: %d extensions in a row reached no quorum: %w",
-				ErrLockLost, l.key, retries+1, err))
+			l.markLost(newKeyError(ErrLockLost, l.key,
+				strconv.Itoa(retries+1)+" extensions in a row reached no quorum", err))
 			return
 		case errors.Is(err, ErrNotHeld):
 			// Released meanwhile: Release marks it lost itself.
@@ -220,7 +221,7 @@ func (l *Lock) watch(m *monitor) {
 		default:
 			// Lost (Extend marked it already), or the client closed.
 			if !errors.Is(err, ErrLockLost) {
-				err = fmt.Errorf("%w: %w", ErrLockLost, err)
+				err = newKeyError(ErrLockLost, l.key, "", err)
 			}
 			l.markLost(err)
 			return

@@ -7,13 +7,22 @@ import (
 	"time"
 )
 
-// Lock is a lock held on a quorum of masters, as returned by Acquire and
-// TryAcquire. It is valid until Until(); past that moment another client
-// may hold the same key.
+// Lock is a lock held on a quorum of masters, as returned by
+// Client.Acquire, Client.TryAcquire, Client.AcquireRead,
+// Client.AcquireWrite and Client.AcquireMulti (and held by a Reentrant,
+// Reentrant.Lock; Client.Do takes and releases one around its function).
+// It is valid until Until(); past that moment another client may hold the
+// same key.
 //
 // A Lock is safe for concurrent use: Extend and Release calls are
 // serialised. Releasing twice is harmless: the second call, concurrent or
-// not, sends nothing and returns an error matching ErrNotHeld.
+// not, sends nothing and returns an error matching ErrNotHeld; so does
+// Extend after Release.
+//
+// A Lock that no acquisition returned (a nil *Lock, or the zero Lock) is
+// safe to call: Key, Token and Keys return "" or nil, Until the zero time,
+// Fence 0, Lost a closed channel; Extend, Release and Err return an error
+// matching ErrInvalid.
 type Lock struct {
 	c     *Client
 	key   string
@@ -72,8 +81,8 @@ func (l *Lock) Token() string {
 // (with a monotonic reading when it is the real clock). Compare it with
 // time.Now(), or use time.Until. It may move earlier as well as later
 // (see Extend); once the lock is released or lost (Lost is closed) it is
-// no later than that moment. A Lock no acquisition returned has the zero
-// time.
+// no later than that moment. A Lock no acquisition returned (nil or
+// zero) has the zero time; the call does not panic.
 func (l *Lock) Until() time.Time {
 	if l == nil {
 		return time.Time{}
@@ -99,7 +108,11 @@ func (l *Lock) Until() time.Time {
 // longer holds its token, or no validity is left after the round; an
 // expired lock is never silently taken again. It returns an error
 // matching ErrNotExtended when too few masters answered while validity
-// is left. Errors other than bad arguments are *QuorumError.
+// is left. Errors of a round that was sent are *QuorumError.
+//
+// After Release (or while one runs) it sends nothing and returns an error
+// matching ErrNotHeld, not ErrLockLost. On a Lock no acquisition returned
+// (nil or zero) it returns an error matching ErrInvalid.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -118,7 +131,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: extend %q: %w", ErrNotExtended, l.key, err)
+		return newKeyError(ErrNotExtended, l.key, "", err)
 	}
 
 	lim := l.limits()
@@ -156,10 +169,10 @@ func (l *Lock) setUntil(what string, u time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lostErr != nil {
-		return fmt.Errorf("%s %q: %w", what, l.key, l.lostErr)
+		return l.lostErr
 	}
 	if l.released { // by a Release that waits for this round to end
-		return fmt.Errorf("%w: %s %q: the lock was released", ErrNotHeld, what, l.key)
+		return newKeyError(ErrNotHeld, l.key, what+": the lock was released", nil)
 	}
 	l.until = u
 	l.wakeMonitor()
@@ -215,14 +228,14 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 	released, until, lostErr := l.released, l.until, l.lostErr
 	l.mu.Unlock()
 	if released {
-		return until, fmt.Errorf("%w: %s %q: the lock was released", ErrNotHeld, what, l.key)
+		return until, newKeyError(ErrNotHeld, l.key, what+": the lock was released", nil)
 	}
 	if lostErr != nil {
 		// Lost for good (the maximum hold time, say): never taken again.
-		return until, fmt.Errorf("%s %q: %w", what, l.key, lostErr)
+		return until, lostErr
 	}
 	if !start.Before(until) {
-		err := fmt.Errorf("%w: %s %q: validity ran out %v ago", ErrLockLost, what, l.key, start.Sub(until))
+		err := newKeyError(ErrLockLost, l.key, what+": validity ran out "+start.Sub(until).String()+" ago", nil)
 		l.markLost(err)
 		return until, err
 	}
@@ -238,6 +251,8 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 // The release is sent even when ctx has already ended, so that a deferred
 // Release frees the lock; ctx bounds only how long the caller waits for
 // the answers. Each master's command is bounded by the per-master timeout.
+// On a Lock no acquisition returned (nil or zero) it returns an error
+// matching ErrInvalid.
 func (l *Lock) Release(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -248,7 +263,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.released = true // from now on no monitor starts
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
+		return newKeyError(ErrNotHeld, l.key, "already released", nil)
 	}
 	// Before taking op: the watchdog may be extending, under op.
 	l.stopMonitor()

@@ -122,7 +122,12 @@ func WithPoolOptions(opts ...pool.Option) Option {
 	return func(c *config) { c.poolOptions = append(c.poolOptions, opts...) }
 }
 
-// LockOption configures one call of Acquire or TryAcquire.
+// LockOption configures one lock: the call of Client.Acquire,
+// Client.TryAcquire, Client.Do, Client.AcquireRead, Client.AcquireWrite or
+// Client.AcquireMulti that takes it, or every acquisition of the
+// Reentrant that Client.NewReentrant makes with it. WithFair and
+// WithFencing are for plain locks (Acquire, TryAcquire, Do) only; the
+// other kinds refuse them with ErrInvalid.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"fmt"
 	"slices"
 	"time"
 )
@@ -160,7 +159,7 @@ func (l *Lock) inherit(lim []time.Duration) error {
 	c := l.c
 	until := l.limitUntil(l.acquired.Add(held - c.drift(held)))
 	if !c.clock.Now().Before(until) {
-		err := fmt.Errorf("%w: %q: an extension of the owner's lost hold to %v may still run", ErrLockLost, l.key, held)
+		err := newKeyError(ErrLockLost, l.key, "an extension of the owner's lost hold to "+held.String()+" may still run", nil)
 		l.markLost(err)
 		return err
 	}

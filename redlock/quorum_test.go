@@ -516,7 +516,7 @@ func TestTryAcquire_majorityDownNamesMasters(t *testing.T) {
 		t.Errorf("errors.Is does not reach the master's own error: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"10.0.0.1:6379", "10.0.0.3:6379", "READONLY", "quorum is 2"} {
+	for _, want := range []string{"10.0.0.1:6379", "10.0.0.3:6379", "READONLY", "2 needed"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not mention %q", msg, want)
 		}

@@ -5,28 +5,57 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+const benchLine = "usage: redlock bench [--duration D] [--clients N] [--key K]\n\n" +
+	"Acquires and releases locks as fast as it can for D, from N goroutines each on\n" +
+	"a key of its own, and prints the cycles per second, p50 and p99. A progress\n" +
+	"bar is drawn on stderr when it is a terminal."
+
+type benchFlags struct {
+	fs       *flag.FlagSet
+	duration *time.Duration
+	clients  *int
+	key      *string
+}
+
+func newBenchFlags() *benchFlags {
+	fs := newFlagSet("bench")
+	return &benchFlags{
+		fs:       fs,
+		duration: fs.Duration("duration", 5*time.Second, "how long to run (> 0)"),
+		clients:  fs.Int("clients", 1, "goroutines, each on a key of its own (≥ 1)"),
+		key:      fs.String("key", "redlock:bench", "key prefix"),
+	}
+}
+
+func benchUsage() string { return flagUsage(newBenchFlags().fs, benchLine) }
+
+func parseBench(args []string) (runner, error) {
+	f := newBenchFlags()
+	if err := f.fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.fs.NArg() != 0:
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", f.fs.Arg(0))}
+	case *f.duration <= 0:
+		return nil, usageError{"--duration must be positive"}
+	case *f.clients < 1:
+		return nil, usageError{"--clients must be at least 1"}
+	}
+	return func(ctx context.Context, e *env) int { return cmdBench(ctx, e, *f.duration, *f.clients, *f.key) }, nil
+}
+
 // cmdBench runs acquire+release cycles and prints a p50/p99 summary, with
-// a progress bar on stderr meanwhile.
-func cmdBench(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	duration := fs.Duration("duration", 5*time.Second, "how long to run")
-	clients := fs.Int("clients", 1, "goroutines, each on a key of its own")
-	key := fs.String("key", "redlock:bench", "key prefix")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 0 || *duration <= 0 || *clients < 1 {
-		fmt.Fprintln(e.stderr, "usage: redlock bench [--duration D > 0] [--clients N ≥ 1] [--key K]")
-		return exitUsage
-	}
-	ctx, cancel := context.WithTimeout(ctx, *duration)
+// a progress bar on stderr meanwhile when stderr is a terminal.
+func cmdBench(ctx context.Context, e *env, duration time.Duration, clients int, key string) int {
+	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	var (
 		mu       sync.Mutex
@@ -37,11 +66,11 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		cycles   atomic.Int64
 	)
 	start := time.Now()
-	for i := 0; i < *clients; i++ {
+	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k := fmt.Sprintf("%s:%d", *key, i)
+			k := fmt.Sprintf("%s:%d", key, i)
 			var mine []time.Duration
 			fails := 0
 			var ferr error
@@ -72,7 +101,11 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 			mu.Unlock()
 		}()
 	}
-	progress(ctx, e, start, *duration, &cycles)
+	if e.isTerminal(e.stderr) {
+		progress(ctx, e, start, duration, &cycles)
+	} else {
+		<-ctx.Done()
+	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	slices.Sort(lat)
@@ -82,9 +115,9 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		}
 		return lat[int(float64(len(lat)-1)*p)]
 	}
-	fmt.Fprintf(e.stdout, "%d masters, %d clients, %v: %d cycles (%.0f/s), p50 %v, p99 %v, %d failures\n",
-		len(e.pools), *clients, elapsed.Round(time.Millisecond), len(lat), float64(len(lat))/elapsed.Seconds(),
-		pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), failures)
+	fmt.Fprintf(e.stdout, "%s, %s, %v: %d cycles (%.0f/s), p50 %v, p99 %v, %s\n",
+		plural(len(e.pools), "master"), plural(clients, "client"), elapsed.Round(time.Millisecond), len(lat), float64(len(lat))/elapsed.Seconds(),
+		pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), plural(failures, "failure"))
 	if failures > 0 {
 		fmt.Fprintf(e.stdout, "first failure: %v\n", firstErr)
 		return exitFailure
@@ -109,4 +142,12 @@ func progress(ctx context.Context, e *env, start time.Time, total time.Duration,
 		case <-tick.C:
 		}
 	}
+}
+
+// plural is "1 client", "2 clients".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

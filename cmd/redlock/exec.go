@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,63 +18,87 @@ import (
 // exitNoCommand is the shell's code for a command that cannot be run.
 const exitNoCommand = 127
 
-// cmdExec runs a command while holding the lock.
-func cmdExec(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	ttl := fs.Duration("ttl", 30*time.Second, "the lock's time to live; it is extended every ttl/3 while the command runs")
-	wait := fs.Duration("wait", 0, "how long to wait for the lock (0: fail at once when it is held)")
-	grace := fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
-	fence := fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE")
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]")
-		fs.PrintDefaults()
+const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]\n\n" +
+	"Runs COMMAND while holding the lock on KEY, with QUORUMLOCK_KEY=KEY (and,\n" +
+	"with --fence, QUORUMLOCK_FENCE=the fencing token) in its environment. The\n" +
+	"lock is extended every ttl/3; if it is lost, COMMAND gets SIGTERM, then\n" +
+	"SIGKILL after --grace, and redlock exits 76. Without the lock nothing runs\n" +
+	"and redlock exits 75."
+
+type execFlags struct {
+	fs               *flag.FlagSet
+	ttl, wait, grace *time.Duration
+	fence            *bool
+}
+
+func newExecFlags() *execFlags {
+	fs := newFlagSet("exec")
+	return &execFlags{
+		fs:    fs,
+		ttl:   fs.Duration("ttl", 30*time.Second, "the lock's time to live; it is extended every ttl/3 while the command runs"),
+		wait:  fs.Duration("wait", 0, "how long to wait for the lock (0: fail at once when it is held)"),
+		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
+		fence: fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+}
+
+func execUsage() string { return flagUsage(newExecFlags().fs, execLine) }
+
+// parseExec parses exec's command line: flags, KEY, "--", COMMAND.
+func parseExec(args []string) (runner, error) {
+	f := newExecFlags()
+	if err := f.fs.Parse(args); err != nil {
+		return nil, err
 	}
-	rest := fs.Args()
+	rest := f.fs.Args()
 	if len(rest) > 0 && rest[0] == "--" { // "--" before KEY
 		rest = rest[1:]
 	}
-	if len(rest) < 2 {
-		fs.Usage()
-		return exitUsage
+	switch {
+	case len(rest) == 0:
+		return nil, usageError{"no KEY and no COMMAND: give KEY -- COMMAND [ARGS...]"}
+	case len(rest) == 1:
+		return nil, usageError{fmt.Sprintf("no COMMAND after KEY %q: give KEY -- COMMAND [ARGS...]", rest[0])}
 	}
 	key, command := rest[0], rest[1:]
 	if command[0] == "--" {
 		command = command[1:]
 	}
 	if len(command) == 0 {
-		fs.Usage()
-		return exitUsage
+		return nil, usageError{fmt.Sprintf("no COMMAND after %q --: give KEY -- COMMAND [ARGS...]", key)}
 	}
-	if *grace < 0 {
-		fmt.Fprintln(e.stderr, "redlock: --grace must not be negative")
-		return exitUsage
+	if *f.grace < 0 {
+		return nil, usageError{"--grace must not be negative"}
 	}
+	return func(ctx context.Context, e *env) int {
+		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence)
+	}, nil
+}
 
-	opts := []redlock.LockOption{redlock.WithTTL(*ttl), redlock.WithWait(*wait), redlock.WithAutoExtend(0)}
-	if *fence {
+// cmdExec runs a command while holding the lock.
+func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wait, grace time.Duration, fence bool) int {
+	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(wait), redlock.WithAutoExtend(0)}
+	if fence {
 		opts = append(opts, redlock.WithFencing())
 	}
 	l, err := e.client.Acquire(ctx, key, opts...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "redlock: lock %q not acquired: %v\n", key, err)
+		// The error states the key and the outcome itself.
+		printErr(e.stderr, err)
 		return failCode(err)
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+2*e.timeout)
 		defer cancel()
 		if err := l.Release(rctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
-			fmt.Fprintf(e.stderr, "redlock: releasing %q: %v\n", key, err)
+			printErr(e.stderr, err)
 		}
 	}()
 
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(), "QUORUMLOCK_KEY="+key)
-	if *fence {
+	if fence {
 		cmd.Env = append(cmd.Env, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
 	}
 	// Its own process group, so that a kill reaches what it started too.
@@ -89,13 +114,13 @@ func cmdExec(ctx context.Context, e *env, args []string) int {
 	// grace period; it returns the command's end.
 	stop := func() error {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		t := time.NewTimer(*grace)
+		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
 		case err := <-done:
 			return err
 		case <-t.C:
-			fmt.Fprintf(e.stderr, "redlock: the command did not stop within %v: SIGKILL\n", *grace)
+			fmt.Fprintf(e.stderr, "redlock: the command did not stop within %v: SIGKILL\n", grace)
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			return <-done
 		}
@@ -104,7 +129,7 @@ func cmdExec(ctx context.Context, e *env, args []string) int {
 	case err := <-done:
 		return exitCode(err)
 	case <-l.Lost():
-		fmt.Fprintf(e.stderr, "redlock: lock %q lost while the command ran (%v): stopping it\n", key, l.Err())
+		fmt.Fprintf(e.stderr, "redlock: lock %q lost while the command ran%s; stopping it\n", key, lostReason(l.Err(), key))
 		stop()
 		return exitLost
 	case <-ctx.Done():
@@ -127,4 +152,19 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return exitFailure
+}
+
+// lostReason is why a lock was lost, as ": reason" without what the
+// message around it says already (the prefix, the key, "lost"), or "".
+func lostReason(err error, key string) string {
+	if err == nil {
+		return ""
+	}
+	r := strings.TrimPrefix(err.Error(), "redlock: ")
+	r = strings.TrimPrefix(r, "lock "+strconv.Quote(key)+" ")
+	r = strings.TrimPrefix(strings.TrimPrefix(r, "lost"), ": ")
+	if r == "" {
+		return ""
+	}
+	return ": " + r
 }

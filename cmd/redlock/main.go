@@ -2,8 +2,9 @@
 //
 //	redlock [global flags] exec [flags] KEY -- COMMAND [ARGS...]
 //	redlock [global flags] status KEY...
-//	redlock [global flags] doctor
+//	redlock [global flags] doctor [--json]
 //	redlock [global flags] bench [flags]
+//	redlock --version | --help | help [COMMAND]
 //
 // exec runs a command while holding the lock on KEY — a distributed flock
 // for cron jobs: only one instance runs. The lock is extended while the
@@ -19,7 +20,9 @@
 // 128+n when it died of signal n), 64 bad usage, 69 masters unusable,
 // 75 the lock was not acquired (exec), 76 the lock was lost while the
 // command ran (exec; the command was terminated), 1 other failures
-// (doctor: a master needs attention).
+// (doctor: a master needs attention). --help, -h and help print the usage
+// on stdout and exit 0, for the tool and for each command (without
+// masters); --version prints the module's version.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -57,16 +61,19 @@ func main() {
 }
 
 const usage = `usage: redlock [--masters ADDRS] [--timeout D] [--tls-ca F [--tls-cert F --tls-key F] [--tls-server-name N]] COMMAND ...
+       redlock --version | --help | help [COMMAND]
 
 commands:
   exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]
          run COMMAND while holding the lock on KEY
   status KEY...
          per master: reachable, holder, remaining TTL, fence counter, holds
-  doctor
+  doctor [--json]
          per master: version, role, persistence, eviction, clock, round trip
   bench [--duration D] [--clients N] [--key K]
          acquire+release as fast as possible; p50/p99
+
+"redlock COMMAND --help" describes a command's flags.
 
 masters: --masters or REDLOCK_MASTERS, comma-separated host:port or
 redis:// / rediss:// URLs. --tls-* flags (or rediss:// URLs) speak TLS;
@@ -76,41 +83,119 @@ exit codes: 0 ok (exec: the command's own), 64 usage, 69 masters unusable,
 75 not acquired, 76 lock lost while the command ran, 1 other failure.
 `
 
+// statusUsage is status's help: status.go parses its own arguments.
+const statusUsage = "usage: redlock status KEY...\n\nper key and master: reachable, holder, remaining TTL, fence counter, holds.\n"
+
+// runner is a command whose arguments were parsed: it runs on the masters.
+type runner func(ctx context.Context, e *env) int
+
+// usageError is a command line that is wrong: the message says how.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+// command parses a command's arguments. It returns flag.ErrHelp for
+// --help, a usageError (or the flag package's error) for a bad command
+// line, and else what to run.
+type command struct {
+	parse func(args []string) (runner, error)
+	usage func() string // the command's help, flags included
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"exec":   {parse: parseExec, usage: execUsage},
+		"doctor": {parse: parseDoctor, usage: doctorUsage},
+		"bench":  {parse: parseBench, usage: benchUsage},
+		"status": {
+			parse: func(args []string) (runner, error) {
+				for _, a := range args {
+					if a == "--" {
+						break
+					}
+					if a == "-h" || a == "-help" || a == "--help" {
+						return nil, flag.ErrHelp
+					}
+				}
+				return func(ctx context.Context, e *env) int { return cmdStatus(ctx, e, args) }, nil
+			},
+			usage: func() string { return statusUsage },
+		},
+	}
+}
+
+// flagUsage is a command's usage line followed by its flags' defaults.
+func flagUsage(fs *flag.FlagSet, line string) string {
+	var b strings.Builder
+	b.WriteString(line)
+	b.WriteString("\n\nflags:\n")
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	return b.String()
+}
+
+// newFlagSet is a flag set that prints nothing itself: run reports its
+// errors and usage.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
 // run is the command, with its exit code; main only wires the process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("redlock", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs := newFlagSet("redlock")
 	mastersFlag := fs.String("masters", os.Getenv(masters.Env), "comma-separated masters")
 	timeout := fs.Duration("timeout", redlock.DefaultTimeout, "per-master timeout")
 	tlsCA := fs.String("tls-ca", "", "TLS: the CA bundle (PEM) the masters' certificates must chain to; turns TLS on")
 	tlsCert := fs.String("tls-cert", "", "TLS: a client certificate (PEM), with --tls-key")
 	tlsKey := fs.String("tls-key", "", "TLS: the client certificate's key (PEM)")
 	tlsName := fs.String("tls-server-name", "", "TLS: the name in the masters' certificates (default: each master's host)")
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "redlock: %v\n\n%s", err, usage)
 		return exitUsage
+	}
+	if *version {
+		fmt.Fprintln(stdout, "redlock", versionString(debug.ReadBuildInfo()))
+		return exitOK
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		fmt.Fprintf(stderr, "redlock: no command given\n\n%s", usage)
 		return exitUsage
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	if cmd == "help" {
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	cmds := commands()
+	if name == "help" {
+		if len(rest) > 0 {
+			if c, ok := cmds[rest[0]]; ok {
+				fmt.Fprint(stdout, c.usage())
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", rest[0], usage)
+			return exitUsage
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
-	var f func(context.Context, *env, []string) int
-	switch cmd {
-	case "exec":
-		f = cmdExec
-	case "status":
-		f = cmdStatus
-	case "doctor":
-		f = cmdDoctor
-	case "bench":
-		f = cmdBench
-	default:
-		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", cmd, usage)
+	c, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", name, usage)
+		return exitUsage
+	}
+	f, err := c.parse(rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, c.usage())
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "redlock %s: %v\n\n%s", name, err, c.usage())
 		return exitUsage
 	}
 	addrs := masters.Split(*mastersFlag)
@@ -122,18 +207,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" || *tlsName != "" {
 		cfg, err := pool.TLSFiles(*tlsCA, *tlsCert, *tlsKey, *tlsName)
 		if err != nil {
-			fmt.Fprintf(stderr, "redlock: %v\n", err)
+			printErr(stderr, err)
 			return exitUsage
 		}
 		tlsOpt = append(tlsOpt, pool.WithTLS(cfg))
 	}
 	e, err := openEnv(addrs, *timeout, stdout, stderr, tlsOpt...)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock: %v\n", err)
+		printErr(stderr, err)
 		return exitUsage
 	}
 	defer e.close()
-	return f(ctx, e, rest)
+	return f(ctx, e)
+}
+
+// printErr prints err on a line of its own, prefixed "redlock: " once
+// (the library's errors already start with it).
+func printErr(w io.Writer, err error) {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "redlock: ") {
+		msg = "redlock: " + msg
+	}
+	fmt.Fprintln(w, msg)
+}
+
+// versionString is the module's version from the build information:
+// its tag ("v0.3.0"), or "(devel)" with the VCS revision (and
+// "+modified" for a work tree with changes) when built from a checkout.
+func versionString(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "(unknown: built without module information)"
+	}
+	v := bi.Main.Version
+	if v != "" && v != "(devel)" {
+		return v
+	}
+	v = "(devel)"
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev + modified
+	}
+	return v
 }
 
 // env is what every command gets: the masters' pools and a client on them.
@@ -143,11 +267,13 @@ type env struct {
 	timeout time.Duration
 	stdout  io.Writer
 	stderr  io.Writer
+	// isTerminal tells whether a writer is a terminal (bench draws its
+	// progress bar only there); tests replace it.
+	isTerminal func(io.Writer) bool
 }
 
 func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, extra ...pool.Option) (*env, error) {
-	e := &env{timeout: timeout, stdout: stdout, stderr: stderr}
-	ps := make([]pool.Pool, 0, len(addrs))
+	e := &env{timeout: timeout, stdout: stdout, stderr: stderr, isTerminal: isTerminal}
 	for _, a := range addrs {
 		var p *pool.RedisPool
 		var err error
@@ -162,9 +288,8 @@ func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, ex
 			return nil, err
 		}
 		e.pools = append(e.pools, p)
-		ps = append(ps, p)
 	}
-	c, err := redlock.New(ps, redlock.WithTimeout(timeout))
+	c, err := redlock.New(e.poolList(), redlock.WithTimeout(timeout))
 	if err != nil {
 		e.close()
 		return nil, err
@@ -187,6 +312,8 @@ func failCode(err error) int {
 	switch {
 	case errors.Is(err, redlock.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, redlock.ErrWrongKind):
+		return exitNotAcquired // held by a lock of another kind
 	case errors.Is(err, redlock.ErrNotAcquired):
 		var qe *redlock.QuorumError
 		if errors.As(err, &qe) && len(qe.Refused) == 0 && qe.Failed != nil {

@@ -4,51 +4,71 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
-	"github.com/gomodule/redigo/redis"
-
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// cmdStatus shows, per key and master, what the master holds.
+// cmdStatus shows, per key and master, what the master holds, as
+// redlock's Client.Inspect reads it (package layout describes it).
 func cmdStatus(ctx context.Context, e *env, keys []string) int {
 	if len(keys) == 0 {
 		fmt.Fprintln(e.stderr, "usage: redlock status KEY...")
 		return exitUsage
 	}
+	c := e.client
+	if e.timeout < statusTimeout {
+		// A look at the masters is no lock round: give each round trip
+		// more time than a lock's per-master timeout.
+		var err error
+		if c, err = redlock.New(e.poolList(), redlock.WithTimeout(statusTimeout)); err != nil {
+			printErr(e.stderr, err)
+			return exitUsage
+		}
+		defer c.Close()
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	code := exitOK
 	for _, key := range keys {
-		fmt.Fprintf(tw, "%s\n", key)
+		in, err := c.Inspect(ctx, key)
+		if err != nil {
+			tw.Flush()
+			printErr(e.stderr, errors.New(display(err.Error())))
+			return failCode(err)
+		}
+		fmt.Fprintf(tw, "%s\n", display(key))
 		fmt.Fprintln(tw, "  master\treachable\tkind\tholder\tttl\tfence\t")
 		holders := map[string]int{}
 		up := 0
-		for _, p := range e.pools {
-			st, err := keyStatus(ctx, p, key, e.timeout)
-			st, err = st.redacted(p), p.RedactError(err)
-			if err != nil {
-				fmt.Fprintf(tw, "  %s\tno: %v\t\t\t\t\t\n", p.Addr(), err)
+		for _, m := range in.Masters {
+			p := e.pools[m.Index]
+			if m.Err != nil {
+				fmt.Fprintf(tw, "  %s\tno: %s\t\t\t\t\t\n", display(m.Addr), display(p.RedactError(m.Err).Error()))
 				code = exitUnavailable
 				continue
 			}
+			st := describe(m.State, p)
 			up++
 			holders[st.holder]++
-			fmt.Fprintf(tw, "  %s\tyes (%v)\t%s\t%s\t%s\t%s\t\n", p.Addr(), st.rtt.Round(10*time.Microsecond), st.kind, orDash(st.holder), st.ttl, orDash(st.fence))
+			fmt.Fprintf(tw, "  %s\tyes (%v)\t%s\t%s\t%s\t%s\t\n", display(m.Addr), m.RTT.Round(10*time.Microsecond),
+				st.kind, orDash(st.holder), st.ttl, orDash(st.fence))
 		}
-		quorum := len(e.pools)/2 + 1
-		verdict := fmt.Sprintf("  free on a quorum (%d of %d masters answered)", up, len(e.pools))
+		quorum := len(in.Masters)/2 + 1
+		verdict := fmt.Sprintf("  free on a quorum (%d of %d masters answered)", up, len(in.Masters))
 		for h, n := range holders {
 			if h != "" && n >= quorum {
-				verdict = fmt.Sprintf("  held by %s on %d of %d masters (quorum %d)", h, n, len(e.pools), quorum)
+				verdict = fmt.Sprintf("  held by %s on %d of %d masters (quorum %d)", h, n, len(in.Masters), quorum)
 			}
 		}
 		if up < quorum {
-			verdict = fmt.Sprintf("  unknown: only %d of %d masters answered (quorum %d)", up, len(e.pools), quorum)
+			verdict = fmt.Sprintf("  unknown: only %d of %d masters answered (quorum %d)", up, len(in.Masters), quorum)
 		}
 		fmt.Fprintln(tw, verdict)
 	}
@@ -56,19 +76,60 @@ func cmdStatus(ctx context.Context, e *env, keys []string) int {
 	return code
 }
 
+// statusTimeout is the least time status gives each round trip to a
+// master.
+const statusTimeout = time.Second
+
+// status is one master's row, ready to print: every string from the
+// master redacted and escaped.
 type status struct {
-	rtt    time.Duration
-	kind   string // free, lock, reentrant, read-write
+	kind   string // free, lock, reentrant, read-write, not a lock (TYPE)
 	holder string
 	ttl    string
 	fence  string
 }
 
-// redacted returns st with the pool's credentials removed from what the
-// master sent (a hostile master can echo them anywhere).
-func (st status) redacted(p *pool.RedisPool) status {
-	st.kind, st.holder, st.ttl, st.fence = p.Redact(st.kind), p.Redact(st.holder), p.Redact(st.ttl), p.Redact(st.fence)
-	return st
+// describe turns what a master holds into a row. Every string the master
+// sent has the pool's credentials removed (a hostile master can echo them
+// anywhere) before it is cut short and escaped.
+func describe(st layout.State, p *pool.RedisPool) status {
+	show := func(s string) string { return short(p.Redact(s)) }
+	var row status
+	switch st.Kind {
+	case layout.KindFree:
+		row.kind = "free"
+	case layout.KindLock:
+		row.kind, row.holder = "lock", show(st.Holders[0].Token)
+	case layout.KindReentrant:
+		owners := make([]string, len(st.Holders))
+		for i, h := range st.Holders {
+			owners[i] = display(p.Redact(h.Token)) + "×" + strconv.FormatInt(h.Count, 10) // owner×holds
+		}
+		row.kind, row.holder = "reentrant", strings.Join(owners, ",")
+	case layout.KindReadWrite:
+		row.kind = "read-write"
+		if len(st.Holders) > 0 && st.Holders[0].Mode == layout.ModeWrite {
+			row.holder = "writer " + show(st.Holders[0].Token)
+			break
+		}
+		row.holder = strconv.Itoa(len(st.Holders)) + " readers"
+		if st.Intent != nil {
+			row.holder += ", writer waiting " + show(st.Intent.Writer)
+		}
+	default:
+		row.kind = "not a lock (" + display(p.Redact(st.Type)) + ")"
+	}
+	switch {
+	case st.Kind == layout.KindFree:
+	case st.TTL == layout.NoExpiry:
+		row.ttl = "none"
+	default:
+		row.ttl = st.TTL.String()
+	}
+	if st.Fenced {
+		row.fence = strconv.FormatUint(st.Fence, 10)
+	}
+	return row
 }
 
 func orDash(s string) string {
@@ -78,110 +139,37 @@ func orDash(s string) string {
 	return s
 }
 
-// short shows the start of a token: enough to tell holders apart.
+// short shows the start of a token, escaped: enough to tell holders apart.
 func short(tok string) string {
 	if len(tok) > 8 {
-		return tok[:8] + "…"
+		return display(tok[:8]) + "…"
 	}
-	return tok
+	return display(tok)
 }
 
-func keyStatus(ctx context.Context, p *pool.RedisPool, key string, timeout time.Duration) (status, error) {
-	var st status
-	ctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
-	defer cancel()
-	c, err := p.GetContext(ctx)
-	if err != nil {
-		return st, err
-	}
-	defer c.Close()
-	do := func(cmd string, args ...any) (any, error) {
-		return redis.DoContext(c, ctx, cmd, args...)
-	}
-	start := time.Now()
-	typ, err := redis.String(do("TYPE", key))
-	if err != nil {
-		return st, err
-	}
-	st.rtt = time.Since(start)
-	switch typ {
-	case "none":
-		st.kind = "free"
-	case "string":
-		st.kind = "lock"
-		tok, err := redis.String(do("GET", key))
-		if err != nil {
-			return st, err
+// display returns s as it is when it is plain printable text, else quoted
+// with Go escapes: a key or a reply that carries terminal escape
+// sequences, tabs or newlines cannot act on the terminal or shift the
+// table.
+func display(s string) string {
+	plain := utf8.ValidString(s) && !strings.HasPrefix(s, `"`)
+	for _, r := range s {
+		if !plain {
+			break
 		}
-		st.holder = short(p.Redact(tok)) // before short cuts a secret to a prefix
-	case "hash":
-		fields, err := redis.StringMap(do("HGETALL", key))
-		if err != nil {
-			return st, err
-		}
-		clean := make(map[string]string, len(fields))
-		for f, v := range fields {
-			clean[p.Redact(f)] = p.Redact(v)
-		}
-		st.kind, st.holder = describeHash(clean)
-	default:
-		st.kind = "not a lock (" + typ + ")"
+		plain = unicode.IsPrint(r)
 	}
-	if typ != "none" {
-		ms, err := redis.Int64(do("PTTL", key))
-		if err != nil {
-			return st, err
-		}
-		st.ttl = describeTTL(ms)
+	if plain {
+		return s
 	}
-	fence, err := redis.String(do("GET", redlock.FenceKey(key)))
-	if err != nil && !errors.Is(err, redis.ErrNil) {
-		return st, err
-	}
-	st.fence = fence
-	return st, nil
+	return strconv.Quote(s)
 }
 
-func describeTTL(ms int64) string {
-	switch {
-	case ms == -1:
-		return "none"
-	case ms < 0:
-		return "-"
+// poolList returns the masters' pools as redlock.New takes them.
+func (e *env) poolList() []pool.Pool {
+	ps := make([]pool.Pool, len(e.pools))
+	for i, p := range e.pools {
+		ps[i] = p
 	}
-	return (time.Duration(ms) * time.Millisecond).String()
-}
-
-// describeHash tells a reentrant lock (owner -> count) from a read-write
-// lock (r:/w: entries and a writer's intent).
-func describeHash(fields map[string]string) (kind, holder string) {
-	var readers, writers, owners []string
-	intent := ""
-	for f, v := range fields {
-		switch {
-		case strings.HasPrefix(f, "r:"):
-			readers = append(readers, short(f[2:]))
-		case strings.HasPrefix(f, "w:"):
-			writers = append(writers, short(f[2:]))
-		case f == "intent":
-			intent = short(v)
-		case f == "intent:exp":
-		default:
-			owners = append(owners, fmt.Sprintf("%s×%s", f, v))
-		}
-	}
-	sort.Strings(readers)
-	sort.Strings(owners)
-	switch {
-	case len(owners) > 0:
-		return "reentrant", strings.Join(owners, ",") // owner×holds
-	case len(writers) > 0:
-		return "read-write", "writer " + strings.Join(writers, ",")
-	default:
-		h := fmt.Sprintf("%d readers", len(readers))
-		if intent != "" {
-			h += ", writer waiting " + intent
-		}
-		return "read-write", h
-	}
+	return ps
 }

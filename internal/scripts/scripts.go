@@ -9,6 +9,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -171,13 +172,77 @@ func IsNoScript(err error) bool {
 	return ok && strings.HasPrefix(string(re), "NOSCRIPT")
 }
 
-// Explain adds to a script's ACL refusal which command was refused.
+// ErrWrongKind is matched by the error of a script that found its key
+// holding a lock of another kind (a plain lock's string where a read-write
+// lock's hash was expected, say): kinds must not be mixed on one key.
+// redlock exports it as redlock.ErrWrongKind.
+var ErrWrongKind = errors.New("redlock: the key holds a lock of another kind")
+
+// stringScripts are the scripts that expect their lock key to be a
+// string; the others (reentrant, rw) expect a hash.
+var stringScripts = map[string]string{
+	"release": "plain", "extend": "plain", "fair_release": "fair", "fence_commit": "fenced",
+	"multi": "multi-key",
+	// fair_acquire and fenced_acquire read the lock key with EXISTS and
+	// SET NX, which take any type: a WRONGTYPE there is about a companion
+	// key, and is passed on as it is.
+}
+
+// kindNames names the kind of lock each hash script runs.
+var kindNames = map[string]string{"reentrant": "reentrant", "rw": "read-write"}
+
+// WrongKindError is a script's WRONGTYPE refusal, explained: which kind of
+// lock the script runs and which kinds hold a key of the type it found.
+// It matches ErrWrongKind, and the master's redis.Error, with errors.Is
+// and errors.As; its message leaves the master's raw text out.
+type WrongKindError struct {
+	Script string // the kind of lock the refused script runs: "read-write", "plain", …
+	Holder string // the kinds of lock that hold such a key
+	Err    error  // the master's reply
+}
+
+// Error says which kinds hold the key and which kind was refused.
+func (e *WrongKindError) Error() string {
+	return "the key is held by " + e.Holder + ", not by a " + e.Script + " lock: do not mix lock kinds on one key"
+}
+
+// Unwrap returns ErrWrongKind and the master's reply.
+func (e *WrongKindError) Unwrap() []error { return []error{ErrWrongKind, e.Err} }
+
+// wrongKind explains a WRONGTYPE reply to one of the scripts, or returns
+// nil.
+func wrongKind(msg string, err error) error {
+	if !strings.HasPrefix(msg, "WRONGTYPE") {
+		return nil
+	}
+	for _, s := range All {
+		if !strings.Contains(msg, s.sha) {
+			continue
+		}
+		if kind, ok := stringScripts[s.name]; ok {
+			return &WrongKindError{Script: kind, Holder: "a read-write or reentrant lock (a hash)", Err: err}
+		}
+		if kind, ok := kindNames[s.name]; ok {
+			return &WrongKindError{Script: kind, Holder: "a plain, fair, fenced or multi-key lock (a string)", Err: err}
+		}
+	}
+	return nil
+}
+
+// Explain adds to a script's ACL refusal which command was refused, and
+// turns a WRONGTYPE refusal (the key holds a lock of another kind) into a
+// *WrongKindError.
 // Redis 7.0 reports a command a script may not run only as "can't run
 // this command or subcommand script: <sha>, on @user_script:<line>."; the
 // script's source tells which command that line runs. Other errors are
 // returned as they are.
 func Explain(err error) error {
 	re, ok := err.(redis.Error)
+	if ok {
+		if wk := wrongKind(string(re), err); wk != nil {
+			return wk
+		}
+	}
 	if !ok || !strings.Contains(string(re), "can't run this command") {
 		return err
 	}

@@ -1,0 +1,57 @@
+package scripts_test
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/layout"
+)
+
+// luaStrings returns the double-quoted string literals of a Lua source's
+// code (its -- comments left out).
+func luaStrings(src string) []string {
+	src = regexp.MustCompile(`--[^\n]*`).ReplaceAllString(src, "")
+	var out []string
+	for _, m := range regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`).FindAllStringSubmatch(src, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// The names the Lua scripts spell themselves are the layout package's:
+// every string literal of every script is a Redis command (upper case),
+// an op of the script's own protocol, a number, "" or a name of package
+// layout, and
+// rw.lua spells every field of the read-write hash. Every other name (lock
+// keys, companion keys, channels) reaches the scripts through KEYS[] and
+// ARGV[], made by package layout.
+func TestScripts_spellTheLayoutsNames(t *testing.T) {
+	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
+	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
+		"release-read", "release-write", "leave"}
+	command := regexp.MustCompile(`^[A-Z]+$`)
+	number := regexp.MustCompile(`^-?(inf|[0-9]+)$`)
+	for _, s := range scripts.All {
+		for _, lit := range luaStrings(s.Source()) {
+			if lit == "" || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(names, lit) {
+				continue
+			}
+			t.Errorf("%s.lua spells %q, which package layout does not name", s.Name(), lit)
+		}
+	}
+	rw := luaStrings(scripts.RW.Source())
+	for _, n := range names {
+		if !slices.Contains(rw, n) {
+			t.Errorf("rw.lua does not spell the layout's %q", n)
+		}
+	}
+	// rw.lua cuts the prefixes by length: string.sub(f, 1, 2) and
+	// string.sub(f, 3).
+	if len(layout.ReaderPrefix) != 2 || len(layout.WriterPrefix) != 2 ||
+		!strings.Contains(scripts.RW.Source(), "string.sub(f, 1, 2)") || !strings.Contains(scripts.RW.Source(), "string.sub(f, 3)") {
+		t.Error("rw.lua and the layout disagree on the length of the holder prefixes")
+	}
+}

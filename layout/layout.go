@@ -1,0 +1,96 @@
+// Package layout names what quorumlock keeps on each Redis master and reads
+// it back.
+//
+// The layout is a contract between every client that locks the same keys,
+// whatever their version, and the Lua scripts of the library: it is written
+// down once, here. The scripts receive every key and channel through KEYS[]
+// and ARGV[] from names made here; the fields of a read-write lock's hash
+// are spelled in rw.lua too, and a test checks that the two agree.
+//
+// What a master holds for a lock key K:
+//
+//   - A plain lock (also each key of a multi-key lock, and a fair lock): K
+//     is a string whose value is the holder's token, with the lock's TTL as
+//     the key's TTL.
+//   - A reentrant lock: K is a hash with one field, the owner ID, whose
+//     value is the owner's hold count in decimal; the key's TTL is the
+//     lock's.
+//   - A read-write lock: K is a hash with one field per holder, ReaderPrefix
+//     or WriterPrefix followed by the holder's token, whose value is when
+//     that hold expires (the master's clock, Unix milliseconds). A writer
+//     kept out by readers leaves an intent: IntentField holds its waiter ID
+//     and IntentExpiryField when the intent expires. The key's TTL follows
+//     the latest expiry.
+//   - A fenced lock's counter: the string FenceKey(K), the highest fencing
+//     token committed for K in decimal, without a TTL.
+//   - A fair lock's queue: the sorted set QueueKey(K) of waiter IDs scored
+//     by arrival (the client's clock, Unix microseconds), and the sorted set
+//     QueueDeadlinesKey(K) of the same IDs scored by when each entry expires
+//     (the master's clock, Unix milliseconds). Both carry a TTL.
+//   - Releases are announced on the channel WakeChannel(K), with a short
+//     prefix of the releasing token (or a release ID) as the message.
+//
+// Companion keys (the fence counter, the queue, FenceSeenKey) share K's
+// Redis Cluster hash slot: K's own hash tag when it has one, else {K}.
+//
+// A reentrant owner ID that begins with ReaderPrefix or WriterPrefix, or
+// equals IntentField or IntentExpiryField, reads as a read-write lock; the
+// two kinds cannot be told apart by their hash alone, and a key is only
+// ever used as one kind.
+package layout
+
+import "github.com/quorumlock/quorumlock/internal/keys"
+
+// Suffixes of the companion keys that live beside a lock key.
+const (
+	// FenceSuffix names the fencing counter of a lock key.
+	FenceSuffix = ":fence"
+	// QueueSuffix names a fair lock's queue (waiter ID -> arrival).
+	QueueSuffix = ":queue"
+	// QueueDeadlinesSuffix names a fair lock's entry deadlines (waiter ID
+	// -> expiry).
+	QueueDeadlinesSuffix = ":queue-deadlines"
+	// FenceSeenSuffix names the highest fencing token a resource has seen
+	// (package fence, the resource side).
+	FenceSeenSuffix = ":fence-seen"
+)
+
+// The fields of a read-write lock's hash.
+const (
+	// ReaderPrefix starts a reader's field; its token follows.
+	ReaderPrefix = "r:"
+	// WriterPrefix starts the writer's field; its token follows.
+	WriterPrefix = "w:"
+	// IntentField holds the waiter ID of a writer that readers keep out.
+	IntentField = "intent"
+	// IntentExpiryField holds when the intent expires (master Unix ms).
+	IntentExpiryField = "intent:exp"
+)
+
+// WakePrefix starts the channel a release of a key is announced on; the
+// key follows.
+const WakePrefix = "quorumlock:released:"
+
+// FenceKey returns the key that holds key's fencing counter on each master.
+func FenceKey(key string) string { return keys.Companion(key, FenceSuffix) }
+
+// QueueKey returns the key of a fair lock's queue.
+func QueueKey(key string) string { return keys.Companion(key, QueueSuffix) }
+
+// QueueDeadlinesKey returns the key of a fair lock's entry deadlines.
+func QueueDeadlinesKey(key string) string { return keys.Companion(key, QueueDeadlinesSuffix) }
+
+// FenceSeenKey returns the key that holds the highest fencing token the
+// resource data key has seen (package fence).
+func FenceSeenKey(key string) string { return keys.Companion(key, FenceSeenSuffix) }
+
+// WakeChannel returns the channel a release of key is announced on.
+func WakeChannel(key string) string { return WakePrefix + key }
+
+// ReaderField returns the field of a read-write lock's hash that a reader
+// holding token owns.
+func ReaderField(token string) string { return ReaderPrefix + token }
+
+// WriterField returns the field of a read-write lock's hash that the writer
+// holding token owns.
+func WriterField(token string) string { return WriterPrefix + token }

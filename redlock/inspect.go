@@ -1,0 +1,160 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/layout"
+)
+
+// Inspection is what every master holds for one key (Client.Inspect).
+type Inspection struct {
+	Key string
+	// Masters has one entry per master, in the order given to New.
+	Masters []MasterState
+}
+
+// MasterState is what one master holds for a key, or why it could not be
+// read.
+type MasterState struct {
+	Index int    // the master's position in the list given to New
+	Addr  string // the master's address, never with credentials
+	// State is what the master holds (package layout describes it); its
+	// strings are as the master sent them, untrusted: escape them before
+	// printing. The zero State when Err is set.
+	State layout.State
+	// RTT is how long the first round trip to the master took.
+	RTT time.Duration
+	// Err is nil, or a *NodeError naming the master and its failure: it
+	// could not be reached or did not answer in time (ErrMasterTimeout),
+	// answered with an error, or sent a reply of the wrong shape
+	// (layout.ErrMalformed).
+	Err error
+}
+
+// Inspect reads what each master holds for key: the lock's kind, its
+// holders with their tokens and remaining TTLs, a reentrant owner's count,
+// a read-write lock's readers, writer and waiting writer, a fair lock's
+// queue and the fencing counter (layout.State). It only reads, with plain
+// commands (TIME, TYPE, PTTL, GET, GETRANGE, STRLEN, HLEN, HGETALL, HSCAN,
+// ZCARD, ZRANGE), in at most three round trips per master, and asks all
+// masters at once. It is meant for operators and tests (redlock status):
+// what it returns is a snapshot, and the lock may change while it is read.
+//
+// Each round trip to a master waits at most the per-master timeout
+// (WithTimeout) and never past ctx's deadline; a cancelled ctx stops each
+// master's reading before its next round trip. A master's failure is
+// reported in its MasterState, never as Inspect's error, which is only for
+// a nil ctx, an empty key or a Client New did not make (ErrInvalid).
+//
+// Every reply is untrusted: each must have the one shape its command
+// allows, and what is kept is bounded (layout.MaxEntries entries,
+// layout.MaxValue bytes per string) whatever a master sends.
+func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
+	if err := c.check(ctx); err != nil {
+		return Inspection{}, err
+	}
+	if key == "" {
+		return Inspection{}, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	in := Inspection{Key: key, Masters: make([]MasterState, len(c.masters))}
+	var wg sync.WaitGroup
+	for i := range c.masters {
+		wg.Add(1)
+		go func(m *master) {
+			defer wg.Done()
+			in.Masters[m.index] = c.inspect(ctx, m, key)
+		}(&c.masters[i])
+	}
+	wg.Wait()
+	return in, nil
+}
+
+// inspect reads one master through a connection of its pool. (Inspection
+// talks to the pool directly, not through the client's pipelined
+// connections: it is rare, read-only and may take three round trips.)
+func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterState) {
+	ms.Index, ms.Addr = m.index, m.addr
+	fail := func(err error) MasterState {
+		ms.State, ms.Err = layout.State{}, c.nodeError(m, err)
+		return ms
+	}
+	defer func() {
+		if p := recover(); p != nil { // redigo's parser on a pool that is not guarded
+			ms = fail(panicError(p))
+		}
+	}()
+	getCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	conn, err := m.pool.GetContext(getCtx)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Close()
+	r := layout.NewReader(key)
+	for first := true; ; first = false {
+		cmds := r.Next()
+		if cmds == nil {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		start := time.Now()
+		replies, err := roundTrip(ctx, conn, c.timeout, cmds)
+		if first {
+			ms.RTT = time.Since(start)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if err := r.Feed(replies); err != nil {
+			return fail(err)
+		}
+	}
+	ms.State = r.State()
+	return ms
+}
+
+// roundTrip sends cmds on conn in one write and reads their replies, all
+// within timeout and ctx's deadline. An error reply is returned in its
+// place among the replies; any other failure ends the round trip and
+// leaves conn broken (a read past its deadline breaks a redigo
+// connection), so that its pool discards it rather than hand its next
+// user the replies still due.
+func roundTrip(ctx context.Context, conn redis.Conn, timeout time.Duration, cmds []layout.Command) ([]any, error) {
+	deadline := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	for _, cmd := range cmds {
+		if err := conn.Send(cmd.Name, cmd.Args...); err != nil {
+			return nil, err
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return nil, err
+	}
+	replies := make([]any, len(cmds))
+	for i := range cmds {
+		left := time.Until(deadline)
+		if left <= 0 {
+			// Past the deadline: a reply already buffered is still taken,
+			// else the read fails at once and breaks conn.
+			left = -time.Nanosecond
+		}
+		v, err := redis.ReceiveWithTimeout(conn, left)
+		if re, ok := err.(redis.Error); ok {
+			v, err = re, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		replies[i] = v
+	}
+	return replies, nil
+}
