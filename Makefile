@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz
+.PHONY: all test unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz
 
 all: lint test
 
@@ -24,16 +24,20 @@ redis-image: deps
 	@if docker info >/dev/null 2>&1; then integration/image/build.sh $(REDIS_IMAGE); \
 	else echo "no Docker engine answers: the integration suites run on redis-server processes only"; fi
 
-## test: unit and integration tests, with the race detector, against real Redis masters;
-##   then the real-Redis tests of redlock and the suites again on the pooled path
+## test: unit and integration tests, with the race detector, against real Redis masters
+##   (every test whose behaviour depends on the connection path runs on both, as subtests)
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./redlock
-	QUORUMLOCK_TEST_POOLED=1 $(GO) test -race -count=1 -timeout 20m ./integration -args -nemesis=15s
 
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+
+## short: the unit tests only (quorum logic on in-memory masters, the fake clock,
+##   parsers), with the race detector; needs no redis-server or Docker: every test
+##   that needs real Redis skips under -short, saying so
+short:
+	$(GO) test -race -short -count=1 $(PKGS)
 
 ## integration: the suites that kill, pause, restart and partition real masters
 ##   (NEMESIS=10m for a soak; QUORUMLOCK_BACKEND=docker|process for one backend)

@@ -15,7 +15,10 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	redistest.ShortExamples()
+	goleak.VerifyTestMain(m)
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -19,19 +19,21 @@ func TestConformance(t *testing.T) {
 		for _, n := range []int{1, 3, 5, 7} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 				c := cluster.Start(t, n, cluster.WithBackend(b))
-				t.Run("lifecycle", func(t *testing.T) { conformLifecycle(t, c) })
-				t.Run("second acquirer is refused", func(t *testing.T) { conformExclusion(t, c) })
-				t.Run("foreign token cannot release or extend", func(t *testing.T) { conformForeign(t, c) })
-				t.Run("vanished holder frees the key at its TTL", func(t *testing.T) { conformVanished(t, c) })
-				t.Run("failed acquire leaves no key", func(t *testing.T) { conformNoLeftovers(t, c) })
+				forEachPath(t, func(t *testing.T, path connPath) {
+					t.Run("lifecycle", func(t *testing.T) { conformLifecycle(t, path, c) })
+					t.Run("second acquirer is refused", func(t *testing.T) { conformExclusion(t, path, c) })
+					t.Run("foreign token cannot release or extend", func(t *testing.T) { conformForeign(t, path, c) })
+					t.Run("vanished holder frees the key at its TTL", func(t *testing.T) { conformVanished(t, path, c) })
+					t.Run("failed acquire leaves no key", func(t *testing.T) { conformNoLeftovers(t, path, c) })
+				})
 			})
 		}
 	})
 }
 
-func conformLifecycle(t *testing.T, c *cluster.Cluster) {
+func conformLifecycle(t *testing.T, path connPath, c *cluster.Cluster) {
 	n := len(c.Masters)
-	client := newClient(t, c)
+	client := newClient(t, path, c)
 	ctx := ctxT(t, 30*time.Second)
 	k := key(t)
 	l, err := client.Acquire(ctx, k, redlock.WithTTL(3*time.Second))
@@ -59,8 +61,8 @@ func conformLifecycle(t *testing.T, c *cluster.Cluster) {
 	}
 }
 
-func conformExclusion(t *testing.T, c *cluster.Cluster) {
-	a, b := newClient(t, c), newClient(t, c)
+func conformExclusion(t *testing.T, path connPath, c *cluster.Cluster) {
+	a, b := newClient(t, path, c), newClient(t, path, c)
 	ctx := ctxT(t, 30*time.Second)
 	k := key(t)
 	l, err := a.Acquire(ctx, k)
@@ -83,9 +85,9 @@ func conformExclusion(t *testing.T, c *cluster.Cluster) {
 	must(t, l2.Release(ctx))
 }
 
-func conformForeign(t *testing.T, c *cluster.Cluster) {
+func conformForeign(t *testing.T, path connPath, c *cluster.Cluster) {
 	n := len(c.Masters)
-	client := newClient(t, c)
+	client := newClient(t, path, c)
 	ctx := ctxT(t, 30*time.Second)
 	k := key(t)
 	l, err := client.Acquire(ctx, k, redlock.WithTTL(10*time.Second))
@@ -107,8 +109,8 @@ func conformForeign(t *testing.T, c *cluster.Cluster) {
 	}
 }
 
-func conformVanished(t *testing.T, c *cluster.Cluster) {
-	a, b := newClient(t, c), newClient(t, c)
+func conformVanished(t *testing.T, path connPath, c *cluster.Cluster) {
+	a, b := newClient(t, path, c), newClient(t, path, c)
 	ctx := ctxT(t, 30*time.Second)
 	k := key(t)
 	_, err := a.Acquire(ctx, k, redlock.WithTTL(time.Second))
@@ -125,7 +127,7 @@ func conformVanished(t *testing.T, c *cluster.Cluster) {
 	must(t, l.Release(ctx))
 }
 
-func conformNoLeftovers(t *testing.T, c *cluster.Cluster) {
+func conformNoLeftovers(t *testing.T, path connPath, c *cluster.Cluster) {
 	n := len(c.Masters)
 	q := n/2 + 1
 	k := key(t)
@@ -135,7 +137,7 @@ func conformNoLeftovers(t *testing.T, c *cluster.Cluster) {
 		_, err := c.Masters[i].Do("SET", k, "other", "PX", 60000)
 		must(t, err)
 	}
-	client := newClient(t, c)
+	client := newClient(t, path, c)
 	for i := 0; i < 10; i++ {
 		if _, err := client.TryAcquire(context.Background(), k); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("attempt %d: %v", i, err)

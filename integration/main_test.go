@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -32,16 +31,30 @@ func requirePartition(t *testing.T, b cluster.Backend) {
 // the suites run under -race on two cores beside the Docker engine.
 const timeout = 300 * time.Millisecond
 
-// pooled runs the suites with WithPipelining(false) when
-// QUORUMLOCK_TEST_POOLED=1 (make test runs them both ways).
-var pooled = os.Getenv("QUORUMLOCK_TEST_POOLED") == "1"
+// A connPath is one of the two ways a Client of redigo pools carries its
+// commands to a master: pipelined (all goroutines share one connection
+// per master) or pooled (each command borrows a pooled connection).
+type connPath struct {
+	name      string
+	pipelined bool
+}
 
-func newClient(t *testing.T, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
+var connPaths = []connPath{{"pipelined", true}, {"pooled", false}}
+
+// forEachPath runs f as the subtests "pipelined" and "pooled", each given
+// its path to hand every client it makes.
+func forEachPath(t *testing.T, f func(t *testing.T, path connPath)) {
 	t.Helper()
-	opts = append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...)
-	if pooled {
-		opts = append(opts, redlock.WithPipelining(false))
+	for _, p := range connPaths {
+		t.Run(p.name, func(t *testing.T) { f(t, p) })
 	}
+}
+
+// newClient is a client of c's masters on path, with the suites'
+// per-master timeout unless opts set another.
+func newClient(t *testing.T, path connPath, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	opts = append(append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...), redlock.WithPipelining(path.pipelined))
 	client, err := redlock.New(c.Pools(), opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -72,8 +72,10 @@ func TestNemesis(t *testing.T) {
 			faultCount = map[string]int{}
 		)
 		var wg sync.WaitGroup
+		// Half the clients pipeline, half take the pooled path: one run
+		// covers both paths, and their locks must exclude each other's.
 		for id := 0; id < clients; id++ {
-			client := newClient(t, c)
+			client := newClient(t, connPaths[id%len(connPaths)], c)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

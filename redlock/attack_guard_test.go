@@ -71,13 +71,13 @@ func TestAttack_passwordInRepliesNeverShows(t *testing.T) {
 			url := func(addr string) string {
 				return "redis://" + user + ":" + urlEscape(tc.pw) + "@" + addr
 			}
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				var text, js syncBuffer
 				logger := slog.New(slog.NewTextHandler(&text, nil))
 				jsLogger := slog.New(slog.NewJSONHandler(&js, nil))
-				c := addrsClient(t, []string{url(real[0].Addr()), url(echo), url(real[1].Addr())}, path, redlock.WithLogger(logger))
+				c := addrClient(t, path, []string{url(real[0].Addr()), url(echo), url(real[1].Addr())}, redlock.WithLogger(logger))
 				lockAndWake(t, c, "k")
-				_, err := addrsClient(t, []string{url(real[0].Addr()), url(echo)}, path, redlock.WithLogger(jsLogger)).TryAcquire(ctxT(t), "k")
+				_, err := addrClient(t, path, []string{url(real[0].Addr()), url(echo)}, redlock.WithLogger(jsLogger)).TryAcquire(ctxT(t), "k")
 				if err == nil {
 					t.Fatal("acquired with one of two masters failing")
 				}
@@ -136,9 +136,9 @@ func TestAttack_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
 	huge := hostile.Start(t, hostile.Reply("$300000000000000\r\n"))
 	for _, pw := range []string{"e", "o", "1", "t"} {
 		t.Run(pw, func(t *testing.T) {
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				for _, bad := range []string{silent, huge} {
-					_, err := addrsClient(t, []string{"redis://:" + pw + "@" + bad}, path).TryAcquire(ctxT(t), "k")
+					_, err := addrClient(t, path, []string{"redis://:" + pw + "@" + bad}).TryAcquire(ctxT(t), "k")
 					var ne *redlock.NodeError
 					var pe *pool.ProtocolError
 					switch {
@@ -251,8 +251,8 @@ func TestAttack_hostilePubSubPushes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := hostile.Start(t, hostileSubscriber(tc.push))
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
-				c := addrsClient(t, []string{real[0].Addr(), bad, real[1].Addr()}, path)
+			forEachPath(t, func(t *testing.T, path connPath) {
+				c := addrClient(t, path, []string{real[0].Addr(), bad, real[1].Addr()})
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)

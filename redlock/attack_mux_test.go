@@ -20,6 +20,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/pool"
@@ -53,10 +54,10 @@ func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
 		{"fair", []redlock.LockOption{redlock.WithFair()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			forPaths(t, func(t *testing.T, path redlock.Option) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				rs := startReal(t, 1)
 				srv := rs.servers[0]
-				c := rs.pathClient(t, path, redlock.WithTimeout(300*time.Millisecond))
+				c := rs.client(t, path, redlock.WithTimeout(300*time.Millisecond))
 				ctx := ctxT(t)
 				// Dial and load the scripts.
 				l, err := c.TryAcquire(ctx, "warm", tc.opts...)
@@ -107,9 +108,9 @@ func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
 // At the end every lock was released or expired: nothing is left but the
 // fencing counters.
 func TestAttack_scriptFlushUnderLoadRecovers(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
-		c := rs.pathClient(t, path)
+		c := rs.client(t, path)
 		ctx := ctxT(t)
 		held, err := c.TryAcquire(ctx, "lone", redlock.WithFencing())
 		if err != nil {
@@ -270,14 +271,14 @@ func lockLoop(ctx context.Context, c *redlock.Client, h *holders, key string, tt
 // Wait would panic), no goroutine is left (goleak in TestMain), and the
 // keys of locks Close cut short expire at their TTL.
 func TestAttack_closeRacesEveryCall(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
 		for i, s := range rs.servers {
 			addrs[i] = s.Addr()
 		}
 		for rep := 0; rep < 3; rep++ {
-			c := pathClient(t, pipelined, addrs, redlock.WithTimeout(200*time.Millisecond))
+			c := addrClient(t, path, addrs, redlock.WithTimeout(200*time.Millisecond))
 			ctx := ctxT(t)
 			var h holders
 			var wg sync.WaitGroup
@@ -322,14 +323,14 @@ func TestAttack_closeRacesEveryCall(t *testing.T) {
 // next one works (a fresh lock is granted on all three); whatever the
 // frozen master ran late is gone within its TTL.
 func TestAttack_frozenPastTheStallBound(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
 		for i, s := range rs.servers {
 			addrs[i] = s.Addr()
 		}
 		// Stall bound: 10 × 100 ms, at least 1 s.
-		c := pathClient(t, pipelined, addrs, redlock.WithTimeout(100*time.Millisecond))
+		c := addrClient(t, path, addrs, redlock.WithTimeout(100*time.Millisecond))
 		ctx := ctxT(t)
 		const ttl = 2 * time.Second
 		var h holders
@@ -385,7 +386,7 @@ func TestAttack_frozenPastTheStallBound(t *testing.T) {
 func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 	var logBuf syncBuffer
 	srv := redistest.StartOne(t)
-	c := poolOptsClient(t, true, []string{srv.Addr()}, []pool.Option{pool.WithWriteTimeout(10 * time.Second)},
+	c := addrClient(t, pipelinedPath, []string{srv.Addr()}, redlock.WithPoolOptions(pool.WithWriteTimeout(10*time.Second)),
 		redlock.WithTimeout(300*time.Millisecond), redlock.WithLogger(slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelWarn})))) // stall bound 3 s
 	// 6000 goroutines under -race on a loaded machine: more than ctxT's 10 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -470,26 +471,26 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 	for _, ran := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ran=%v", ran), func(t *testing.T) {
-			bothPaths(t, func(t *testing.T, pipelined bool) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				reals := redistest.Start(t, 3)
 				var mu sync.Mutex
-				seen := map[*fakeConn]int{}
-				fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
-					if fc.index >= 20 || strings.EqualFold(cmd[0], "SCRIPT") {
-						return forward
+				seen := map[*hostile.Conn]int{}
+				fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
+					if fc.Index >= 20 || strings.EqualFold(cmd[0], "SCRIPT") {
+						return hostile.Forward
 					}
 					mu.Lock()
 					defer mu.Unlock()
 					seen[fc]++
 					switch {
 					case seen[fc] == 15 && ran:
-						return swallow
+						return hostile.Swallow
 					case seen[fc] == 15 || seen[fc] == 16 && ran:
-						return hangUp
+						return hostile.HangUp
 					}
-					return forward
+					return hostile.Forward
 				})
-				c := pathClient(t, pipelined, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
+				c := addrClient(t, path, []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()},
 					redlock.WithTimeout(300*time.Millisecond))
 				ctx := ctxT(t)
 				const ttl = 2 * time.Second
@@ -506,12 +507,12 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 				time.Sleep(1500 * time.Millisecond)
 				close(stop)
 				wg.Wait()
-				t.Logf("connections the fake master accepted: %d", fm.accepted())
+				t.Logf("connections the fake master accepted: %d", fm.Accepted())
 				if n := h.both.Load(); n > 0 {
 					t.Errorf("two holders of one key at once, %d times", n)
 				}
-				if fm.accepted() < 3 {
-					t.Errorf("only %d connections: the resets did not happen", fm.accepted())
+				if fm.Accepted() < 3 {
+					t.Errorf("only %d connections: the resets did not happen", fm.Accepted())
 				}
 				c.Close()
 				time.Sleep(ttl + 100*time.Millisecond)
@@ -530,8 +531,8 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 	real := redistest.StartOne(t)
 	var mu sync.Mutex
-	loads := map[*fakeConn]int{}
-	fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
+	loads := map[*hostile.Conn]int{}
+	fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 		mu.Lock()
 		defer mu.Unlock()
 		script := strings.EqualFold(cmd[0], "SCRIPT")
@@ -539,14 +540,14 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 			loads[fc]++
 		}
 		switch {
-		case fc.index == 0 && script && loads[fc] == 3:
-			return hangUp
-		case fc.index == 1 && !script:
-			return hangUp
+		case fc.Index == 0 && script && loads[fc] == 3:
+			return hostile.HangUp
+		case fc.Index == 1 && !script:
+			return hostile.HangUp
 		}
-		return forward
+		return hostile.Forward
 	})
-	c := pathClient(t, true, []string{fm.addr()}, redlock.WithTimeout(300*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{fm.Addr()}, redlock.WithTimeout(300*time.Millisecond))
 	const ttl = 2 * time.Second
 	wave := func(name string) (granted int32) {
 		var wg sync.WaitGroup
@@ -583,7 +584,7 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 	if n := wave("b"); n != 16 {
 		t.Errorf("second wave (connection dies after the dial): %d of 16 granted, want all", n)
 	}
-	t.Logf("connections: %d", fm.accepted())
+	t.Logf("connections: %d", fm.Accepted())
 	ctx := ctxT(t)
 	waitUntil(t, "a lock works on a healthy connection", func() bool {
 		l, err := c.TryAcquire(ctx, "after", redlock.WithTTL(ttl))
@@ -606,18 +607,18 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 // later reply on that connection counts either. The holder keeps its key
 // on every master, and the contender gets the lock once it is released.
 func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		var injected atomic.Bool
-		fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
+		fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 			if strings.EqualFold(cmd[0], "SET") && cmd[1] == "s" && cmd[2] != "" && injected.CompareAndSwap(false, true) {
-				fc.write("+OK\r\n")
+				fc.Write("+OK\r\n")
 			}
-			return forward
+			return hostile.Forward
 		})
-		addrs := []string{fm.addr(), reals[1].Addr(), reals[2].Addr()}
+		addrs := []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()}
 		ctx := ctxT(t)
-		holder := pathClient(t, pipelined, []string{reals[0].Addr(), reals[1].Addr(), reals[2].Addr()})
+		holder := addrClient(t, path, []string{reals[0].Addr(), reals[1].Addr(), reals[2].Addr()})
 		a, err := holder.TryAcquire(ctx, "s", redlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -633,7 +634,7 @@ func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
 			}
 			return true
 		})
-		contender := pathClient(t, pipelined, addrs, redlock.WithTimeout(realTimeout))
+		contender := addrClient(t, path, addrs, redlock.WithTimeout(realTimeout))
 		// Dial first, so that the SET is not the first command.
 		if l, err := contender.TryAcquire(ctx, "other"); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,10 +22,10 @@ import (
 
 // fakeClockWaiters returns a client on rs whose timers never fire (a fake
 // clock nobody advances): its waiters can only be woken by a notice.
-func fakeClockWaiters(t *testing.T, rs *realSet) (*redlock.Client, *clock.Fake) {
+func fakeClockWaiters(t *testing.T, path connPath, rs *realSet) (*redlock.Client, *clock.Fake) {
 	t.Helper()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	return rs.client(t, redlock.WithClock(fake)), fake
+	return rs.client(t, path, redlock.WithClock(fake)), fake
 }
 
 // waitReaders starts n AcquireRead calls on c and returns the channel on
@@ -89,21 +88,23 @@ func collectReaders(t *testing.T, got <-chan *redlock.Lock, n int, what string) 
 // those the notices did not reach would wait for their fallback poll (up
 // to 2 s) although the key is free for them.
 func TestAttack_RWWriterReleaseWakesEveryWaitingReader(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		wl, err := rs.client(t).AcquireWrite(ctx, "doc", redlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, fake := fakeClockWaiters(t, rs)
-		const readers = 5
-		got := waitReaders(ctx, t, c, "doc", readers)
-		waitForWaiters(t, rs, fake, "doc", 1, readers)
-		if err := wl.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		collectReaders(t, got, readers, "after the writer's release")
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			wl, err := rs.client(t, path).AcquireWrite(ctx, "doc", redlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, fake := fakeClockWaiters(t, path, rs)
+			const readers = 5
+			got := waitReaders(ctx, t, c, "doc", readers)
+			waitForWaiters(t, rs, fake, "doc", 1, readers)
+			if err := wl.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			collectReaders(t, got, readers, "after the writer's release")
+		})
 	})
 }
 
@@ -111,39 +112,41 @@ func TestAttack_RWWriterReleaseWakesEveryWaitingReader(t *testing.T) {
 // again: the readers it turned away must hear of it rather than sleep
 // until their fallback poll.
 func TestAttack_RWWriterThatGivesUpWakesReaders(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		r0, err := rs.client(t).AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r0.Release(context.Background())
-		// AcquireRead returns at a quorum: a master that had not yet run
-		// the read would grant the writer (and keep no intent) on every
-		// attempt, rolled back each time.
-		waitUntil(t, "every master has the reader", func() bool {
-			return count(rs.hget(t, "doc", "r:"+r0.Token()), "") == 0
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			r0, err := rs.client(t, path).AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r0.Release(context.Background())
+			// AcquireRead returns at a quorum: a master that had not yet run
+			// the read would grant the writer (and keep no intent) on every
+			// attempt, rolled back each time.
+			waitUntil(t, "every master has the reader", func() bool {
+				return count(rs.hget(t, "doc", "r:"+r0.Token()), "") == 0
+			})
+			wctx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := rs.client(t, path).AcquireWrite(wctx, "doc", redlock.WithWait(time.Hour))
+				wrote <- err
+			}()
+			waitUntil(t, "the writer's intent is set", func() bool {
+				return count(rs.hget(t, "doc", "intent"), "") == 0
+			})
+			c, fake := fakeClockWaiters(t, path, rs)
+			const readers = 3
+			got := waitReaders(ctx, t, c, "doc", readers)
+			waitForWaiters(t, rs, fake, "doc", 2, readers) // the writer's client subscribed too
+			giveUp()
+			if err := <-wrote; !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("writer: %v", err)
+			}
+			collectReaders(t, got, readers, "after the writer gave up")
 		})
-		wctx, giveUp := context.WithCancel(ctx)
-		defer giveUp()
-		wrote := make(chan error, 1)
-		go func() {
-			_, err := rs.client(t).AcquireWrite(wctx, "doc", redlock.WithWait(time.Hour))
-			wrote <- err
-		}()
-		waitUntil(t, "the writer's intent is set", func() bool {
-			return count(rs.hget(t, "doc", "intent"), "") == 0
-		})
-		c, fake := fakeClockWaiters(t, rs)
-		const readers = 3
-		got := waitReaders(ctx, t, c, "doc", readers)
-		waitForWaiters(t, rs, fake, "doc", 2, readers) // the writer's client subscribed too
-		giveUp()
-		if err := <-wrote; !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("writer: %v", err)
-		}
-		collectReaders(t, got, readers, "after the writer gave up")
 	})
 }
 
@@ -186,7 +189,7 @@ func pauser(t *testing.T, rs *realSet, frozen []time.Duration, running time.Dura
 // frozen: the owners never hold the lock at once, the per-holder chains
 // drain when the traffic stops, and a third owner can then take the lock.
 func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		var mu sync.Mutex
 		inside := map[string]int{} // holds taken and not yet given back, per owner
@@ -199,7 +202,7 @@ func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
 		end := time.Now().Add(6 * time.Second)
 		clients := make([]*redlock.Client, 2)
 		for o, owner := range []string{"owner-a", "owner-b"} {
-			c := rs.pathClient(t, path, redlock.WithTimeout(150*time.Millisecond))
+			c := rs.client(t, path, redlock.WithTimeout(150*time.Millisecond))
 			clients[o] = c
 			r, err := c.NewReentrant("k", owner, redlock.WithTTL(time.Minute), redlock.WithWait(time.Second))
 			if err != nil {
@@ -264,7 +267,7 @@ func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
 				return releasing == 0 && waited == 0
 			})
 		}
-		third, err := rs.pathClient(t, path).NewReentrant("k", "owner-c", redlock.WithWait(2*time.Second))
+		third, err := rs.client(t, path).NewReentrant("k", "owner-c", redlock.WithWait(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,10 +285,10 @@ func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
 // the pipelined path the connection's stall timeout, ten per-master
 // timeouts, fails what is pending), and every call returns.
 func TestAttack_CloseWithRoundsChainedOnAFrozenMaster(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		const timeout = 200 * time.Millisecond
 		rs := startReal(t, 3)
-		c, err := redlock.New(rs.pools, redlock.WithTimeout(timeout), path)
+		c, err := redlock.New(rs.pools, redlock.WithTimeout(timeout), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +361,7 @@ func TestAttack_CloseWithRoundsChainedOnAFrozenMaster(t *testing.T) {
 			t.Fatal("calls still running 10 s after Close")
 		}
 		bound := 6 * timeout // two per-master timeouts, and margin for a loaded machine
-		if strings.HasSuffix(t.Name(), "/pipelined") {
+		if path.pipelined {
 			bound = 10*timeout + 4*timeout // the stall timeout, and margin
 		}
 		t.Logf("%d operations; Close took %v", ops.Load(), took)
@@ -386,7 +389,7 @@ func TestAttack_CloseEndsWaitingAcquires(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := startReal(t, 3)
-			holder := rs.client(t)
+			holder := rs.client(t, pipelinedPath)
 			for k := 0; k < 3; k++ {
 				if _, err := holder.Acquire(context.Background(), fmt.Sprintf("k%d", k), redlock.WithTTL(time.Minute)); err != nil {
 					t.Fatal(err)
@@ -455,58 +458,60 @@ func TestAttack_CloseEndsWaitingAcquires(t *testing.T) {
 // 10 s TTL (it was the 250 ms backoff before the fallback poll), half
 // the TTL for a short one.
 func TestAttack_WaiterFindsAVanishedHoldersKeyWithinTheFallbackPoll(t *testing.T) {
-	rs := startReal(t, 3)
-	for _, tc := range []struct {
-		name string
-		ttl  time.Duration // the waiter's
-		poll time.Duration // the longest delay expected
-	}{
-		{"TTL 10s", 10 * time.Second, 2 * time.Second},
-		{"TTL 1s", time.Second, 500 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			key := "vanish-" + tc.name
-			holder, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hl, err := holder.Acquire(context.Background(), key, redlock.WithTTL(3*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			expiry := hl.Until()
-			holder.Close() // vanishes: its lock stays until its TTL
-			const waiters = 3
-			type result struct {
-				late time.Duration
-				err  error
-			}
-			got := make(chan result, waiters)
-			for w := 0; w < waiters; w++ {
-				c := rs.client(t)
-				go func() {
-					l, err := c.Acquire(context.Background(), key, redlock.WithTTL(tc.ttl), redlock.WithWait(20*time.Second))
-					late := time.Since(expiry)
-					if err == nil {
-						_ = l.Release(context.Background())
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		for _, tc := range []struct {
+			name string
+			ttl  time.Duration // the waiter's
+			poll time.Duration // the longest delay expected
+		}{
+			{"TTL 10s", 10 * time.Second, 2 * time.Second},
+			{"TTL 1s", time.Second, 500 * time.Millisecond},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				key := "vanish-" + tc.name
+				holder, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout))
+				if err != nil {
+					t.Fatal(err)
+				}
+				hl, err := holder.Acquire(context.Background(), key, redlock.WithTTL(3*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				expiry := hl.Until()
+				holder.Close() // vanishes: its lock stays until its TTL
+				const waiters = 3
+				type result struct {
+					late time.Duration
+					err  error
+				}
+				got := make(chan result, waiters)
+				for w := 0; w < waiters; w++ {
+					c := rs.client(t, path)
+					go func() {
+						l, err := c.Acquire(context.Background(), key, redlock.WithTTL(tc.ttl), redlock.WithWait(20*time.Second))
+						late := time.Since(expiry)
+						if err == nil {
+							_ = l.Release(context.Background())
+						}
+						got <- result{late, err}
+					}()
+				}
+				for w := 0; w < waiters; w++ {
+					r := <-got
+					if r.err != nil {
+						t.Fatal(r.err)
 					}
-					got <- result{late, err}
-				}()
-			}
-			for w := 0; w < waiters; w++ {
-				r := <-got
-				if r.err != nil {
-					t.Fatal(r.err)
+					t.Logf("a waiter got the key %v after the holder's validity ended", r.late.Round(time.Millisecond))
+					// The key leaves the masters up to the drift allowance
+					// after Until; the waiter then polls within tc.poll, and
+					// its release wakes the next waiter. Margin for a loaded
+					// machine.
+					if r.late > tc.poll+time.Second {
+						t.Errorf("a waiter got the key %v after the holder's validity ended, want at most %v", r.late, tc.poll+time.Second)
+					}
 				}
-				t.Logf("a waiter got the key %v after the holder's validity ended", r.late.Round(time.Millisecond))
-				// The key leaves the masters up to the drift allowance
-				// after Until; the waiter then polls within tc.poll, and
-				// its release wakes the next waiter. Margin for a loaded
-				// machine.
-				if r.late > tc.poll+time.Second {
-					t.Errorf("a waiter got the key %v after the holder's validity ended, want at most %v", r.late, tc.poll+time.Second)
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }

@@ -100,7 +100,7 @@ func TestRedis_Lock_Extend_pooledLateShortExtendAfterLongerOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	other := rs.client(t)
+	other := rs.client(t, pooledPath)
 	ctx := ctxT(t)
 	l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -350,9 +350,9 @@ func waitPTTL(t *testing.T, rs *realSet, key string, ok func(ms int64) bool, idx
 
 // waitGivenUp waits, on the pipelined path, until c has given up its
 // stalled connections and keeps only want.
-func waitGivenUp(t *testing.T, c *redlock.Client, want int) {
+func waitGivenUp(t *testing.T, path connPath, c *redlock.Client, want int) {
 	t.Helper()
-	if pooled {
+	if !path.pipelined {
 		return
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -375,34 +375,36 @@ func waitGivenUp(t *testing.T, c *redlock.Client, want int) {
 // given up (after a second). Either way two masters end with the short
 // TTL, so the later Extend must not have promised more than it.
 func TestRedis_Lock_Extend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
-	rs := startReal(t, 3)
-	c, proxies := proxiedClient(t, rs, testOptions([]redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))
-	other := rs.client(t)
-	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The acquisition's last commands are through: the next ones held
-	// are the Extend's.
-	waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 0 }, 0, 1, 2)
-	proxies[0].hold()
-	proxies[1].hold()
-	const short = 3 * time.Second
-	if err := l.Extend(ctx, short); !errors.Is(err, redlock.ErrNotExtended) {
-		t.Fatalf("Extend with two masters' commands held = %v, want ErrNotExtended", err)
-	}
-	// The pipelined path gives the stalled connections up after a second.
-	waitGivenUp(t, c, 1)
-	extendLong(t, ctx, l)
-	waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 25000 }, 0, 1) // it reached them
-	proxies[0].release()
-	proxies[1].release()
-	released := time.Now()
-	t.Logf("Until in %v when the delayed PEXPIRE %d arrives", time.Until(l.Until()).Round(time.Millisecond), short.Milliseconds())
-	if watchOverlap(t, ctx, other, l, "k", short+2*time.Second) {
-		t.Logf("the key was taken %v after the delayed command arrived", time.Since(released).Round(time.Millisecond))
-	}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c, proxies := proxiedClient(t, rs, testOptions(path, []redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))
+		other := rs.client(t, path)
+		ctx := ctxT(t)
+		l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The acquisition's last commands are through: the next ones held
+		// are the Extend's.
+		waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 0 }, 0, 1, 2)
+		proxies[0].hold()
+		proxies[1].hold()
+		const short = 3 * time.Second
+		if err := l.Extend(ctx, short); !errors.Is(err, redlock.ErrNotExtended) {
+			t.Fatalf("Extend with two masters' commands held = %v, want ErrNotExtended", err)
+		}
+		// The pipelined path gives the stalled connections up after a second.
+		waitGivenUp(t, path, c, 1)
+		extendLong(t, ctx, l)
+		waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 25000 }, 0, 1) // it reached them
+		proxies[0].release()
+		proxies[1].release()
+		released := time.Now()
+		t.Logf("Until in %v when the delayed PEXPIRE %d arrives", time.Until(l.Until()).Round(time.Millisecond), short.Milliseconds())
+		if watchOverlap(t, ctx, other, l, "k", short+2*time.Second) {
+			t.Logf("the key was taken %v after the delayed command arrived", time.Since(released).Round(time.Millisecond))
+		}
+	})
 }
 
 // A command that was late but answered is settled: it ran before the next
@@ -438,60 +440,64 @@ func TestRedis_Lock_Extend_lateAnswerSettlesInFlight(t *testing.T) {
 // After Release another client may take the key at once: the released
 // lock's Until must not still lie in the future then.
 func TestRedis_Lock_Release_untilEndsWhenReleased(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	other := rs.client(t)
-	ctx := ctxT(t)
-	for _, withLost := range []bool{false, true} {
-		l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		other := rs.client(t, path)
+		ctx := ctxT(t)
+		for _, withLost := range []bool{false, true} {
+			l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if withLost {
+				_ = l.Lost()
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l2, err := other.TryAcquire(ctx, "k", redlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatalf("after Release: %v", err)
+			}
+			checkNoOverlap(t, l, time.Now())
+			if err := l2.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if withLost {
-			_ = l.Lost()
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		l2, err := other.TryAcquire(ctx, "k", redlock.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatalf("after Release: %v", err)
-		}
-		checkNoOverlap(t, l, time.Now())
-		if err := l2.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 // A lock lost to its maximum hold time is lost for good: Extend does not
 // bring it back (it would outlive the cap, with Lost closed), and Until
 // does not claim validity past the loss.
 func TestRedis_Lock_maxHold_extendAfterLossFails(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "k", redlock.WithTTL(3*time.Second), redlock.WithAutoExtend(0),
-		redlock.WithMaxHold(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-l.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not lost after the maximum hold time")
-	}
-	lostAt := time.Now()
-	if !errors.Is(l.Err(), redlock.ErrMaxHold) {
-		t.Fatalf("Err = %v, want ErrMaxHold", l.Err())
-	}
-	err = l.Extend(ctx, 30*time.Second)
-	if !errors.Is(err, redlock.ErrLockLost) {
-		t.Errorf("Extend after the maximum hold time = %v, want ErrLockLost", err)
-	}
-	if u := l.Until(); u.After(lostAt) {
-		t.Errorf("Until is %v after the lock was lost", u.Sub(lostAt))
-	}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		ctx := ctxT(t)
+		l, err := c.Acquire(ctx, "k", redlock.WithTTL(3*time.Second), redlock.WithAutoExtend(0),
+			redlock.WithMaxHold(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("not lost after the maximum hold time")
+		}
+		lostAt := time.Now()
+		if !errors.Is(l.Err(), redlock.ErrMaxHold) {
+			t.Fatalf("Err = %v, want ErrMaxHold", l.Err())
+		}
+		err = l.Extend(ctx, 30*time.Second)
+		if !errors.Is(err, redlock.ErrLockLost) {
+			t.Errorf("Extend after the maximum hold time = %v, want ErrLockLost", err)
+		}
+		if u := l.Until(); u.After(lostAt) {
+			t.Errorf("Until is %v after the lock was lost", u.Sub(lostAt))
+		}
+	})
 }
 
 // The watcher declares the lock lost when its validity runs out while an
@@ -547,68 +553,70 @@ func TestLock_Extend_confirmedAfterWatcherDeclaredLoss(t *testing.T) {
 // when they resume, and a second client that then takes the key (in the
 // kind's conflicting mode) finds the first lock's validity already over.
 func TestRedis_Extend_unconfirmedShorterTTLEveryKind(t *testing.T) {
-	type acquireFunc func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error)
-	plain := func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-		return c.TryAcquire(ctx, "k", opts...)
-	}
-	for _, tc := range []struct {
-		name        string
-		first, then acquireFunc
-	}{
-		{"read then write", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.AcquireRead(ctx, "k", opts...)
-		}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.AcquireWrite(ctx, "k", append(opts, redlock.WithWait(0))...)
-		}},
-		{"write then read", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.AcquireWrite(ctx, "k", opts...)
-		}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.AcquireRead(ctx, "k", append(opts, redlock.WithWait(0))...)
-		}},
-		{"multi then plain", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.AcquireMulti(ctx, []string{"j", "k"}, opts...)
-		}, plain},
-		{"fenced then plain", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.Acquire(ctx, "k", append(opts, redlock.WithFencing())...)
-		}, plain},
-		{"fair then fair", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.Acquire(ctx, "k", append(opts, redlock.WithFair())...)
-		}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
-			return c.TryAcquire(ctx, "k", append(opts, redlock.WithFair())...)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rs := startReal(t, 3)
-			c := rs.client(t, redlock.WithTimeout(200*time.Millisecond))
-			other := rs.client(t, redlock.WithTimeout(200*time.Millisecond))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			l, err := tc.first(ctx, c, redlock.WithTTL(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = l.Lost()
-			resume := pauseMasters(t, rs, 1, 2)
-			err = l.Extend(ctx, 1500*time.Millisecond)
-			sent := time.Now()
-			if !errors.Is(err, redlock.ErrNotExtended) {
-				t.Fatalf("Extend with a frozen majority = %v, want ErrNotExtended", err)
-			}
-			if left := l.Until().Sub(sent); left > 1500*time.Millisecond {
-				t.Errorf("after an unconfirmed extension to 1.5s, Until is %v away", left)
-			}
-			resume()
-			takenAt := takeOver(t, 12*time.Second, func() error {
-				l2, err := tc.then(ctx, other, redlock.WithTTL(10*time.Second))
-				if err == nil {
-					t.Cleanup(func() { _ = l2.Release(context.Background()) })
+	forEachPath(t, func(t *testing.T, path connPath) {
+		type acquireFunc func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error)
+		plain := func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+			return c.TryAcquire(ctx, "k", opts...)
+		}
+		for _, tc := range []struct {
+			name        string
+			first, then acquireFunc
+		}{
+			{"read then write", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.AcquireRead(ctx, "k", opts...)
+			}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.AcquireWrite(ctx, "k", append(opts, redlock.WithWait(0))...)
+			}},
+			{"write then read", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.AcquireWrite(ctx, "k", opts...)
+			}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.AcquireRead(ctx, "k", append(opts, redlock.WithWait(0))...)
+			}},
+			{"multi then plain", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.AcquireMulti(ctx, []string{"j", "k"}, opts...)
+			}, plain},
+			{"fenced then plain", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.Acquire(ctx, "k", append(opts, redlock.WithFencing())...)
+			}, plain},
+			{"fair then fair", func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.Acquire(ctx, "k", append(opts, redlock.WithFair())...)
+			}, func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
+				return c.TryAcquire(ctx, "k", append(opts, redlock.WithFair())...)
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				rs := startReal(t, 3)
+				c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
+				other := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				l, err := tc.first(ctx, c, redlock.WithTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
 				}
-				return err
+				_ = l.Lost()
+				resume := pauseMasters(t, rs, 1, 2)
+				err = l.Extend(ctx, 1500*time.Millisecond)
+				sent := time.Now()
+				if !errors.Is(err, redlock.ErrNotExtended) {
+					t.Fatalf("Extend with a frozen majority = %v, want ErrNotExtended", err)
+				}
+				if left := l.Until().Sub(sent); left > 1500*time.Millisecond {
+					t.Errorf("after an unconfirmed extension to 1.5s, Until is %v away", left)
+				}
+				resume()
+				takenAt := takeOver(t, 12*time.Second, func() error {
+					l2, err := tc.then(ctx, other, redlock.WithTTL(10*time.Second))
+					if err == nil {
+						t.Cleanup(func() { _ = l2.Release(context.Background()) })
+					}
+					return err
+				})
+				t.Logf("taken %v after the unconfirmed extension", takenAt.Sub(sent).Round(time.Millisecond))
+				checkNoOverlap(t, l, takenAt)
 			})
-			t.Logf("taken %v after the unconfirmed extension", takenAt.Sub(sent).Round(time.Millisecond))
-			checkNoOverlap(t, l, takenAt)
-		})
-	}
+		}
+	})
 }
 
 // A storm on one auto-extended lock: goroutines extend it to random TTLs
@@ -617,19 +625,42 @@ func TestRedis_Extend_unconfirmedShorterTTLEveryKind(t *testing.T) {
 // Releases race. Nothing may panic or hang, and whenever the other client
 // holds the key the first lock's Until must already be over.
 func TestRedis_Lock_storm(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t, redlock.WithTimeout(100*time.Millisecond))
-	other := rs.client(t, redlock.WithTimeout(100*time.Millisecond))
-	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "k", redlock.WithTTL(time.Second), redlock.WithAutoExtend(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 6; g++ {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path, redlock.WithTimeout(100*time.Millisecond))
+		other := rs.client(t, path, redlock.WithTimeout(100*time.Millisecond))
+		ctx := ctxT(t)
+		l, err := c.Acquire(ctx, "k", redlock.WithTTL(time.Second), redlock.WithAutoExtend(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := 0; g < 6; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ectx, cancel := context.WithTimeout(ctx, time.Duration(rand.N(150))*time.Millisecond)
+					ttl := 300*time.Millisecond + time.Duration(rand.N(2700))*time.Millisecond
+					err := l.Extend(ectx, ttl)
+					cancel()
+					if err != nil && !errors.Is(err, redlock.ErrNotExtended) && !errors.Is(err, redlock.ErrLockLost) &&
+						!errors.Is(err, redlock.ErrNotHeld) {
+						t.Errorf("Extend: %v", err)
+					}
+					_, _, _ = l.Until(), l.Lost(), l.Err()
+				}
+			}()
+		}
 		wg.Add(1)
-		go func() {
+		taken := 0
+		go func() { // the other client
 			defer wg.Done()
 			for {
 				select {
@@ -637,79 +668,58 @@ func TestRedis_Lock_storm(t *testing.T) {
 					return
 				default:
 				}
-				ectx, cancel := context.WithTimeout(ctx, time.Duration(rand.N(150))*time.Millisecond)
-				ttl := 300*time.Millisecond + time.Duration(rand.N(2700))*time.Millisecond
-				err := l.Extend(ectx, ttl)
-				cancel()
-				if err != nil && !errors.Is(err, redlock.ErrNotExtended) && !errors.Is(err, redlock.ErrLockLost) &&
-					!errors.Is(err, redlock.ErrNotHeld) {
-					t.Errorf("Extend: %v", err)
+				l2, err := other.TryAcquire(ctx, "k", redlock.WithTTL(time.Second))
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
 				}
-				_, _, _ = l.Until(), l.Lost(), l.Err()
+				takenAt := time.Now()
+				if u := l.Until(); u.After(takenAt) {
+					t.Errorf("the other client holds the key while the first lock is valid for %v more", u.Sub(takenAt))
+				}
+				taken++
+				_ = l2.Release(ctx)
 			}
 		}()
-	}
-	wg.Add(1)
-	taken := 0
-	go func() { // the other client
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			l2, err := other.TryAcquire(ctx, "k", redlock.WithTTL(time.Second))
-			if err != nil {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			takenAt := time.Now()
-			if u := l.Until(); u.After(takenAt) {
-				t.Errorf("the other client holds the key while the first lock is valid for %v more", u.Sub(takenAt))
-			}
-			taken++
-			_ = l2.Release(ctx)
+		// One master frozen at a time, then two (the extensions fail; the
+		// short TTLs they carry run when the masters resume).
+		for _, idx := range [][]int{{1}, {2}, {1, 2}, {0}, {0, 2}} {
+			resume := pauseMasters(t, rs, idx...)
+			time.Sleep(time.Duration(100+rand.N(900)) * time.Millisecond)
+			resume()
+			time.Sleep(time.Duration(rand.N(500)) * time.Millisecond)
 		}
-	}()
-	// One master frozen at a time, then two (the extensions fail; the
-	// short TTLs they carry run when the masters resume).
-	for _, idx := range [][]int{{1}, {2}, {1, 2}, {0}, {0, 2}} {
-		resume := pauseMasters(t, rs, idx...)
-		time.Sleep(time.Duration(100+rand.N(900)) * time.Millisecond)
-		resume()
-		time.Sleep(time.Duration(rand.N(500)) * time.Millisecond)
-	}
-	var rel sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range errs {
-		rel.Add(1)
-		go func() {
-			defer rel.Done()
-			errs[i] = l.Release(ctx)
-		}()
-	}
-	rel.Wait()
-	close(stop)
-	wg.Wait()
-	if n := errors.Is(errs[0], redlock.ErrNotHeld) || errors.Is(errs[0], redlock.ErrNotReleased); !n && !errors.Is(errs[1], redlock.ErrNotHeld) {
-		t.Errorf("Release, Release = %v, %v; want at least one ErrNotHeld", errs[0], errs[1])
-	}
-	select {
-	case <-l.Lost():
-	default:
-		t.Fatal("Lost not closed after Release")
-	}
-	if !errors.Is(l.Err(), redlock.ErrLockLost) {
-		t.Errorf("Err = %v", l.Err())
-	}
-	if u := l.Until(); u.After(time.Now()) {
-		t.Errorf("Until %v ahead after Release", time.Until(u))
-	}
-	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrNotHeld) {
-		t.Errorf("Extend after Release = %v", err)
-	}
-	t.Logf("the other client took the key %d times; lost: %v", taken, l.Err())
+		var rel sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			rel.Add(1)
+			go func() {
+				defer rel.Done()
+				errs[i] = l.Release(ctx)
+			}()
+		}
+		rel.Wait()
+		close(stop)
+		wg.Wait()
+		if n := errors.Is(errs[0], redlock.ErrNotHeld) || errors.Is(errs[0], redlock.ErrNotReleased); !n && !errors.Is(errs[1], redlock.ErrNotHeld) {
+			t.Errorf("Release, Release = %v, %v; want at least one ErrNotHeld", errs[0], errs[1])
+		}
+		select {
+		case <-l.Lost():
+		default:
+			t.Fatal("Lost not closed after Release")
+		}
+		if !errors.Is(l.Err(), redlock.ErrLockLost) {
+			t.Errorf("Err = %v", l.Err())
+		}
+		if u := l.Until(); u.After(time.Now()) {
+			t.Errorf("Until %v ahead after Release", time.Until(u))
+		}
+		if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrNotHeld) {
+			t.Errorf("Extend after Release = %v", err)
+		}
+		t.Logf("the other client took the key %d times; lost: %v", taken, l.Err())
+	})
 }
 
 // A reentrant lock's token is its owner, so the commands of a hold that
@@ -718,52 +728,54 @@ func TestRedis_Lock_storm(t *testing.T) {
 // ran out, the owner taking the lock anew: when the held command arrives
 // it shortens the new hold, whose Until must allow for it.
 func TestRedis_Reentrant_newHoldAfterLossAllowsForOldCommandsInFlight(t *testing.T) {
-	rs := startReal(t, 3)
-	c, proxies := proxiedClient(t, rs, testOptions([]redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))
-	other := rs.client(t)
-	ctx := ctxT(t)
-	r, err := c.NewReentrant("k", "owner", redlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := r.Lock()
-	lost := l.Lost()
-	// The acquisition's last commands are through: the next ones held
-	// are the Extend's.
-	waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 0 }, 0, 1, 2)
-	proxies[0].hold()
-	proxies[1].hold()
-	const short = 2 * time.Second
-	if err := l.Extend(ctx, short); !errors.Is(err, redlock.ErrNotExtended) {
-		t.Fatalf("Extend with two masters' commands held = %v, want ErrNotExtended", err)
-	}
-	select {
-	case <-lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the hold was not lost when its shortened validity ran out")
-	}
-	if err := r.Acquire(ctx); err != nil {
-		t.Fatalf("taking the lock anew: %v", err)
-	}
-	waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 9000 }, 0, 1) // it reached them
-	proxies[0].release()
-	proxies[1].release()
-	r2, err := other.NewReentrant("k", "second", redlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(short + 2*time.Second)
-	for time.Now().Before(deadline) {
-		if err := r2.Acquire(ctx); err == nil {
-			takenAt := time.Now()
-			t.Cleanup(func() { _ = r2.Release(context.Background()) })
-			checkNoOverlap(t, r.Lock(), takenAt)
-			return
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c, proxies := proxiedClient(t, rs, testOptions(path, []redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))
+		other := rs.client(t, path)
+		ctx := ctxT(t)
+		r, err := c.NewReentrant("k", "owner", redlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the second owner never took the key, although the held PEXPIRE %d ran on two masters", short.Milliseconds())
+		if err := r.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := r.Lock()
+		lost := l.Lost()
+		// The acquisition's last commands are through: the next ones held
+		// are the Extend's.
+		waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 0 }, 0, 1, 2)
+		proxies[0].hold()
+		proxies[1].hold()
+		const short = 2 * time.Second
+		if err := l.Extend(ctx, short); !errors.Is(err, redlock.ErrNotExtended) {
+			t.Fatalf("Extend with two masters' commands held = %v, want ErrNotExtended", err)
+		}
+		select {
+		case <-lost:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the hold was not lost when its shortened validity ran out")
+		}
+		if err := r.Acquire(ctx); err != nil {
+			t.Fatalf("taking the lock anew: %v", err)
+		}
+		waitPTTL(t, rs, "k", func(ms int64) bool { return ms > 9000 }, 0, 1) // it reached them
+		proxies[0].release()
+		proxies[1].release()
+		r2, err := other.NewReentrant("k", "second", redlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(short + 2*time.Second)
+		for time.Now().Before(deadline) {
+			if err := r2.Acquire(ctx); err == nil {
+				takenAt := time.Now()
+				t.Cleanup(func() { _ = r2.Release(context.Background()) })
+				checkNoOverlap(t, r.Lock(), takenAt)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("the second owner never took the key, although the held PEXPIRE %d ran on two masters", short.Milliseconds())
+	})
 }

@@ -27,122 +27,126 @@ func heapAndGoroutines() (uint64, int) {
 }
 
 func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
-	rs := startReal(t, 1)
-	c := rs.client(t)
-	// The pooled path takes half a minute for these 100k cycles under
-	// the race detector.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var next atomic.Int64
-	cycle := func(upTo int64) {
-		var wg sync.WaitGroup
-		for g := 0; g < 64; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := next.Add(1)
-					if i > upTo {
-						return
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 1)
+		c := rs.client(t, path)
+		// The pooled path takes half a minute for these 100k cycles under
+		// the race detector.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var next atomic.Int64
+		cycle := func(upTo int64) {
+			var wg sync.WaitGroup
+			for g := 0; g < 64; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1)
+						if i > upTo {
+							return
+						}
+						l, err := c.TryAcquire(ctx, fmt.Sprintf("distinct:%d", i))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if err := l.Release(ctx); err != nil {
+							t.Error(err)
+							return
+						}
 					}
-					l, err := c.TryAcquire(ctx, fmt.Sprintf("distinct:%d", i))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if err := l.Release(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
+				}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
-	}
-	cycle(10_000) // warm up: connections, pools, scripts
-	heap0, gor0 := heapAndGoroutines()
-	cycle(100_000)
-	heap1, gor1 := heapAndGoroutines()
-	t.Logf("after 10k keys: heap %d kB, %d goroutines; after 100k: heap %d kB, %d goroutines",
-		heap0/1024, gor0, heap1/1024, gor1)
-	if heap1 > heap0+4<<20 {
-		t.Errorf("the heap grew by %d kB over 90k more distinct keys", (heap1-heap0)/1024)
-	}
-	if gor1 > gor0+2 {
-		t.Errorf("goroutines grew from %d to %d", gor0, gor1)
-	}
-	if r, w, m := c.Sizes(); r != 0 || w != 0 || m > 1 {
-		t.Errorf("bookkeeping left: %d releases tracked, %d keys with waiters, %d connections", r, w, m)
-	}
-	if n, _ := redis.Int(rs.servers[0].Do("DBSIZE")); n != 0 {
-		t.Errorf("%d keys left on the master", n)
-	}
+		cycle(10_000) // warm up: connections, pools, scripts
+		heap0, gor0 := heapAndGoroutines()
+		cycle(100_000)
+		heap1, gor1 := heapAndGoroutines()
+		t.Logf("after 10k keys: heap %d kB, %d goroutines; after 100k: heap %d kB, %d goroutines",
+			heap0/1024, gor0, heap1/1024, gor1)
+		if heap1 > heap0+4<<20 {
+			t.Errorf("the heap grew by %d kB over 90k more distinct keys", (heap1-heap0)/1024)
+		}
+		if gor1 > gor0+2 {
+			t.Errorf("goroutines grew from %d to %d", gor0, gor1)
+		}
+		if r, w, m := c.Sizes(); r != 0 || w != 0 || m > 1 {
+			t.Errorf("bookkeeping left: %d releases tracked, %d keys with waiters, %d connections", r, w, m)
+		}
+		if n, _ := redis.Int(rs.servers[0].Do("DBSIZE")); n != 0 {
+			t.Errorf("%d keys left on the master", n)
+		}
+	})
 }
 
 func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
-	rs := startReal(t, 3)
-	holder := rs.client(t)
-	c := rs.client(t)
-	ctx := ctxT(t)
-	const keys = 300
-	var held []*redlock.Lock
-	for i := 0; i < keys; i++ {
-		l, err := holder.Acquire(ctx, fmt.Sprintf("w:%d", i), redlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
-	_, gor0 := heapAndGoroutines()
-	// Every key gets a waiter, which gives up when waitCtx ends.
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	defer stopWaiting()
-	var wg sync.WaitGroup
-	for i := 0; i < keys; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// A long backoff: after its first attempt a waiter sleeps
-			// until a release (or waitCtx) wakes it.
-			l, err := c.Acquire(waitCtx, fmt.Sprintf("w:%d", i), redlock.WithWait(time.Hour), redlock.WithBackoff(time.Minute, time.Minute))
-			if waitCtx.Err() == nil {
-				t.Errorf("waiter %d returned early: lock %v, err %v", i, l != nil, err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		holder := rs.client(t, path)
+		c := rs.client(t, path)
+		ctx := ctxT(t)
+		const keys = 300
+		var held []*redlock.Lock
+		for i := 0; i < keys; i++ {
+			l, err := holder.Acquire(ctx, fmt.Sprintf("w:%d", i), redlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-	}
-	waitUntil(t, "every waiter subscribed", func() bool {
-		n, _ := redis.Int(rs.servers[0].Do("PUBSUB", "NUMPAT"))
-		chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
-		return n == 0 && len(chans) == keys
+			held = append(held, l)
+		}
+		_, gor0 := heapAndGoroutines()
+		// Every key gets a waiter, which gives up when waitCtx ends.
+		waitCtx, stopWaiting := context.WithCancel(ctx)
+		defer stopWaiting()
+		var wg sync.WaitGroup
+		for i := 0; i < keys; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// A long backoff: after its first attempt a waiter sleeps
+				// until a release (or waitCtx) wakes it.
+				l, err := c.Acquire(waitCtx, fmt.Sprintf("w:%d", i), redlock.WithWait(time.Hour), redlock.WithBackoff(time.Minute, time.Minute))
+				if waitCtx.Err() == nil {
+					t.Errorf("waiter %d returned early: lock %v, err %v", i, l != nil, err)
+				}
+			}()
+		}
+		waitUntil(t, "every waiter subscribed", func() bool {
+			n, _ := redis.Int(rs.servers[0].Do("PUBSUB", "NUMPAT"))
+			chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
+			return n == 0 && len(chans) == keys
+		})
+		// The attempts' own work (the pooled path's per-master workers)
+		// ends; then only what waiting itself costs is left.
+		var gorWaiting int
+		waitUntil(t, "the goroutine count settles", func() bool {
+			_, a := heapAndGoroutines()
+			time.Sleep(50 * time.Millisecond)
+			_, b := heapAndGoroutines()
+			gorWaiting = b
+			return a == b
+		})
+		stopWaiting()
+		wg.Wait()
+		// One subscriber connection per master, whatever the number of keys:
+		// the goroutines while waiting are the waiters' own plus a few per
+		// master (the client's pipelined connections and subscribers, two
+		// goroutines each), nothing per key or per waiter.
+		t.Logf("%d goroutines beyond the waiters' own", gorWaiting-gor0-keys)
+		if extra := gorWaiting - gor0 - keys; extra > 10*len(rs.servers) {
+			t.Errorf("%d goroutines beyond the waiters' own while %d keys were waited for", extra, keys)
+		}
+		waitUntil(t, "the subscriptions are gone", func() bool {
+			chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
+			return len(chans) == 0
+		})
+		if _, w, _ := c.Sizes(); w != 0 {
+			t.Errorf("%d keys still have waiters", w)
+		}
+		for _, l := range held {
+			_ = l.Release(context.Background())
+		}
 	})
-	// The attempts' own work (the pooled path's per-master workers)
-	// ends; then only what waiting itself costs is left.
-	var gorWaiting int
-	waitUntil(t, "the goroutine count settles", func() bool {
-		_, a := heapAndGoroutines()
-		time.Sleep(50 * time.Millisecond)
-		_, b := heapAndGoroutines()
-		gorWaiting = b
-		return a == b
-	})
-	stopWaiting()
-	wg.Wait()
-	// One subscriber connection per master, whatever the number of keys:
-	// the goroutines while waiting are the waiters' own plus a few per
-	// master (the client's pipelined connections and subscribers, two
-	// goroutines each), nothing per key or per waiter.
-	t.Logf("%d goroutines beyond the waiters' own", gorWaiting-gor0-keys)
-	if extra := gorWaiting - gor0 - keys; extra > 10*len(rs.servers) {
-		t.Errorf("%d goroutines beyond the waiters' own while %d keys were waited for", extra, keys)
-	}
-	waitUntil(t, "the subscriptions are gone", func() bool {
-		chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
-		return len(chans) == 0
-	})
-	if _, w, _ := c.Sizes(); w != 0 {
-		t.Errorf("%d keys still have waiters", w)
-	}
-	for _, l := range held {
-		_ = l.Release(context.Background())
-	}
 }

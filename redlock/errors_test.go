@@ -72,27 +72,29 @@ func TestQuorumError_Error_failuresAfterTheCount(t *testing.T) {
 // A master that does not answer in time reads "master i (addr): did not
 // answer in time (…)", without a second prefix.
 func TestNodeError_Error_timeoutSaidOnce(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	for _, s := range rs.servers[1:] {
-		if err := s.Pause(); err != nil {
-			t.Fatal(err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		for _, s := range rs.servers[1:] {
+			if err := s.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Resume()
 		}
-		defer s.Resume()
-	}
-	_, err := c.TryAcquire(context.Background(), "k")
-	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrMasterTimeout) {
-		t.Fatalf("err = %v", err)
-	}
-	msg := err.Error()
-	checkOneStatement(t, msg, "k")
-	if !strings.Contains(msg, "("+rs.servers[1].Addr()+"): did not answer in time (") {
-		t.Errorf("message %q does not say master 1 did not answer", msg)
-	}
-	var ne *redlock.NodeError
-	if !errors.As(err, &ne) || strings.Contains(ne.Error(), "redlock:") {
-		t.Errorf("NodeError %v", ne)
-	}
+		_, err := c.TryAcquire(context.Background(), "k")
+		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrMasterTimeout) {
+			t.Fatalf("err = %v", err)
+		}
+		msg := err.Error()
+		checkOneStatement(t, msg, "k")
+		if !strings.Contains(msg, "("+rs.servers[1].Addr()+"): did not answer in time (") {
+			t.Errorf("message %q does not say master 1 did not answer", msg)
+		}
+		var ne *redlock.NodeError
+		if !errors.As(err, &ne) || strings.Contains(ne.Error(), "redlock:") {
+			t.Errorf("NodeError %v", ne)
+		}
+	})
 }
 
 func TestLock_Extend_afterReleaseIsErrNotHeld(t *testing.T) {
@@ -119,22 +121,24 @@ func TestLock_Extend_afterReleaseIsErrNotHeld(t *testing.T) {
 }
 
 func TestLock_Err_clientClosedSaidOnce(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	l, err := c.TryAcquire(context.Background(), "k", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := l.Lost()
-	c.Close()
-	<-lost
-	err = l.Err()
-	if !errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, redlock.ErrClosed) {
-		t.Fatalf("Err = %v", err)
-	}
-	if got, want := err.Error(), `redlock: lock "k" lost: client closed`; got != want {
-		t.Errorf("message %q, want %q", got, want)
-	}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		l, err := c.TryAcquire(context.Background(), "k", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := l.Lost()
+		c.Close()
+		<-lost
+		err = l.Err()
+		if !errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, redlock.ErrClosed) {
+			t.Fatalf("Err = %v", err)
+		}
+		if got, want := err.Error(), `redlock: lock "k" lost: client closed`; got != want {
+			t.Errorf("message %q, want %q", got, want)
+		}
+	})
 }
 
 // A Lock no acquisition returned, nil or zero, answers every call without
@@ -165,52 +169,54 @@ func TestNilLock_everyCallIsSafe(t *testing.T) {
 // Mixing kinds on one key: the error says which kinds hold it, not the
 // master's WRONGTYPE text.
 func TestErrWrongKind_saysWhichKindHoldsTheKey(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	ctx := context.Background()
-	l, err := c.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	waitForCond(t, func() bool {
-		for _, s := range rs.servers {
-			if n, _ := redis.Int(s.Do("EXISTS", "k")); n != 1 {
-				return false
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		ctx := context.Background()
+		l, err := c.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		waitForCond(t, func() bool {
+			for _, s := range rs.servers {
+				if n, _ := redis.Int(s.Do("EXISTS", "k")); n != 1 {
+					return false
+				}
 			}
+			return true
+		})
+		check := func(what string, err error, holder string) {
+			t.Helper()
+			if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrWrongKind) {
+				t.Fatalf("%s: err = %v, want ErrNotAcquired and ErrWrongKind", what, err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, holder) || strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") {
+				t.Errorf("%s: message %q does not say %q plainly", what, msg, holder)
+			}
+			checkOneStatement(t, msg, "k")
 		}
-		return true
-	})
-	check := func(what string, err error, holder string) {
-		t.Helper()
-		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrWrongKind) {
-			t.Fatalf("%s: err = %v, want ErrNotAcquired and ErrWrongKind", what, err)
+		_, err = c.AcquireRead(ctx, "k", redlock.WithWait(0))
+		check("AcquireRead on a plain lock", err,
+			"the key is held by a plain, fair, fenced or multi-key lock (a string), not by a read-write lock")
+		rl, err := c.NewReentrant("k", "owner")
+		if err != nil {
+			t.Fatal(err)
 		}
-		msg := err.Error()
-		if !strings.Contains(msg, holder) || strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") {
-			t.Errorf("%s: message %q does not say %q plainly", what, msg, holder)
-		}
-		checkOneStatement(t, msg, "k")
-	}
-	_, err = c.AcquireRead(ctx, "k", redlock.WithWait(0))
-	check("AcquireRead on a plain lock", err,
-		"the key is held by a plain, fair, fenced or multi-key lock (a string), not by a read-write lock")
-	rl, err := c.NewReentrant("k", "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("a reentrant lock on a plain lock", rl.Acquire(ctx), "not by a reentrant lock")
+		check("a reentrant lock on a plain lock", rl.Acquire(ctx), "not by a reentrant lock")
 
-	// The other way round: a plain lock meets a read-write lock's hash.
-	r, err := c.AcquireRead(ctx, "h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Release(ctx)
-	_, err = c.TryAcquire(ctx, "h")
-	if !errors.Is(err, redlock.ErrNotAcquired) {
-		t.Fatalf("plain on a read-write lock: %v", err)
-	}
+		// The other way round: a plain lock meets a read-write lock's hash.
+		r, err := c.AcquireRead(ctx, "h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(ctx)
+		_, err = c.TryAcquire(ctx, "h")
+		if !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("plain on a read-write lock: %v", err)
+		}
+	})
 }
 
 func waitForCond(t *testing.T, cond func() bool) {

@@ -17,133 +17,139 @@ import (
 // Fencing against real masters.
 
 func TestRedis_FenceStrictlyIncreasesAcrossHolders(t *testing.T) {
-	forEachN(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		clients := []*redlock.Client{rs.client(t), rs.client(t)}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forEachN(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			clients := []*redlock.Client{rs.client(t, path), rs.client(t, path)}
+			ctx := ctxT(t)
+			var last uint64
+			for i := 0; i < 40; i++ {
+				opts := []redlock.LockOption{redlock.WithFencing()}
+				if i%4 == 3 {
+					opts = append(opts, redlock.WithFair()) // the fair script fences too
+				}
+				l, err := clients[i%2].Acquire(ctx, "k", opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Fence() <= last {
+					t.Fatalf("holder %d: token %d after %d", i, l.Fence(), last)
+				}
+				last = l.Fence()
+				// Every master that granted holds the committed counter; a
+				// quorum holds at least the token.
+				atLeast := 0
+				for _, s := range rs.servers {
+					v, _ := redis.Uint64(s.Do("GET", redlock.FenceKey("k")))
+					if v >= last {
+						atLeast++
+					}
+				}
+				if atLeast < n/2+1 {
+					t.Fatalf("holder %d: counter ≥ %d on %d masters, want a quorum", i, last, atLeast)
+				}
+				if i%3 == 0 {
+					// Extending keeps the token.
+					if err := l.Extend(ctx, 5*time.Second); err != nil || l.Fence() != last {
+						t.Fatalf("extend: %v, token %d", err, l.Fence())
+					}
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The counter key has no TTL: it must outlive every lock.
+			for i, s := range rs.servers {
+				if ttl, _ := redis.Int64(s.Do("PTTL", redlock.FenceKey("k"))); ttl != -1 {
+					t.Errorf("master %d: counter PTTL %d, want -1 (none)", i, ttl)
+				}
+			}
+		})
+	})
+}
+
+func TestRedis_FenceConcurrentHoldersNeverGoBackwards(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
 		ctx := ctxT(t)
-		var last uint64
-		for i := 0; i < 40; i++ {
-			opts := []redlock.LockOption{redlock.WithFencing()}
-			if i%4 == 3 {
-				opts = append(opts, redlock.WithFair()) // the fair script fences too
-			}
-			l, err := clients[i%2].Acquire(ctx, "k", opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Fence() <= last {
-				t.Fatalf("holder %d: token %d after %d", i, l.Fence(), last)
-			}
-			last = l.Fence()
-			// Every master that granted holds the committed counter; a
-			// quorum holds at least the token.
-			atLeast := 0
-			for _, s := range rs.servers {
-				v, _ := redis.Uint64(s.Do("GET", redlock.FenceKey("k")))
-				if v >= last {
-					atLeast++
-				}
-			}
-			if atLeast < n/2+1 {
-				t.Fatalf("holder %d: counter ≥ %d on %d masters, want a quorum", i, last, atLeast)
-			}
-			if i%3 == 0 {
-				// Extending keeps the token.
-				if err := l.Extend(ctx, 5*time.Second); err != nil || l.Fence() != last {
-					t.Fatalf("extend: %v, token %d", err, l.Fence())
-				}
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+		type grant struct {
+			fence uint64
+			at    time.Time
 		}
-		// The counter key has no TTL: it must outlive every lock.
-		for i, s := range rs.servers {
-			if ttl, _ := redis.Int64(s.Do("PTTL", redlock.FenceKey("k"))); ttl != -1 {
-				t.Errorf("master %d: counter PTTL %d, want -1 (none)", i, ttl)
+		var mu sync.Mutex
+		var grants []grant
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			c := rs.client(t, path)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 15; i++ {
+					l, err := c.Acquire(ctx, "k", redlock.WithFencing(), redlock.WithTTL(5*time.Second))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					// Under the lock: record the grant in order of grants.
+					mu.Lock()
+					grants = append(grants, grant{l.Fence(), time.Now()})
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i := 1; i < len(grants); i++ {
+			if grants[i].fence <= grants[i-1].fence {
+				t.Fatalf("grant %d has token %d after %d", i, grants[i].fence, grants[i-1].fence)
 			}
 		}
 	})
 }
 
-func TestRedis_FenceConcurrentHoldersNeverGoBackwards(t *testing.T) {
-	rs := startReal(t, 5)
-	ctx := ctxT(t)
-	type grant struct {
-		fence uint64
-		at    time.Time
-	}
-	var mu sync.Mutex
-	var grants []grant
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		c := rs.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 15; i++ {
-				l, err := c.Acquire(ctx, "k", redlock.WithFencing(), redlock.WithTTL(5*time.Second))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				// Under the lock: record the grant in order of grants.
-				mu.Lock()
-				grants = append(grants, grant{l.Fence(), time.Now()})
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for i := 1; i < len(grants); i++ {
-		if grants[i].fence <= grants[i-1].fence {
-			t.Fatalf("grant %d has token %d after %d", i, grants[i].fence, grants[i-1].fence)
-		}
-	}
-}
-
 func TestRedis_FenceSurvivesMinorityDownAndRestartsWithAOF(t *testing.T) {
-	rs := startReal(t, 5, redistest.WithAOF())
-	ctx := ctxT(t)
-	c := rs.client(t)
-	rng := rand.New(rand.NewPCG(1, 2))
-	var last uint64
-	for i := 0; i < 30; i++ {
-		// Between holders: up to two masters crash, some come back (with
-		// their AOF), some stay down for the next holder.
-		down := map[int]bool{}
-		for _, m := range rng.Perm(5)[:rng.IntN(3)] {
-			if err := rs.servers[m].Kill(); err != nil {
-				t.Fatal(err)
-			}
-			down[m] = true
-		}
-		for m := range down {
-			if rng.IntN(2) == 0 {
-				if err := rs.servers[m].Start(); err != nil {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5, redistest.WithAOF())
+		ctx := ctxT(t)
+		c := rs.client(t, path)
+		rng := rand.New(rand.NewPCG(1, 2))
+		var last uint64
+		for i := 0; i < 30; i++ {
+			// Between holders: up to two masters crash, some come back (with
+			// their AOF), some stay down for the next holder.
+			down := map[int]bool{}
+			for _, m := range rng.Perm(5)[:rng.IntN(3)] {
+				if err := rs.servers[m].Kill(); err != nil {
 					t.Fatal(err)
 				}
+				down[m] = true
 			}
+			for m := range down {
+				if rng.IntN(2) == 0 {
+					if err := rs.servers[m].Start(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			l, err := c.Acquire(ctx, "k", redlock.WithFencing(), redlock.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatalf("holder %d with masters %v crashed: %v", i, down, err)
+			}
+			if l.Fence() <= last {
+				t.Fatalf("holder %d: token %d after %d", i, l.Fence(), last)
+			}
+			last = l.Fence()
+			// Release may miss the masters that are down: they expire it.
+			_ = l.Release(ctx)
+			for m := range down {
+				_ = rs.servers[m].Start() // an error means it is already up
+			}
+			waitUp(t, rs)
 		}
-		l, err := c.Acquire(ctx, "k", redlock.WithFencing(), redlock.WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatalf("holder %d with masters %v crashed: %v", i, down, err)
-		}
-		if l.Fence() <= last {
-			t.Fatalf("holder %d: token %d after %d", i, l.Fence(), last)
-		}
-		last = l.Fence()
-		// Release may miss the masters that are down: they expire it.
-		_ = l.Release(ctx)
-		for m := range down {
-			_ = rs.servers[m].Start() // an error means it is already up
-		}
-		waitUp(t, rs)
-	}
+	})
 }
 
 // waitUp waits until every master answers PING.
@@ -162,70 +168,74 @@ func waitUp(t *testing.T, rs *realSet) {
 // counters, and a later holder's token can repeat an earlier one. This is
 // the documented limit (docs/safety.md), shown here.
 func TestRedis_FenceAmnesiaCanRepeatTokens(t *testing.T) {
-	rs := startReal(t, 3) // no AOF
-	ctx := ctxT(t)
-	c := rs.client(t)
-	var tokens []uint64
-	for i := 0; i < 3; i++ {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3) // no AOF
+		ctx := ctxT(t)
+		c := rs.client(t, path)
+		var tokens []uint64
+		for i := 0; i < 3; i++ {
+			l, err := c.Acquire(ctx, "k", redlock.WithFencing())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens = append(tokens, l.Fence())
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A majority crashes and comes back empty; the one master that
+		// remembers is slow (paused) while the next holder locks, so the two
+		// amnesiac masters make the quorum on their own.
+		for _, s := range rs.servers[:2] {
+			if err := s.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUp(t, rs)
+		if err := rs.servers[2].Pause(); err != nil {
+			t.Fatal(err)
+		}
 		l, err := c.Acquire(ctx, "k", redlock.WithFencing())
+		if rerr := rs.servers[2].Resume(); rerr != nil {
+			t.Fatal(rerr)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokens = append(tokens, l.Fence())
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
+		defer l.Release(ctx)
+		if l.Fence() > tokens[len(tokens)-1] {
+			t.Fatalf("token %d after %v: the amnesia did not show", l.Fence(), tokens)
 		}
-	}
-	// A majority crashes and comes back empty; the one master that
-	// remembers is slow (paused) while the next holder locks, so the two
-	// amnesiac masters make the quorum on their own.
-	for _, s := range rs.servers[:2] {
-		if err := s.Restart(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitUp(t, rs)
-	if err := rs.servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := c.Acquire(ctx, "k", redlock.WithFencing())
-	if rerr := rs.servers[2].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	if l.Fence() > tokens[len(tokens)-1] {
-		t.Fatalf("token %d after %v: the amnesia did not show", l.Fence(), tokens)
-	}
-	t.Logf("after the amnesia the token went from %v back to %d", tokens, l.Fence())
+		t.Logf("after the amnesia the token went from %v back to %d", tokens, l.Fence())
+	})
 }
 
 func TestRedis_FenceCounterKeySharesTheSlot(t *testing.T) {
-	rs := startReal(t, 1)
-	c := rs.client(t)
-	ctx := ctxT(t)
-	// A cluster-enabled node (with no slots, so it only computes them).
-	node := redistest.StartOne(t, redistest.WithConfig("cluster-enabled", "yes"))
-	for _, key := range []string{"plain", "{user:1}:cart"} {
-		l, err := c.Acquire(ctx, key, redlock.WithFencing())
-		if err != nil {
-			t.Fatal(err)
-		}
-		slot := func(k string) int64 {
-			n, err := redis.Int64(node.Do("CLUSTER", "KEYSLOT", k))
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 1)
+		c := rs.client(t, path)
+		ctx := ctxT(t)
+		// A cluster-enabled node (with no slots, so it only computes them).
+		node := redistest.StartOne(t, redistest.WithConfig("cluster-enabled", "yes"))
+		for _, key := range []string{"plain", "{user:1}:cart"} {
+			l, err := c.Acquire(ctx, key, redlock.WithFencing())
 			if err != nil {
-				t.Fatalf("CLUSTER KEYSLOT: %v", err)
+				t.Fatal(err)
 			}
-			return n
+			slot := func(k string) int64 {
+				n, err := redis.Int64(node.Do("CLUSTER", "KEYSLOT", k))
+				if err != nil {
+					t.Fatalf("CLUSTER KEYSLOT: %v", err)
+				}
+				return n
+			}
+			if a, b := slot(key), slot(redlock.FenceKey(key)); a != b {
+				t.Errorf("%q in slot %d, its counter %q in %d", key, a, redlock.FenceKey(key), b)
+			}
+			if v, _ := redis.String(rs.servers[0].Do("GET", redlock.FenceKey(key))); v != strconv.FormatUint(l.Fence(), 10) {
+				t.Errorf("counter %q, token %d", v, l.Fence())
+			}
+			_ = l.Release(ctx)
 		}
-		if a, b := slot(key), slot(redlock.FenceKey(key)); a != b {
-			t.Errorf("%q in slot %d, its counter %q in %d", key, a, redlock.FenceKey(key), b)
-		}
-		if v, _ := redis.String(rs.servers[0].Do("GET", redlock.FenceKey(key))); v != strconv.FormatUint(l.Fence(), 10) {
-			t.Errorf("counter %q, token %d", v, l.Fence())
-		}
-		_ = l.Release(ctx)
-	}
+	})
 }

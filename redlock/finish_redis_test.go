@@ -96,9 +96,9 @@ func pauseMaster(t *testing.T, rs *realSet, i int) (resume func()) {
 // when it resumes; pooled, the extension's connection timed out and the
 // release could get no connection.)
 func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
-		c := rs.pathClient(t, path)
+		c := rs.client(t, path)
 		ctx := ctxT(t)
 		l, err := c.Acquire(ctx, "job", redlock.WithTTL(30*time.Second))
 		if err != nil {
@@ -121,12 +121,12 @@ func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
 // A failed acquisition whose SET reached a frozen master but whose
 // rollback could not: once the master answers, the key goes.
 func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		for i := 0; i < 2; i++ {
 			rs.db1(t, i, "SET", "job", "other", "PX", 60000)
 		}
-		c := rs.pathClient(t, path)
+		c := rs.client(t, path)
 		ctx := ctxT(t)
 		// One connection per master, ready in the pool.
 		warm, err := c.Acquire(ctx, "warm")
@@ -152,7 +152,7 @@ func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
 // master answers.
 func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
 	rs := startDB1(t, 3)
-	c := rs.pathClient(t, redlock.WithPipelining(true), redlock.WithTimeout(200*time.Millisecond)) // stall bound 2 s
+	c := rs.client(t, pipelinedPath, redlock.WithTimeout(200*time.Millisecond)) // stall bound 2 s
 	ctx := ctxT(t)
 	l, err := c.Acquire(ctx, "job", redlock.WithTTL(30*time.Second))
 	if err != nil {
@@ -180,9 +180,9 @@ func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
 // acquisition on that master: it would delete the new hold. The retry of
 // a release that master 2 missed is dropped once the owner acquires again.
 func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
-		c := rs.pathClient(t, path, redlock.WithTimeout(200*time.Millisecond))
+		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
 		// Retries 1.5 s apart: one is due after the owner's new hold has
 		// reached master 2 below.
 		redlock.SetFinishBackoff(c, 1500*time.Millisecond, 1500*time.Millisecond)
@@ -229,10 +229,10 @@ func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
 
 // Close with retries pending returns promptly and leaves no goroutine.
 func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		ignore := goleak.IgnoreCurrent()
-		c, err := redlock.New(rs.pools, redlock.WithTimeout(200*time.Millisecond), path)
+		c, err := redlock.New(rs.pools, redlock.WithTimeout(200*time.Millisecond), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,10 +267,10 @@ func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
 // At most a bounded number of retries wait per client: beyond it, new
 // ones are refused with a log line (the key then expires at its TTL).
 func TestRedis_FinishesAreBounded(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		var logs syncBuffer
-		c := rs.pathClient(t, path, redlock.WithTimeout(200*time.Millisecond),
+		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond),
 			redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		redlock.SetFinishLimit(c, 2)
 		ctx := ctxT(t)
@@ -299,7 +299,7 @@ func TestRedis_FinishesAreBounded(t *testing.T) {
 // reached the master: a SET that never left (the master refuses
 // connections) leaves nothing to roll back there.
 func TestRedis_RollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		for _, s := range rs.servers[:2] {
 			if _, err := s.Do("SET", "job", "other", "PX", 60000); err != nil {
@@ -309,7 +309,7 @@ func TestRedis_RollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
 		if err := rs.servers[2].Kill(); err != nil {
 			t.Fatal(err)
 		}
-		c := rs.pathClient(t, path)
+		c := rs.client(t, path)
 		ctx := ctxT(t)
 		if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire against another holder: %v", err)
@@ -341,7 +341,7 @@ func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
 	rs := startDB1(t, 3)
 	counted := &countingPool{RedisPool: rs.pools[2].(*pool.RedisPool)}
 	rs.pools[2] = counted
-	c := rs.pathClient(t, redlock.WithPipelining(false), redlock.WithTimeout(200*time.Millisecond))
+	c := rs.client(t, pooledPath, redlock.WithTimeout(200*time.Millisecond))
 	ctx := ctxT(t)
 	const n = 20
 	var locks []*redlock.Lock
@@ -380,7 +380,7 @@ func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
 // bookkeeping stays bounded by the owners active within about a TTL.
 func TestRedis_FinishOwnersAreSwept(t *testing.T) {
 	rs := startReal(t, 1)
-	c := rs.pathClient(t, redlock.WithPipelining(true), redlock.WithTimeout(50*time.Millisecond))
+	c := rs.client(t, pipelinedPath, redlock.WithTimeout(50*time.Millisecond))
 	ctx := ctxT(t)
 	cycle := func(prefix string, n int) {
 		for i := 0; i < n; i++ {

@@ -25,23 +25,6 @@ import (
 // failed master and nothing else — on both connection paths, for the
 // lock commands and for the pub/sub connection of a waiter.
 
-// forBothPaths runs f on the pipelined and on the pooled path.
-func forBothPaths(t *testing.T, f func(t *testing.T, path redlock.Option)) {
-	t.Run("pipelined", func(t *testing.T) { f(t, redlock.WithPipelining(true)) })
-	t.Run("pooled", func(t *testing.T) { f(t, redlock.WithPipelining(false)) })
-}
-
-// pathClient is a client of the masters at addrs on the path given.
-func addrsClient(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	c, err := redlock.NewFromAddrs(addrs, append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // hostileReplies are answers that crash or exhaust an unguarded parser.
 var hostileReplies = []struct {
 	name   string
@@ -61,9 +44,9 @@ func TestHostileMaster_framingCostsOneMaster(t *testing.T) {
 	for _, tc := range hostileReplies {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := hostile.Start(t, tc.answer)
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
+			forEachPath(t, func(t *testing.T, path connPath) {
 				var logs syncBuffer
-				c := addrsClient(t, []string{real[0].Addr(), bad, real[1].Addr()}, path,
+				c := addrClient(t, path, []string{real[0].Addr(), bad, real[1].Addr()},
 					redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 				lockAndWake(t, c, "k")
 				if !strings.Contains(logs.String(), "protocol violation") {
@@ -71,7 +54,7 @@ func TestHostileMaster_framingCostsOneMaster(t *testing.T) {
 				}
 				// Without a quorum of real masters the error names the
 				// violation, as a *pool.ProtocolError of that master.
-				_, err := addrsClient(t, []string{real[0].Addr(), bad}, path).TryAcquire(ctxT(t), "k2")
+				_, err := addrClient(t, path, []string{real[0].Addr(), bad}).TryAcquire(ctxT(t), "k2")
 				var pe *pool.ProtocolError
 				var ne *redlock.NodeError
 				if !errors.As(err, &pe) || !errors.As(err, &ne) || ne.Addr != bad {
@@ -142,14 +125,14 @@ func TestHostileMaster_plainPoolBackstop(t *testing.T) {
 					answer = afterScriptLoad(tc.answer)
 				}
 				bad := hostile.Start(t, answer)
-				forBothPaths(t, func(t *testing.T, path redlock.Option) {
-					c, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad), plain(real[1].Addr())}, path, redlock.WithTimeout(realTimeout))
+				forEachPath(t, func(t *testing.T, path connPath) {
+					c, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad), plain(real[1].Addr())}, path.Option(), redlock.WithTimeout(realTimeout))
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer c.Close()
 					lockAndWake(t, c, "k")
-					c2, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad)}, path, redlock.WithTimeout(realTimeout))
+					c2, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad)}, path.Option(), redlock.WithTimeout(realTimeout))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -185,8 +168,8 @@ func TestHostileMaster_trickledBulkCostsNoMemory(t *testing.T) {
 	for _, head := range []string{"$999999999\r\n", "$1000000\r\n", "*60000\r\n"} {
 		t.Run(strings.TrimSpace(head), func(t *testing.T) {
 			bad := hostile.Start(t, hostile.Trickle(head, 50*time.Millisecond))
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
-				c := addrsClient(t, []string{real[0].Addr(), bad, real[1].Addr()}, path)
+			forEachPath(t, func(t *testing.T, path connPath) {
+				c := addrClient(t, path, []string{real[0].Addr(), bad, real[1].Addr()})
 				ctx := ctxT(t)
 				var before, after runtime.MemStats
 				runtime.GC()
@@ -232,7 +215,7 @@ func TestHostileMaster_echoedCredentialsAreRedacted(t *testing.T) {
 		return err
 	})
 	url := func(addr string) string { return "redis://" + user + ":" + secret + "@" + addr }
-	forBothPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		var logs syncBuffer
 		logger := redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
 		check := func(what, s string) {
@@ -242,9 +225,9 @@ func TestHostileMaster_echoedCredentialsAreRedacted(t *testing.T) {
 			}
 		}
 		for _, bad := range []string{renamed.Addr(), echo} {
-			c := addrsClient(t, []string{url(real[0].Addr()), url(bad), url(real[1].Addr())}, path, logger)
+			c := addrClient(t, path, []string{url(real[0].Addr()), url(bad), url(real[1].Addr())}, logger)
 			lockAndWake(t, c, "k")
-			_, err := addrsClient(t, []string{url(real[0].Addr()), url(bad)}, path, logger).TryAcquire(ctxT(t), "k")
+			_, err := addrClient(t, path, []string{url(real[0].Addr()), url(bad)}, logger).TryAcquire(ctxT(t), "k")
 			if err == nil {
 				t.Fatal("acquired with one of two masters failing")
 			}

@@ -69,8 +69,8 @@ func TestHostileMaster_misbehaviourCostsOneVote(t *testing.T) {
 	for _, tc := range misbehaviours {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := tc.addr(t)
-			forBothPaths(t, func(t *testing.T, path redlock.Option) {
-				c := addrsClient(t, []string{real[0].Addr(), bad, real[1].Addr()}, path)
+			forEachPath(t, func(t *testing.T, path connPath) {
+				c := addrClient(t, path, []string{real[0].Addr(), bad, real[1].Addr()})
 				ctx := ctxT(t)
 				key := "misbehaviour:" + t.Name()
 
@@ -102,7 +102,7 @@ func TestHostileMaster_misbehaviourCostsOneVote(t *testing.T) {
 				// Without a quorum of good masters the error names the bad
 				// one, and the real master keeps nothing.
 				key2 := key + ":two"
-				_, err := addrsClient(t, []string{real[0].Addr(), bad}, path).TryAcquire(ctx, key2)
+				_, err := addrClient(t, path, []string{real[0].Addr(), bad}).TryAcquire(ctx, key2)
 				var ne *redlock.NodeError
 				if !errors.Is(err, redlock.ErrNotAcquired) || !errors.As(err, &ne) || ne.Addr != bad {
 					t.Fatalf("err = %v, want ErrNotAcquired with the NodeError of %s", err, bad)

@@ -1,15 +1,14 @@
 package redlock_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -21,7 +20,7 @@ import (
 
 func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 	rs := startReal(t, 3)
-	c := rs.client(t)
+	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -60,7 +59,7 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 		{"multi: no keys", func() error { _, err := c.AcquireMulti(ctx, nil); return err }(), redlock.ErrInvalid, "no keys"},
 		{"fair multi", func() error { _, err := c.AcquireMulti(ctx, []string{"a"}, redlock.WithFair()); return err }(), redlock.ErrInvalid, "WithFair"},
 		{"untaggable key, fenced, cluster", func() error {
-			_, err := rs.client(t, redlock.WithClusterSlots()).Acquire(ctx, "a}b", redlock.WithFencing())
+			_, err := rs.client(t, pipelinedPath, redlock.WithClusterSlots()).Acquire(ctx, "a}b", redlock.WithFencing())
 			return err
 		}(), redlock.ErrInvalid, "cannot share its Redis Cluster slot"},
 	} {
@@ -104,156 +103,121 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 }
 
 func TestHostileInput_oddKeysJustWork(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		c := rs.client(t)
-		ctx := ctxT(t)
-		for _, key := range []string{
-			strings.Repeat("k", 100_000),
-			"\x00\xff\xfe binary",
-			"not utf-8 \xc3\x28",
-			"{tag}:with braces",
-			"}{ backwards",
-			"spaces and\ttabs\nand newlines",
-			"quorumlock:released:looks-like-a-channel",
-		} {
-			l, err := c.Acquire(ctx, key, redlock.WithFencing())
-			if err != nil {
-				t.Fatalf("key %.40q: %v", key, err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			c := rs.client(t, path)
+			ctx := ctxT(t)
+			for _, key := range []string{
+				strings.Repeat("k", 100_000),
+				"\x00\xff\xfe binary",
+				"not utf-8 \xc3\x28",
+				"{tag}:with braces",
+				"}{ backwards",
+				"spaces and\ttabs\nand newlines",
+				"quorumlock:released:looks-like-a-channel",
+			} {
+				l, err := c.Acquire(ctx, key, redlock.WithFencing())
+				if err != nil {
+					t.Fatalf("key %.40q: %v", key, err)
+				}
+				if got := rs.values(t, key); count(got, l.Token()) < n/2+1 {
+					t.Fatalf("key %.40q not held on a quorum", key)
+				}
+				if err := l.Extend(ctx, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if got := rs.values(t, key); count(got, l.Token()) < n/2+1 {
-				t.Fatalf("key %.40q not held on a quorum", key)
-			}
-			if err := l.Extend(ctx, 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		})
 	})
 }
 
 func TestHostileInput_concurrentReleaseAndExtend(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	ctx := ctxT(t)
-	for i := 0; i < 20; i++ {
-		l, err := c.Acquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for j := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if j%2 == 0 {
-					errs[j] = l.Release(ctx)
-				} else {
-					errs[j] = l.Extend(ctx, 5*time.Second)
-				}
-			}()
-		}
-		wg.Wait()
-		released := 0
-		for j, err := range errs {
-			switch {
-			case j%2 == 0 && err == nil:
-				released++
-			case err != nil && !errors.Is(err, redlock.ErrNotHeld):
-				t.Fatalf("call %d: %v", j, err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		ctx := ctxT(t)
+		for i := 0; i < 20; i++ {
+			l, err := c.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
 			}
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for j := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if j%2 == 0 {
+						errs[j] = l.Release(ctx)
+					} else {
+						errs[j] = l.Extend(ctx, 5*time.Second)
+					}
+				}()
+			}
+			wg.Wait()
+			released := 0
+			for j, err := range errs {
+				switch {
+				case j%2 == 0 && err == nil:
+					released++
+				case err != nil && !errors.Is(err, redlock.ErrNotHeld):
+					t.Fatalf("call %d: %v", j, err)
+				}
+			}
+			if released != 1 {
+				t.Fatalf("%d releases succeeded, want exactly 1", released)
+			}
+			waitUntil(t, "the key is gone", func() bool { return rs.exists(t, "k") == 0 })
 		}
-		if released != 1 {
-			t.Fatalf("%d releases succeeded, want exactly 1", released)
-		}
-		waitUntil(t, "the key is gone", func() bool { return rs.exists(t, "k") == 0 })
-	}
+	})
 }
 
 // Masters that answer what a lock master never should: each counts as a
 // failed master, with an error that says what it answered, and a quorum
 // of good masters still decides.
 func TestHostileInput_unexpectedReplies(t *testing.T) {
-	good := redistest.Start(t, 2)
-	primary := redistest.StartOne(t)
-	replica := redistest.StartOne(t, redistest.WithConfig("replicaof", "127.0.0.1", strings.Split(primary.Addr(), ":")[1]))
-	full := redistest.StartOne(t, redistest.WithConfig("maxmemory", "1"))
-	proxy := garbageServer(t, "+PONG\r\n") // answers +PONG to everything
-	ctx := ctxT(t)
-	for name, bad := range map[string]string{
-		"replica": replica.Addr(), "full master": full.Addr(), "proxy": proxy,
-	} {
-		addrs := []string{good[0].Addr(), good[1].Addr(), bad}
-		l, err := addrClient(t, addrs).Acquire(ctx, "k")
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatalf("%s: release: %v", name, err)
-		}
-		// With only the bad master and one good one, no quorum: the
-		// error names what the bad one said.
-		_, err = addrClient(t, []string{good[0].Addr(), bad}).TryAcquire(ctx, "k2")
-		want := map[string]string{"replica": "READONLY", "full master": "OOM", "proxy": "unexpected reply"}[name]
-		if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), bad) {
-			t.Errorf("%s: err = %v, want %q naming %s", name, err, want, bad)
-		}
-	}
-	// A key of the wrong type: a reentrant lock on a key that holds a
-	// plain lock is a script error, explained: which kinds hold such a key.
-	rs := startReal(t, 1)
-	c := rs.client(t)
-	l, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	re, _ := c.NewReentrant("k", "me", redlock.WithWait(0))
-	if err := re.Acquire(ctx); !errors.Is(err, redlock.ErrWrongKind) || !strings.Contains(err.Error(), "held by a plain, fair, fenced or multi-key lock") {
-		t.Errorf("reentrant on a plain lock's key: %v", err)
-	}
-}
-
-// garbageServer accepts connections on 127.0.0.1 and answers every line
-// with reply.
-func garbageServer(t *testing.T, reply string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
+	forEachPath(t, func(t *testing.T, path connPath) {
+		good := redistest.Start(t, 2)
+		primary := redistest.StartOne(t)
+		replica := redistest.StartOne(t, redistest.WithConfig("replicaof", "127.0.0.1", strings.Split(primary.Addr(), ":")[1]))
+		full := redistest.StartOne(t, redistest.WithConfig("maxmemory", "1"))
+		proxy := hostile.Start(t, hostile.Reply("+PONG\r\n")) // answers +PONG to everything
+		ctx := ctxT(t)
+		for name, bad := range map[string]string{
+			"replica": replica.Addr(), "full master": full.Addr(), "proxy": proxy,
+		} {
+			addrs := []string{good[0].Addr(), good[1].Addr(), bad}
+			l, err := addrClient(t, path, addrs).Acquire(ctx, "k")
 			if err != nil {
-				return
+				t.Fatalf("%s: %v", name, err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer conn.Close()
-				r := bufio.NewReader(conn)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					// Answer each command (a RESP array header) once.
-					if strings.HasPrefix(line, "*") {
-						if _, err := conn.Write([]byte(reply)); err != nil {
-							return
-						}
-					}
-				}
-			}()
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("%s: release: %v", name, err)
+			}
+			// With only the bad master and one good one, no quorum: the
+			// error names what the bad one said.
+			_, err = addrClient(t, path, []string{good[0].Addr(), bad}).TryAcquire(ctx, "k2")
+			want := map[string]string{"replica": "READONLY", "full master": "OOM", "proxy": "unexpected reply"}[name]
+			if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), bad) {
+				t.Errorf("%s: err = %v, want %q naming %s", name, err, want, bad)
+			}
 		}
-	}()
-	return ln.Addr().String()
+		// A key of the wrong type: a reentrant lock on a key that holds a
+		// plain lock is a script error, explained: which kinds hold such a key.
+		rs := startReal(t, 1)
+		c := rs.client(t, path)
+		l, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		re, _ := c.NewReentrant("k", "me", redlock.WithWait(0))
+		if err := re.Acquire(ctx); !errors.Is(err, redlock.ErrWrongKind) || !strings.Contains(err.Error(), "held by a plain, fair, fenced or multi-key lock") {
+			t.Errorf("reentrant on a plain lock's key: %v", err)
+		}
+	})
 }

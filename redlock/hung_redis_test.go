@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -21,11 +22,11 @@ import (
 func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 	reals := redistest.Start(t, 3)
 	thaw := make(chan struct{})
-	fm := newFakeMaster(t, reals[2].Addr(), func(fc *fakeConn, cmd []string) verdict {
-		if fc.index == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
+	fm := hostile.NewProxy(t, reals[2].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
+		if fc.Index == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
 			sleepOr(time.Hour, thaw) // reads nothing more until thawed
 		}
-		return forward
+		return hostile.Forward
 	})
 	defer func() {
 		select {
@@ -35,7 +36,7 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 		}
 	}()
 	// Stall bound: 10 × 150 ms = 1.5 s, well beyond this test's freeze.
-	c := pathClient(t, true, []string{reals[0].Addr(), reals[1].Addr(), fm.addr()}, redlock.WithTimeout(150*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{reals[0].Addr(), reals[1].Addr(), fm.Addr()}, redlock.WithTimeout(150*time.Millisecond))
 	ctx := ctxT(t)
 	cycle := func(key string) {
 		t.Helper()
@@ -54,16 +55,16 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 	// The master answers what it had; the connection carries commands again.
 	for i := 0; ; i++ {
 		cycle(fmt.Sprintf("probe%d", i))
-		if strings.Contains(strings.Join(fm.conn(0).commands(), ","), "probe") {
+		if strings.Contains(strings.Join(fm.Conn(0).Commands(), ","), "probe") {
 			break
 		}
 		if i == 1000 {
-			t.Fatalf("the thawed master never got a command again; it saw %v", fm.seenAll())
+			t.Fatalf("the thawed master never got a command again; it saw %v", fm.Seen())
 		}
 		time.Sleep(time.Millisecond)
 	}
 	var sets, releases []string
-	for _, s := range fm.conn(0).commands() {
+	for _, s := range fm.Conn(0).Commands() {
 		switch {
 		case strings.Contains(s, "probe"):
 		case strings.HasPrefix(s, "SET "):
@@ -78,7 +79,7 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 	if len(releases) != 21 {
 		t.Errorf("the frozen master got %d releases, want all 21: %v", len(releases), releases)
 	}
-	if n := fm.accepted(); n != 1 {
+	if n := fm.Accepted(); n != 1 {
 		t.Errorf("%d connections to the master, want 1: it was never broken", n)
 	}
 }

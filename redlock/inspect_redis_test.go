@@ -40,111 +40,113 @@ func inspectAll(t *testing.T, c *redlock.Client, key string) []layout.State {
 // Every lock kind, taken through the client, shows on every master as the
 // layout describes it.
 func TestClient_Inspect_everyKind(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t)
-	ctx := ctxT(t)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path)
+		ctx := ctxT(t)
 
-	for _, st := range inspectAll(t, c, "free") {
-		if st.Kind != layout.KindFree || st.Fenced || len(st.Holders) != 0 {
-			t.Fatalf("free key: %+v", st)
+		for _, st := range inspectAll(t, c, "free") {
+			if st.Kind != layout.KindFree || st.Fenced || len(st.Holders) != 0 {
+				t.Fatalf("free key: %+v", st)
+			}
 		}
-	}
 
-	fenced, err := c.Acquire(ctx, "job", redlock.WithTTL(time.Minute), redlock.WithFencing())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fenced.Release(ctx)
-	fair, err := c.Acquire(ctx, "turns", redlock.WithTTL(time.Minute), redlock.WithFair())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fair.Release(ctx)
-	re, err := c.NewReentrant("nested", "owner-1", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if err := re.Acquire(ctx); err != nil {
+		fenced, err := c.Acquire(ctx, "job", redlock.WithTTL(time.Minute), redlock.WithFencing())
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer re.Release(ctx)
-	}
-	r1, err := c.AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r1.Release(ctx)
-	r2, err := c.AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r2.Release(ctx)
-	w, err := c.AcquireWrite(ctx, "table", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Release(ctx)
-	multi, err := c.AcquireMulti(ctx, []string{"m1", "m2"}, redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer multi.Release(ctx)
+		defer fenced.Release(ctx)
+		fair, err := c.Acquire(ctx, "turns", redlock.WithTTL(time.Minute), redlock.WithFair())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fair.Release(ctx)
+		re, err := c.NewReentrant("nested", "owner-1", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if err := re.Acquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer re.Release(ctx)
+		}
+		r1, err := c.AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r1.Release(ctx)
+		r2, err := c.AcquireRead(ctx, "doc", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r2.Release(ctx)
+		w, err := c.AcquireWrite(ctx, "table", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Release(ctx)
+		multi, err := c.AcquireMulti(ctx, []string{"m1", "m2"}, redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer multi.Release(ctx)
 
-	// An acquisition returns at a quorum: a master may get its command a
-	// moment later, so each check counts the masters that agree.
-	held := func(key string, ok func(layout.State) bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n, last := 0, layout.State{}
-			for _, st := range inspectAll(t, c, key) {
-				if ok(st) {
-					n++
-				} else {
-					last = st
+		// An acquisition returns at a quorum: a master may get its command a
+		// moment later, so each check counts the masters that agree.
+		held := func(key string, ok func(layout.State) bool) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				n, last := 0, layout.State{}
+				for _, st := range inspectAll(t, c, key) {
+					if ok(st) {
+						n++
+					} else {
+						last = st
+					}
 				}
+				if n == 3 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %d of 3 masters as expected; one holds %+v", key, n, last)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			if n == 3 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of 3 masters as expected; one holds %+v", key, n, last)
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
-	minute := func(d time.Duration) bool { return d > 50*time.Second && d <= time.Minute }
-	held("job", func(st layout.State) bool {
-		return st.Kind == layout.KindLock && len(st.Holders) == 1 && st.Holders[0].Token == fenced.Token() &&
-			minute(st.TTL) && st.Fenced && st.Fence == fenced.Fence()
-	})
-	held("turns", func(st layout.State) bool {
-		return st.Kind == layout.KindLock && st.Holders[0].Token == fair.Token() && st.QueueLen == 1 && len(st.Queue) == 1
-	})
-	held("nested", func(st layout.State) bool {
-		return st.Kind == layout.KindReentrant && len(st.Holders) == 1 && st.Holders[0].Token == "owner-1" &&
-			st.Holders[0].Count == 2 && minute(st.Holders[0].TTL)
-	})
-	held("doc", func(st layout.State) bool {
-		if st.Kind != layout.KindReadWrite || len(st.Holders) != 2 || st.Intent != nil {
-			return false
-		}
-		toks := map[string]bool{r1.Token(): true, r2.Token(): true}
-		for _, h := range st.Holders {
-			if h.Mode != layout.ModeRead || !toks[h.Token] || !minute(h.TTL) {
+		minute := func(d time.Duration) bool { return d > 50*time.Second && d <= time.Minute }
+		held("job", func(st layout.State) bool {
+			return st.Kind == layout.KindLock && len(st.Holders) == 1 && st.Holders[0].Token == fenced.Token() &&
+				minute(st.TTL) && st.Fenced && st.Fence == fenced.Fence()
+		})
+		held("turns", func(st layout.State) bool {
+			return st.Kind == layout.KindLock && st.Holders[0].Token == fair.Token() && st.QueueLen == 1 && len(st.Queue) == 1
+		})
+		held("nested", func(st layout.State) bool {
+			return st.Kind == layout.KindReentrant && len(st.Holders) == 1 && st.Holders[0].Token == "owner-1" &&
+				st.Holders[0].Count == 2 && minute(st.Holders[0].TTL)
+		})
+		held("doc", func(st layout.State) bool {
+			if st.Kind != layout.KindReadWrite || len(st.Holders) != 2 || st.Intent != nil {
 				return false
 			}
+			toks := map[string]bool{r1.Token(): true, r2.Token(): true}
+			for _, h := range st.Holders {
+				if h.Mode != layout.ModeRead || !toks[h.Token] || !minute(h.TTL) {
+					return false
+				}
+			}
+			return true
+		})
+		held("table", func(st layout.State) bool {
+			return st.Kind == layout.KindReadWrite && len(st.Holders) == 1 && st.Holders[0].Mode == layout.ModeWrite &&
+				st.Holders[0].Token == w.Token()
+		})
+		for _, k := range []string{"m1", "m2"} {
+			held(k, func(st layout.State) bool { return st.Kind == layout.KindLock && st.Holders[0].Token == multi.Token() })
 		}
-		return true
 	})
-	held("table", func(st layout.State) bool {
-		return st.Kind == layout.KindReadWrite && len(st.Holders) == 1 && st.Holders[0].Mode == layout.ModeWrite &&
-			st.Holders[0].Token == w.Token()
-	})
-	for _, k := range []string{"m1", "m2"} {
-		held(k, func(st layout.State) bool { return st.Kind == layout.KindLock && st.Holders[0].Token == multi.Token() })
-	}
 }
 
 // A master that is down, one that sends replies of the wrong shape, one
@@ -232,7 +234,7 @@ func TestClient_Inspect_failuresNamedByAddress(t *testing.T) {
 
 func TestClient_Inspect_invalidAndCancelled(t *testing.T) {
 	rs := startReal(t, 1)
-	c := rs.client(t)
+	c := rs.client(t, pipelinedPath)
 	var nilCtx context.Context
 	if _, err := c.Inspect(nilCtx, "k"); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("nil ctx: %v", err)

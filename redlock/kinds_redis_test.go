@@ -22,11 +22,11 @@ import (
 // fake clock), waits until it has subscribed to every key's channel on
 // every master, runs release, and checks that acquire then succeeds (and
 // releases what it got): only the release's notice can have woken it.
-func expectWake(t *testing.T, rs *realSet, keys []string,
+func expectWake(t *testing.T, path connPath, rs *realSet, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	c := rs.client(t, redlock.WithClock(fake))
+	c := rs.client(t, path, redlock.WithClock(fake))
 	got := make(chan error, 1)
 	go func() {
 		rel, err := acquire(c)
@@ -92,390 +92,412 @@ func (rs *realSet) exists(t *testing.T, key string) int {
 }
 
 func TestRedis_ReentrantSeedTranscript(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		a, err := rs.client(t).NewReentrant("lock", "owner-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 1; i <= 3; i++ {
-			if err := a.Acquire(ctx); err != nil {
-				t.Fatalf("hold %d: %v", i, err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			a, err := rs.client(t, path).NewReentrant("lock", "owner-1")
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if a.Count() != 3 {
-			t.Fatalf("after three holds: count %d", a.Count())
-		}
-		// A quorum answered each call; the others follow.
-		waitUntil(t, "count 3 on every master", func() bool { return count(rs.hget(t, "lock", "owner-1"), "3") == n })
-		// Another owner is refused and its release changes nothing.
-		b, err := rs.client(t).NewReentrant("lock", "owner-2", redlock.WithWait(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Acquire(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("another owner: %v, want ErrNotAcquired", err)
-		}
-		if err := b.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-			t.Fatalf("another owner's release: %v, want ErrNotHeld", err)
-		}
-		if count(rs.hget(t, "lock", "owner-1"), "3") != n || count(rs.hget(t, "lock", "owner-2"), "") != n {
-			t.Fatalf("the foreign owner changed the masters: %v", rs.hget(t, "lock", "owner-1"))
-		}
-		for want := 2; want >= 1; want-- {
+			for i := 1; i <= 3; i++ {
+				if err := a.Acquire(ctx); err != nil {
+					t.Fatalf("hold %d: %v", i, err)
+				}
+			}
+			if a.Count() != 3 {
+				t.Fatalf("after three holds: count %d", a.Count())
+			}
+			// A quorum answered each call; the others follow.
+			waitUntil(t, "count 3 on every master", func() bool { return count(rs.hget(t, "lock", "owner-1"), "3") == n })
+			// Another owner is refused and its release changes nothing.
+			b, err := rs.client(t, path).NewReentrant("lock", "owner-2", redlock.WithWait(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Acquire(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("another owner: %v, want ErrNotAcquired", err)
+			}
+			if err := b.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+				t.Fatalf("another owner's release: %v, want ErrNotHeld", err)
+			}
+			if count(rs.hget(t, "lock", "owner-1"), "3") != n || count(rs.hget(t, "lock", "owner-2"), "") != n {
+				t.Fatalf("the foreign owner changed the masters: %v", rs.hget(t, "lock", "owner-1"))
+			}
+			for want := 2; want >= 1; want-- {
+				if err := a.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				waitUntil(t, fmt.Sprintf("count %d on every master", want), func() bool {
+					return count(rs.hget(t, "lock", "owner-1"), fmt.Sprint(want)) == n
+				})
+			}
 			if err := a.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, fmt.Sprintf("count %d on every master", want), func() bool {
-				return count(rs.hget(t, "lock", "owner-1"), fmt.Sprint(want)) == n
-			})
-		}
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if a.Count() != 0 {
-			t.Fatal("the third release left a count")
-		}
-		waitUntil(t, "the third release deleted the lock", func() bool { return rs.exists(t, "lock") == 0 })
-		if err := a.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-			t.Fatalf("a fourth release: %v, want ErrNotHeld", err)
-		}
+			if a.Count() != 0 {
+				t.Fatal("the third release left a count")
+			}
+			waitUntil(t, "the third release deleted the lock", func() bool { return rs.exists(t, "lock") == 0 })
+			if err := a.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+				t.Fatalf("a fourth release: %v, want ErrNotHeld", err)
+			}
+		})
 	})
 }
 
 func TestRedis_ReentrantMasterThatMissedAnUpdate(t *testing.T) {
-	rs := startReal(t, 5)
-	ctx := ctxT(t)
-	a, err := rs.client(t).NewReentrant("lock", "owner-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Master 4 misses the second hold.
-	if err := rs.servers[4].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	err = a.Acquire(ctx)
-	if rerr := rs.servers[4].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "master 4 ran the late command", func() bool {
-		return rs.hget(t, "lock", "owner-1")[4] != ""
-	})
-	// The third hold sets the count everywhere, whatever master 4 saw.
-	if err := a.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "every master has count 3", func() bool { return count(rs.hget(t, "lock", "owner-1"), "3") == 5 })
-	for i := 0; i < 3; i++ {
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitUntil(t, "the lock is gone everywhere", func() bool { return rs.exists(t, "lock") == 0 })
-}
-
-func TestRedis_ReentrantFailedFirstHoldLeavesNothing(t *testing.T) {
-	rs := startReal(t, 5)
-	ctx := ctxT(t)
-	// Another owner holds the lock on three masters.
-	for _, s := range rs.servers[:3] {
-		if _, err := s.Do("HSET", "lock", "other", 1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Do("PEXPIRE", "lock", 60000); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, err := rs.client(t).NewReentrant("lock", "owner-1", redlock.WithWait(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
-		t.Fatalf("err = %v, want ErrNotAcquired", err)
-	}
-	waitUntil(t, "the rollback removed the owner everywhere", func() bool {
-		return count(rs.hget(t, "lock", "owner-1"), "") == 5
-	})
-	if a.Count() != 0 {
-		t.Fatalf("count %d after a failed hold", a.Count())
-	}
-}
-
-func TestRedis_ReentrantLastReleaseWakesWaiter(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
 		ctx := ctxT(t)
-		a, err := rs.client(t).NewReentrant("lock", "owner-1")
+		a, err := rs.client(t, path).NewReentrant("lock", "owner-1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < 2; i++ {
-			if err := a.Acquire(ctx); err != nil {
+		if err := a.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Master 4 misses the second hold.
+		if err := rs.servers[4].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		err = a.Acquire(ctx)
+		if rerr := rs.servers[4].Resume(); rerr != nil {
+			t.Fatal(rerr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "master 4 ran the late command", func() bool {
+			return rs.hget(t, "lock", "owner-1")[4] != ""
+		})
+		// The third hold sets the count everywhere, whatever master 4 saw.
+		if err := a.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "every master has count 3", func() bool { return count(rs.hget(t, "lock", "owner-1"), "3") == 5 })
+		for i := 0; i < 3; i++ {
+			if err := a.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		expectWake(t, rs, []string{"lock"}, func(c *redlock.Client) (func(context.Context) error, error) {
-			b, err := c.NewReentrant("lock", "owner-2", redlock.WithWait(time.Hour))
+		waitUntil(t, "the lock is gone everywhere", func() bool { return rs.exists(t, "lock") == 0 })
+	})
+}
+
+func TestRedis_ReentrantFailedFirstHoldLeavesNothing(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
+		ctx := ctxT(t)
+		// Another owner holds the lock on three masters.
+		for _, s := range rs.servers[:3] {
+			if _, err := s.Do("HSET", "lock", "other", 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Do("PEXPIRE", "lock", 60000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, err := rs.client(t, path).NewReentrant("lock", "owner-1", redlock.WithWait(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("err = %v, want ErrNotAcquired", err)
+		}
+		waitUntil(t, "the rollback removed the owner everywhere", func() bool {
+			return count(rs.hget(t, "lock", "owner-1"), "") == 5
+		})
+		if a.Count() != 0 {
+			t.Fatalf("count %d after a failed hold", a.Count())
+		}
+	})
+}
+
+func TestRedis_ReentrantLastReleaseWakesWaiter(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			a, err := rs.client(t, path).NewReentrant("lock", "owner-1")
 			if err != nil {
-				return nil, err
+				t.Fatal(err)
 			}
-			return b.Release, b.Acquire(ctx)
-		}, func(ctx context.Context) error {
-			// The first release only counts down: the waiter sleeps on.
-			if err := a.Release(ctx); err != nil {
-				return err
+			for i := 0; i < 2; i++ {
+				if err := a.Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			return a.Release(ctx)
+			expectWake(t, path, rs, []string{"lock"}, func(c *redlock.Client) (func(context.Context) error, error) {
+				b, err := c.NewReentrant("lock", "owner-2", redlock.WithWait(time.Hour))
+				if err != nil {
+					return nil, err
+				}
+				return b.Release, b.Acquire(ctx)
+			}, func(ctx context.Context) error {
+				// The first release only counts down: the waiter sleeps on.
+				if err := a.Release(ctx); err != nil {
+					return err
+				}
+				return a.Release(ctx)
+			})
 		})
 	})
 }
 
 func TestRedis_ReentrantLostLockStartsOver(t *testing.T) {
-	rs := startReal(t, 1)
-	ctx := ctxT(t)
-	a, err := rs.client(t).NewReentrant("lock", "owner-1", redlock.WithTTL(600*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	until := a.Lock().Until()
-	time.Sleep(time.Until(until) + 50*time.Millisecond)
-	// Taking it again finds the validity gone: the hold is lost, and the
-	// owner starts over with a first hold.
-	if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrLockLost) {
-		t.Fatalf("err = %v, want ErrLockLost", err)
-	}
-	if err := a.Acquire(ctx); err != nil || a.Count() != 1 {
-		t.Fatalf("starting over: %v, count %d", err, a.Count())
-	}
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 1)
+		ctx := ctxT(t)
+		a, err := rs.client(t, path).NewReentrant("lock", "owner-1", redlock.WithTTL(600*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		until := a.Lock().Until()
+		time.Sleep(time.Until(until) + 50*time.Millisecond)
+		// Taking it again finds the validity gone: the hold is lost, and the
+		// owner starts over with a first hold.
+		if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrLockLost) {
+			t.Fatalf("err = %v, want ErrLockLost", err)
+		}
+		if err := a.Acquire(ctx); err != nil || a.Count() != 1 {
+			t.Fatalf("starting over: %v, count %d", err, a.Count())
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestRedis_RWManyReadersOrOneWriter(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		var readers []*redlock.Lock
-		for i := 0; i < 3; i++ {
-			r, err := rs.client(t).AcquireRead(ctx, "doc")
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			var readers []*redlock.Lock
+			for i := 0; i < 3; i++ {
+				r, err := rs.client(t, path).AcquireRead(ctx, "doc")
+				if err != nil {
+					t.Fatalf("reader %d: %v", i, err)
+				}
+				readers = append(readers, r)
+			}
+			w := rs.client(t, path)
+			if _, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("writer beside readers: %v", err)
+			}
+			for _, r := range readers {
+				if err := r.Extend(ctx, 20*time.Second); err != nil {
+					t.Fatalf("reader extend: %v", err)
+				}
+				if err := r.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wl, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(0))
 			if err != nil {
-				t.Fatalf("reader %d: %v", i, err)
+				t.Fatalf("writer after the readers left: %v", err)
 			}
-			readers = append(readers, r)
-		}
-		w := rs.client(t)
-		if _, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("writer beside readers: %v", err)
-		}
-		for _, r := range readers {
-			if err := r.Extend(ctx, 20*time.Second); err != nil {
-				t.Fatalf("reader extend: %v", err)
+			if _, err := rs.client(t, path).AcquireRead(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("reader beside the writer: %v", err)
 			}
-			if err := r.Release(ctx); err != nil {
+			if _, err := rs.client(t, path).AcquireWrite(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("second writer: %v", err)
+			}
+			if err := wl.Extend(ctx, 20*time.Second); err != nil {
 				t.Fatal(err)
 			}
-		}
-		wl, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(0))
-		if err != nil {
-			t.Fatalf("writer after the readers left: %v", err)
-		}
-		if _, err := rs.client(t).AcquireRead(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("reader beside the writer: %v", err)
-		}
-		if _, err := rs.client(t).AcquireWrite(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("second writer: %v", err)
-		}
-		if err := wl.Extend(ctx, 20*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if err := wl.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitUntil(t, "the hash is gone", func() bool { return rs.exists(t, "doc") == 0 })
+			if err := wl.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the hash is gone", func() bool { return rs.exists(t, "doc") == 0 })
+		})
 	})
 }
 
 func TestRedis_RWWriterIsNotStarvedByReaders(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		r1, err := rs.client(t).AcquireRead(ctx, "doc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := rs.client(t)
-		wrote := make(chan *redlock.Lock, 1)
-		go func() {
-			l, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(time.Minute))
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			r1, err := rs.client(t, path).AcquireRead(ctx, "doc")
 			if err != nil {
-				t.Error(err)
+				t.Fatal(err)
 			}
-			wrote <- l
-		}()
-		// The writer's intent is on the masters: new readers wait.
-		waitUntil(t, "the writer's intent is set", func() bool {
-			return count(rs.hget(t, "doc", "intent"), "") <= n-(n/2+1)
+			w := rs.client(t, path)
+			wrote := make(chan *redlock.Lock, 1)
+			go func() {
+				l, err := w.AcquireWrite(ctx, "doc", redlock.WithWait(time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				wrote <- l
+			}()
+			// The writer's intent is on the masters: new readers wait.
+			waitUntil(t, "the writer's intent is set", func() bool {
+				return count(rs.hget(t, "doc", "intent"), "") <= n-(n/2+1)
+			})
+			r2c := rs.client(t, path)
+			if _, err := r2c.AcquireRead(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("a new reader got past the waiting writer: %v", err)
+			}
+			if err := r1.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wl := <-wrote
+			if wl == nil {
+				t.FailNow()
+			}
+			if err := wl.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r2, err := r2c.AcquireRead(ctx, "doc", redlock.WithWait(0))
+			if err != nil {
+				t.Fatalf("reader after the writer: %v", err)
+			}
+			_ = r2.Release(ctx)
 		})
-		r2c := rs.client(t)
-		if _, err := r2c.AcquireRead(ctx, "doc", redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("a new reader got past the waiting writer: %v", err)
-		}
-		if err := r1.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		wl := <-wrote
-		if wl == nil {
-			t.FailNow()
-		}
-		if err := wl.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r2, err := r2c.AcquireRead(ctx, "doc", redlock.WithWait(0))
-		if err != nil {
-			t.Fatalf("reader after the writer: %v", err)
-		}
-		_ = r2.Release(ctx)
 	})
 }
 
 func TestRedis_RWCrashedReaderAndVanishedWriterAreBounded(t *testing.T) {
-	rs := startReal(t, 3)
-	ctx := ctxT(t)
-	// A reader that never releases (its process died) blocks the writer
-	// only until its TTL.
-	if _, err := rs.client(t).AcquireRead(ctx, "doc", redlock.WithTTL(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	wl, err := rs.client(t).AcquireWrite(ctx, "doc", redlock.WithWait(10*time.Second))
-	if err != nil {
-		t.Fatalf("writer behind a crashed reader: %v (after %v)", err, time.Since(start))
-	}
-	if err := wl.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A writer that gives up takes its intent back; one that vanished
-	// leaves an intent that expires.
-	r, err := rs.client(t).AcquireRead(ctx, "doc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rs.client(t).AcquireWrite(ctx, "doc", redlock.WithWait(50*time.Millisecond)); !errors.Is(err, redlock.ErrNotAcquired) {
-		t.Fatalf("writer: %v", err)
-	}
-	waitUntil(t, "the writer that gave up left no intent", func() bool { return count(rs.hget(t, "doc", "intent"), "") == 3 })
-	for _, s := range rs.servers {
-		if _, err := s.Do("HSET", "doc", "intent", "vanished", "intent:exp", time.Now().Add(300*time.Millisecond).UnixMilli()); err != nil {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		// A reader that never releases (its process died) blocks the writer
+		// only until its TTL.
+		if _, err := rs.client(t, path).AcquireRead(ctx, "doc", redlock.WithTTL(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	r2, err := rs.client(t).AcquireRead(ctx, "doc", redlock.WithWait(10*time.Second))
-	if err != nil {
-		t.Fatalf("reader behind a vanished writer's intent: %v", err)
-	}
-	_ = r.Release(ctx)
-	_ = r2.Release(ctx)
+		start := time.Now()
+		wl, err := rs.client(t, path).AcquireWrite(ctx, "doc", redlock.WithWait(10*time.Second))
+		if err != nil {
+			t.Fatalf("writer behind a crashed reader: %v (after %v)", err, time.Since(start))
+		}
+		if err := wl.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A writer that gives up takes its intent back; one that vanished
+		// leaves an intent that expires.
+		r, err := rs.client(t, path).AcquireRead(ctx, "doc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.client(t, path).AcquireWrite(ctx, "doc", redlock.WithWait(50*time.Millisecond)); !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("writer: %v", err)
+		}
+		waitUntil(t, "the writer that gave up left no intent", func() bool { return count(rs.hget(t, "doc", "intent"), "") == 3 })
+		for _, s := range rs.servers {
+			if _, err := s.Do("HSET", "doc", "intent", "vanished", "intent:exp", time.Now().Add(300*time.Millisecond).UnixMilli()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r2, err := rs.client(t, path).AcquireRead(ctx, "doc", redlock.WithWait(10*time.Second))
+		if err != nil {
+			t.Fatalf("reader behind a vanished writer's intent: %v", err)
+		}
+		_ = r.Release(ctx)
+		_ = r2.Release(ctx)
+	})
 }
 
 func TestRedis_RWFailedAttemptIsRolledBack(t *testing.T) {
-	rs := startReal(t, 5)
-	ctx := ctxT(t)
-	// A writer holds the lock on three masters.
-	for _, s := range rs.servers[:3] {
-		conn, err := redis.Dial("tcp", s.Addr())
-		if err != nil {
-			t.Fatal(err)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
+		ctx := ctxT(t)
+		// A writer holds the lock on three masters.
+		for _, s := range rs.servers[:3] {
+			conn, err := redis.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = scripts.RW.Do(conn, time.Second, "doc", "write", "foreign", 60000, 1000, "w")
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-		_, err = scripts.RW.Do(conn, time.Second, "doc", "write", "foreign", 60000, 1000, "w")
-		conn.Close()
-		if err != nil {
-			t.Fatal(err)
+		_, err := rs.client(t, path).AcquireRead(ctx, "doc", redlock.WithWait(0))
+		if !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("err = %v", err)
 		}
-	}
-	_, err := rs.client(t).AcquireRead(ctx, "doc", redlock.WithWait(0))
-	if !errors.Is(err, redlock.ErrNotAcquired) {
-		t.Fatalf("err = %v", err)
-	}
-	waitUntil(t, "no reader entry is left", func() bool { return rs.exists(t, "doc") == 3 })
+		waitUntil(t, "no reader entry is left", func() bool { return rs.exists(t, "doc") == 3 })
+	})
 }
 
 func TestRedis_RWReleaseWakesWaiters(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		wl, err := rs.client(t).AcquireWrite(ctx, "doc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		expectWake(t, rs, []string{"doc"}, func(c *redlock.Client) (func(context.Context) error, error) {
-			return releaser(c.AcquireRead(ctx, "doc", redlock.WithWait(time.Hour)))
-		}, wl.Release)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			wl, err := rs.client(t, path).AcquireWrite(ctx, "doc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			expectWake(t, path, rs, []string{"doc"}, func(c *redlock.Client) (func(context.Context) error, error) {
+				return releaser(c.AcquireRead(ctx, "doc", redlock.WithWait(time.Hour)))
+			}, wl.Release)
+		})
 	})
 }
 
 func TestRedis_MultiAllOrNothing(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		c := rs.client(t)
-		// b is held elsewhere on every master: nothing of a, b, c is set.
-		other, err := rs.client(t).Acquire(ctx, "b")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.AcquireMulti(ctx, []string{"a", "b", "c"}, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("err = %v", err)
-		}
-		waitUntil(t, "nothing of the refused lock is left", func() bool {
-			return rs.exists(t, "a") == 0 && rs.exists(t, "c") == 0
-		})
-		if err := other.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		l, err := c.AcquireMulti(ctx, []string{"a", "b", "c"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := l.Keys(); len(got) != 3 || l.Key() != "a" {
-			t.Fatalf("Keys() = %v, Key() = %q", got, l.Key())
-		}
-		// On each master all three keys are set, or none (a master that
-		// had not yet seen b's release refused the whole set); a quorum
-		// set them.
-		held := 0
-		for i := range rs.servers {
-			set := 0
-			for _, k := range []string{"a", "b", "c"} {
-				if rs.values(t, k)[i] == l.Token() {
-					set++
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			c := rs.client(t, path)
+			// b is held elsewhere on every master: nothing of a, b, c is set.
+			other, err := rs.client(t, path).Acquire(ctx, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.AcquireMulti(ctx, []string{"a", "b", "c"}, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("err = %v", err)
+			}
+			waitUntil(t, "nothing of the refused lock is left", func() bool {
+				return rs.exists(t, "a") == 0 && rs.exists(t, "c") == 0
+			})
+			if err := other.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.AcquireMulti(ctx, []string{"a", "b", "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Keys(); len(got) != 3 || l.Key() != "a" {
+				t.Fatalf("Keys() = %v, Key() = %q", got, l.Key())
+			}
+			// On each master all three keys are set, or none (a master that
+			// had not yet seen b's release refused the whole set); a quorum
+			// set them.
+			held := 0
+			for i := range rs.servers {
+				set := 0
+				for _, k := range []string{"a", "b", "c"} {
+					if rs.values(t, k)[i] == l.Token() {
+						set++
+					}
+				}
+				if set == 3 {
+					held++
 				}
 			}
-			if set == 3 {
-				held++
+			if held < n/2+1 {
+				t.Fatalf("all three keys set on %d masters, want a quorum", held)
 			}
-		}
-		if held < n/2+1 {
-			t.Fatalf("all three keys set on %d masters, want a quorum", held)
-		}
-		if err := l.Extend(ctx, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitUntil(t, "every key released on every master", func() bool {
-			return rs.exists(t, "a")+rs.exists(t, "b")+rs.exists(t, "c") == 0
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "every key released on every master", func() bool {
+				return rs.exists(t, "a")+rs.exists(t, "b")+rs.exists(t, "c") == 0
+			})
 		})
 	})
 }
@@ -483,53 +505,57 @@ func TestRedis_MultiAllOrNothing(t *testing.T) {
 // Two clients lock overlapping sets in opposite orders; all-or-nothing
 // per master means neither can hold one part and wait for the other.
 func TestRedis_MultiOverlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
-	rs := startReal(t, 5)
-	ctx := ctxT(t)
-	sets := [][]string{{"a", "b"}, {"b", "a"}, {"b", "c"}, {"c", "b"}}
-	var holdingB atomic.Int32
-	var wg sync.WaitGroup
-	for _, set := range sets {
-		c := rs.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				l, err := c.AcquireMulti(ctx, set, redlock.WithWait(20*time.Second))
-				if err != nil {
-					t.Error(err)
-					return
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
+		ctx := ctxT(t)
+		sets := [][]string{{"a", "b"}, {"b", "a"}, {"b", "c"}, {"c", "b"}}
+		var holdingB atomic.Int32
+		var wg sync.WaitGroup
+		for _, set := range sets {
+			c := rs.client(t, path)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					l, err := c.AcquireMulti(ctx, set, redlock.WithWait(20*time.Second))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if holdingB.Add(1) != 1 {
+						t.Error("two holders of b at once")
+					}
+					time.Sleep(time.Millisecond)
+					holdingB.Add(-1)
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
 				}
-				if holdingB.Add(1) != 1 {
-					t.Error("two holders of b at once")
-				}
-				time.Sleep(time.Millisecond)
-				holdingB.Add(-1)
-				if err := l.Release(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+			}()
+		}
+		wg.Wait()
+	})
 }
 
 func TestRedis_MultiReleaseOfAnyKeyWakesWaiter(t *testing.T) {
-	rs := startReal(t, 3)
-	ctx := ctxT(t)
-	held, err := rs.client(t).Acquire(ctx, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expectWake(t, rs, []string{"a", "b", "c"}, func(c *redlock.Client) (func(context.Context) error, error) {
-		return releaser(c.AcquireMulti(ctx, []string{"a", "b", "c"}, redlock.WithWait(time.Hour)))
-	}, held.Release)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		held, err := rs.client(t, path).Acquire(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectWake(t, path, rs, []string{"a", "b", "c"}, func(c *redlock.Client) (func(context.Context) error, error) {
+			return releaser(c.AcquireMulti(ctx, []string{"a", "b", "c"}, redlock.WithWait(time.Hour)))
+		}, held.Release)
+	})
 }
 
 func TestMulti_badKeysAreRejectedWithoutTraffic(t *testing.T) {
 	rs := startReal(t, 1)
 	ctx := ctxT(t)
-	c := rs.client(t, redlock.WithClusterSlots())
+	c := rs.client(t, pipelinedPath, redlock.WithClusterSlots())
 	for name, keys := range map[string][]string{
 		"none":            nil,
 		"empty key":       {"a", ""},
@@ -553,7 +579,7 @@ func TestMulti_badKeysAreRejectedWithoutTraffic(t *testing.T) {
 		t.Fatalf("%d keys left", n)
 	}
 	// Without WithClusterSlots any keys go.
-	l, err = rs.client(t).AcquireMulti(ctx, []string{"order:7:items", "order:7:payment"})
+	l, err = rs.client(t, pipelinedPath).AcquireMulti(ctx, []string{"order:7:items", "order:7:payment"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +589,7 @@ func TestMulti_badKeysAreRejectedWithoutTraffic(t *testing.T) {
 func TestKinds_rejectFairAndFencing(t *testing.T) {
 	rs := startReal(t, 1)
 	ctx := ctxT(t)
-	c := rs.client(t)
+	c := rs.client(t, pipelinedPath)
 	if _, err := c.AcquireRead(ctx, "k", redlock.WithFair()); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("read + fair: %v", err)
 	}

@@ -15,12 +15,15 @@ import (
 var exampleMasters []string
 
 func TestMain(m *testing.M) {
-	addrs, stop, err := redistest.Launch(3)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	stop := func() {}
+	if !redistest.ShortExamples() {
+		addrs, stopMasters, err := redistest.Launch(3)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		exampleMasters, stop = addrs, stopMasters
 	}
-	exampleMasters = addrs
 	code := m.Run()
 	stop()
 	if code == 0 {

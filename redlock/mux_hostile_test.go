@@ -18,42 +18,11 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
-
-// pathClient is a client for the masters at addrs on the given path
-// (pipelined or pooled), whatever QUORUMLOCK_TEST_POOLED says.
-func pathClient(t *testing.T, pipelined bool, addrs []string, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	return poolOptsClient(t, pipelined, addrs, nil, opts...)
-}
-
-// poolOptsClient is pathClient with options for the pools.
-func poolOptsClient(t *testing.T, pipelined bool, addrs []string, popts []pool.Option, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	pools := make([]pool.Pool, len(addrs))
-	for i, a := range addrs {
-		p, err := pool.New(a, popts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		pools[i] = p
-	}
-	c, err := redlock.New(pools, append(opts, redlock.WithPipelining(pipelined))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func bothPaths(t *testing.T, f func(t *testing.T, pipelined bool)) {
-	t.Run("pipelined", func(t *testing.T) { f(t, true) })
-	t.Run("pooled", func(t *testing.T) { f(t, false) })
-}
 
 // sleepOr waits d unless done closes first.
 func sleepOr(d time.Duration, done <-chan struct{}) {
@@ -72,19 +41,19 @@ func sleepOr(d time.Duration, done <-chan struct{}) {
 // return; the first that does not fit fails the connection (pipelined)
 // or keeps it out of the pool (pooled), and never counts as a vote.
 func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		real := redistest.StartOne(t)
 		if _, err := real.Do("SET", "held", "another-client"); err != nil {
 			t.Fatal(err)
 		}
 		var injected atomic.Bool
-		fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
+		fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 			if strings.EqualFold(cmd[0], "SET") && injected.CompareAndSwap(false, true) {
-				fc.write("+OK\r\n") // a stray reply, ahead of the real one
+				fc.Write("+OK\r\n") // a stray reply, ahead of the real one
 			}
-			return forward
+			return hostile.Forward
 		})
-		c := pathClient(t, pipelined, []string{fm.addr()}, redlock.WithTimeout(realTimeout))
+		c := addrClient(t, path, []string{fm.Addr()}, redlock.WithTimeout(realTimeout))
 		ctx := ctxT(t)
 		l, err := c.TryAcquire(ctx, "free")
 		if err != nil {
@@ -111,17 +80,17 @@ func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
 // timeout (it used to drain the queue reply by reply), and what was still
 // pending fails with ErrClosed.
 func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		real := redistest.StartOne(t)
-		fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
+		fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 			if !strings.EqualFold(cmd[0], "SCRIPT") {
-				sleepOr(200*time.Millisecond, fc.fm.done)
+				sleepOr(200*time.Millisecond, fc.Quit())
 			}
-			return forward
+			return hostile.Forward
 		})
 		var buf syncBuffer
 		const timeout = 300 * time.Millisecond
-		c := pathClient(t, pipelined, []string{fm.addr()}, redlock.WithTimeout(timeout),
+		c := addrClient(t, path, []string{fm.Addr()}, redlock.WithTimeout(timeout),
 			redlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 		ctx := ctxT(t)
 		var wg sync.WaitGroup
@@ -145,7 +114,7 @@ func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
 		}
 		t.Logf("Close took %v", time.Since(start))
 		// The master's error, in its *NodeError: "master 0 (addr): client closed".
-		if pipelined && !strings.Contains(buf.String(), "): "+strings.TrimPrefix(redlock.ErrClosed.Error(), "redlock: ")) {
+		if path.pipelined && !strings.Contains(buf.String(), "): "+strings.TrimPrefix(redlock.ErrClosed.Error(), "redlock: ")) {
 			t.Errorf("no pending command failed with ErrClosed; log:\n%.2000s", buf.String())
 		}
 	})
@@ -158,13 +127,13 @@ func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
 // answered.
 func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 	real := redistest.StartOne(t)
-	fm := newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
+	fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 		if !strings.EqualFold(cmd[0], "SCRIPT") {
-			sleepOr(200*time.Millisecond, fc.fm.done)
+			sleepOr(200*time.Millisecond, fc.Quit())
 		}
-		return forward
+		return hostile.Forward
 	})
-	c := pathClient(t, true, []string{fm.addr()}, redlock.WithTimeout(100*time.Millisecond))
+	c := addrClient(t, pipelinedPath, []string{fm.Addr()}, redlock.WithTimeout(100*time.Millisecond))
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -175,12 +144,12 @@ func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 			c.TryAcquire(ctx, fmt.Sprintf("k%d", i)) // fails: the master is too slow
 		}()
 	}
-	waitUntil(t, "the first connection is accepted", func() bool { return fm.conn(0) != nil })
+	waitUntil(t, "the first connection is accepted", func() bool { return fm.Conn(0) != nil })
 	select {
-	case <-fm.conn(0).gone:
+	case <-fm.Conn(0).Gone():
 		// 200 commands queued at 200 ms each would take 40 s to answer.
 	case <-time.After(6 * time.Second):
-		t.Fatalf("the connection was not broken; the master answered %d commands", len(fm.conn(0).commands()))
+		t.Fatalf("the connection was not broken; the master answered %d commands", len(fm.Conn(0).Commands()))
 	}
 }
 
@@ -188,34 +157,34 @@ func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 // on a master that granted is still waiting for its reply (it used to wait
 // for the per-master timeout); the rollback completes in the background.
 func TestHostile_failedAttemptReturnsAtItsContextDeadline(t *testing.T) {
-	bothPaths(t, func(t *testing.T, pipelined bool) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		hold := make(chan struct{})
-		granter := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
+		granter := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 			if strings.EqualFold(cmd[0], "EVALSHA") || strings.EqualFold(cmd[0], "EVAL") {
 				select { // the rollback
 				case <-hold:
-				case <-fc.fm.done:
+				case <-fc.Quit():
 				}
 			}
-			return forward
+			return hostile.Forward
 		})
-		addrs := []string{granter.addr()}
+		addrs := []string{granter.Addr()}
 		for _, r := range reals[1:] {
 			if _, err := r.Do("SET", "k", "another-client"); err != nil {
 				t.Fatal(err)
 			}
 			// The refusals come after the grant.
-			slow := newFakeMaster(t, r.Addr(), func(fc *fakeConn, cmd []string) verdict {
+			slow := hostile.NewProxy(t, r.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 				if strings.EqualFold(cmd[0], "SET") {
-					sleepOr(50*time.Millisecond, fc.fm.done)
+					sleepOr(50*time.Millisecond, fc.Quit())
 				}
-				return forward
+				return hostile.Forward
 			})
-			addrs = append(addrs, slow.addr())
+			addrs = append(addrs, slow.Addr())
 		}
 		const timeout = 3 * time.Second
-		c := pathClient(t, pipelined, addrs, redlock.WithTimeout(timeout))
+		c := addrClient(t, path, addrs, redlock.WithTimeout(timeout))
 		ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -248,21 +217,21 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		key := fmt.Sprintf("k%d", round)
 		drop := make(chan struct{})
-		fm := newFakeMaster(t, reals[0].Addr(), func(fc *fakeConn, cmd []string) verdict {
-			if fc.index == 0 && strings.EqualFold(cmd[0], "SET") && cmd[1] == key {
+		fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
+			if fc.Index == 0 && strings.EqualFold(cmd[0], "SET") && cmd[1] == key {
 				// Read the SET, then stop reading until told to hang up.
 				select {
 				case <-drop:
-				case <-fc.fm.done:
+				case <-fc.Quit():
 				}
-				return hangUp
+				return hostile.HangUp
 			}
-			return forward
+			return hostile.Forward
 		})
 		// Writing the big command again, through the fake master, may
 		// take longer than the default write timeout.
-		c := poolOptsClient(t, true, []string{fm.addr(), reals[1].Addr(), reals[2].Addr()},
-			[]pool.Option{pool.WithWriteTimeout(time.Minute)}, redlock.WithTimeout(2*time.Second))
+		c := addrClient(t, pipelinedPath, []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()},
+			redlock.WithPoolOptions(pool.WithWriteTimeout(time.Minute)), redlock.WithTimeout(2*time.Second))
 		ctx := ctxT(t)
 		l, err := c.Acquire(ctx, key, redlock.WithTTL(time.Minute)) // granted by masters 1 and 2
 		if err != nil {
@@ -285,12 +254,12 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		close(drop)
 		<-bigDone
 		waitUntil(t, "the SET and the release reach a new connection", func() bool {
-			fc := fm.conn(1)
+			fc := fm.Conn(1)
 			if fc == nil {
 				return false
 			}
 			set, rel := false, false
-			for _, s := range fc.commands() {
+			for _, s := range fc.Commands() {
 				set = set || s == "SET "+key
 				rel = rel || (strings.HasPrefix(s, "EVALSHA ") && strings.HasSuffix(s, " "+key))
 			}
@@ -298,7 +267,7 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		})
 		if v, _ := redis.String(reals[0].Do("GET", key)); v != "" {
 			t.Fatalf("round %d: the released lock is left on master 0; it saw, on the new connection: %q",
-				round, fm.conn(1).commands())
+				round, fm.Conn(1).Commands())
 		}
 	}
 }
@@ -310,16 +279,16 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 // master had closed, and were sent a second time.
 func TestHostile_ownBreakIsNotResent(t *testing.T) {
 	var wg sync.WaitGroup
-	fms := make([]*fakeMaster, 4)
+	fms := make([]*hostile.Proxy, 4)
 	for i := range fms {
 		real := redistest.StartOne(t)
-		fms[i] = newFakeMaster(t, real.Addr(), func(fc *fakeConn, cmd []string) verdict {
-			if fc.index == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
-				return swallow // runs it, answers nothing
+		fms[i] = hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
+			if fc.Index == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
+				return hostile.Swallow // runs it, answers nothing
 			}
-			return forward
+			return hostile.Forward
 		})
-		c := pathClient(t, true, []string{fms[i].addr()}, redlock.WithTimeout(100*time.Millisecond))
+		c := addrClient(t, pipelinedPath, []string{fms[i].Addr()}, redlock.WithTimeout(100*time.Millisecond))
 		for j := 0; j < 20; j++ {
 			wg.Add(1)
 			go func() {
@@ -331,7 +300,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 	wg.Wait()
 	for i, fm := range fms {
 		select {
-		case <-fm.conn(0).gone: // broken after the stall bound (1 s)
+		case <-fm.Conn(0).Gone(): // broken after the stall bound (1 s)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("master %d: the stalled connection was not broken", i)
 		}
@@ -339,7 +308,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a re-send would come now
 	for i, fm := range fms {
 		seen := map[string]int{}
-		for _, s := range fm.seenAll() {
+		for _, s := range fm.Seen() {
 			if strings.HasPrefix(s, "SET ") {
 				seen[s]++
 			}
@@ -359,15 +328,15 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 // error.
 func TestHostile_mixedMastersSurviveConnectionsThatDieAtOnce(t *testing.T) {
 	reals := redistest.Start(t, 2)
-	fm := newFakeMaster(t, reals[1].Addr(), func(fc *fakeConn, cmd []string) verdict {
+	fm := hostile.NewProxy(t, reals[1].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
 		if strings.EqualFold(cmd[0], "SCRIPT") {
-			return forward
+			return hostile.Forward
 		}
-		return hangUp
+		return hostile.HangUp
 	})
 	plain := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", reals[0].Addr()) }}
 	t.Cleanup(func() { plain.Close() })
-	piped, err := pool.New(fm.addr())
+	piped, err := pool.New(fm.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,8 +355,8 @@ func TestHostile_mixedMastersSurviveConnectionsThatDieAtOnce(t *testing.T) {
 			for j := 0; j < 8; j++ {
 				_, err := c.TryAcquire(ctx, fmt.Sprintf("k%d-%d", i, j))
 				var qe *redlock.QuorumError
-				if !errors.As(err, &qe) || qe.Failed == nil || !strings.Contains(qe.Failed.Error(), fm.addr()) {
-					t.Errorf("TryAcquire: %v, want master %s failed", err, fm.addr())
+				if !errors.As(err, &qe) || qe.Failed == nil || !strings.Contains(qe.Failed.Error(), fm.Addr()) {
+					t.Errorf("TryAcquire: %v, want master %s failed", err, fm.Addr())
 					return
 				}
 			}

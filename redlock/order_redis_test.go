@@ -17,31 +17,12 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// forPaths runs f on the pipelined and on the pooled path; path is the
-// option that picks it, to give every client f makes.
-func forPaths(t *testing.T, f func(t *testing.T, path redlock.Option)) {
-	t.Run("pipelined", func(t *testing.T) { f(t, redlock.WithPipelining(true)) })
-	t.Run("pooled", func(t *testing.T) { f(t, redlock.WithPipelining(false)) })
-}
-
-// pathClient is a client on rs with the given path, whatever
-// QUORUMLOCK_TEST_POOLED says.
-func (rs *realSet) pathClient(t *testing.T, path redlock.Option, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	c, err := redlock.New(rs.pools, append(append([]redlock.Option{redlock.WithTimeout(realTimeout)}, opts...), path)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // A reentrant owner's attempts share one token, so a late rollback of an
 // earlier attempt must not reach a master after the next attempt's grant
 // there: it would delete that grant, and another owner could then win a
 // quorum while the first still holds its lock (issue 13, 2).
 func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
 		const channel = "quorumlock:released:lock"
@@ -67,7 +48,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 			}
 		}
 		defer resume()
-		ca := rs.pathClient(t, path, redlock.WithTimeout(5*time.Second))
+		ca := rs.client(t, path, redlock.WithTimeout(5*time.Second))
 		a, err := ca.NewReentrant("lock", "owner-a",
 			redlock.WithTTL(time.Minute), redlock.WithWait(time.Minute), redlock.WithBackoff(time.Minute, time.Minute))
 		if err != nil {
@@ -112,7 +93,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 		if _, err := rs.servers[1].Do("DEL", "lock"); err != nil {
 			t.Fatal(err)
 		}
-		b, err := rs.pathClient(t, path).NewReentrant("lock", "owner-b", redlock.WithWait(0))
+		b, err := rs.client(t, path).NewReentrant("lock", "owner-b", redlock.WithWait(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,13 +110,13 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 // is closing is rolled back like any failed attempt: Close leaves no lock
 // on any master but those of acquisitions that returned a Lock.
 func TestRedis_CloseDuringFenceCommitLeavesNoKey(t *testing.T) {
-	forPaths(t, func(t *testing.T, path redlock.Option) {
+	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
 		held := map[string]string{} // key → token of a returned lock
 		var mu sync.Mutex
 		for round := 0; round < 15; round++ {
-			c, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout), path)
+			c, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout), path.Option())
 			if err != nil {
 				t.Fatal(err)
 			}

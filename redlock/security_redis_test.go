@@ -17,52 +17,54 @@ import (
 // TLS, ACL users and credentials, against real masters.
 
 func TestRedis_TLSMasters(t *testing.T) {
-	certs := redistest.NewCerts(t)
-	servers := redistest.Start(t, 3, redistest.WithTLS(certs, true))
-	var urls []string
-	for _, s := range servers {
-		urls = append(urls, "rediss://"+s.Addr())
-	}
-	cfg, err := pool.TLSFiles(certs.CAFile, certs.CertFile, certs.KeyFile, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := addrClient(t, urls, redlock.WithPoolOptions(pool.WithTLS(cfg)))
-	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "k", redlock.WithFencing())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// A waiter on the same client waits over TLS too (pub/sub).
-	got := make(chan error, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, "k", redlock.WithWait(10*time.Second))
-		if err == nil {
-			err = l2.Release(ctx)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		certs := redistest.NewCerts(t)
+		servers := redistest.Start(t, 3, redistest.WithTLS(certs, true))
+		var urls []string
+		for _, s := range servers {
+			urls = append(urls, "rediss://"+s.Addr())
 		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+		cfg, err := pool.TLSFiles(certs.CAFile, certs.CertFile, certs.KeyFile, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := addrClient(t, path, urls, redlock.WithPoolOptions(pool.WithTLS(cfg)))
+		ctx := ctxT(t)
+		l, err := c.Acquire(ctx, "k", redlock.WithFencing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// A waiter on the same client waits over TLS too (pub/sub).
+		got := make(chan error, 1)
+		go func() {
+			l2, err := c.Acquire(ctx, "k", redlock.WithWait(10*time.Second))
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
 
-	// The wrong CA: every master fails, and the error says why.
-	badCfg, err := pool.TLSFiles(certs.OtherCAFile, certs.CertFile, certs.KeyFile, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = addrClient(t, urls, redlock.WithPoolOptions(pool.WithTLS(badCfg))).TryAcquire(ctx, "k")
-	var qe *redlock.QuorumError
-	if !errors.As(err, &qe) || qe.Succeeded != 0 || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
-		t.Fatalf("wrong CA: %v", err)
-	}
+		// The wrong CA: every master fails, and the error says why.
+		badCfg, err := pool.TLSFiles(certs.OtherCAFile, certs.CertFile, certs.KeyFile, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = addrClient(t, path, urls, redlock.WithPoolOptions(pool.WithTLS(badCfg))).TryAcquire(ctx, "k")
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) || qe.Succeeded != 0 || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			t.Fatalf("wrong CA: %v", err)
+		}
+	})
 }
 
 // MinimalACL is the ACL rule set docs/operations.md gives a lock user,
@@ -95,130 +97,136 @@ func aclUser(t *testing.T, servers []*redistest.Server, name, rules string) []st
 }
 
 func TestRedis_MinimalACLIsEnoughForEveryKind(t *testing.T) {
-	forN1N5(t, func(t *testing.T, n int) {
-		servers := redistest.Start(t, n)
-		urls := aclUser(t, servers, "locker", minimalACL)
-		c := addrClient(t, urls)
-		ctx := ctxT(t)
-		step := func(what string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-		for _, o := range [][]redlock.LockOption{nil, {redlock.WithFencing()}, {redlock.WithFair()}} {
-			l, err := c.Acquire(ctx, "lock:a", o...)
-			step("acquire", err)
-			step("extend", l.Extend(ctx, 5*time.Second))
-			// A second acquirer waits (pub/sub) and is woken.
-			got := make(chan error, 1)
-			go func() {
-				l2, err := c.Acquire(ctx, "lock:a", append(o, redlock.WithWait(10*time.Second))...)
-				if err == nil {
-					err = l2.Release(ctx)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			servers := redistest.Start(t, n)
+			urls := aclUser(t, servers, "locker", minimalACL)
+			c := addrClient(t, path, urls)
+			ctx := ctxT(t)
+			step := func(what string, err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
 				}
-				got <- err
-			}()
-			time.Sleep(30 * time.Millisecond)
-			step("release", l.Release(ctx))
-			step("waiter", <-got)
-		}
-		rl, err := c.NewReentrant("lock:r", "me")
-		step("reentrant", err)
-		step("reentrant acquire", rl.Acquire(ctx))
-		step("reentrant again", rl.Acquire(ctx))
-		step("reentrant release", rl.Release(ctx))
-		step("reentrant release", rl.Release(ctx))
-		r, err := c.AcquireRead(ctx, "lock:rw")
-		step("read", err)
-		step("read release", r.Release(ctx))
-		w, err := c.AcquireWrite(ctx, "lock:rw")
-		step("write", err)
-		step("write release", w.Release(ctx))
-		m, err := c.AcquireMulti(ctx, []string{"lock:m1", "lock:m2"})
-		step("multi", err)
-		step("multi release", m.Release(ctx))
+			}
+			for _, o := range [][]redlock.LockOption{nil, {redlock.WithFencing()}, {redlock.WithFair()}} {
+				l, err := c.Acquire(ctx, "lock:a", o...)
+				step("acquire", err)
+				step("extend", l.Extend(ctx, 5*time.Second))
+				// A second acquirer waits (pub/sub) and is woken.
+				got := make(chan error, 1)
+				go func() {
+					l2, err := c.Acquire(ctx, "lock:a", append(o, redlock.WithWait(10*time.Second))...)
+					if err == nil {
+						err = l2.Release(ctx)
+					}
+					got <- err
+				}()
+				time.Sleep(30 * time.Millisecond)
+				step("release", l.Release(ctx))
+				step("waiter", <-got)
+			}
+			rl, err := c.NewReentrant("lock:r", "me")
+			step("reentrant", err)
+			step("reentrant acquire", rl.Acquire(ctx))
+			step("reentrant again", rl.Acquire(ctx))
+			step("reentrant release", rl.Release(ctx))
+			step("reentrant release", rl.Release(ctx))
+			r, err := c.AcquireRead(ctx, "lock:rw")
+			step("read", err)
+			step("read release", r.Release(ctx))
+			w, err := c.AcquireWrite(ctx, "lock:rw")
+			step("write", err)
+			step("write release", w.Release(ctx))
+			m, err := c.AcquireMulti(ctx, []string{"lock:m1", "lock:m2"})
+			step("multi", err)
+			step("multi release", m.Release(ctx))
+		})
 	})
 }
 
 func TestRedis_ACLRefusalNamesTheCommand(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	ctx := ctxT(t)
-	for _, tc := range []struct{ drop, cmd, want string }{
-		{"+set", "set", "NOPERM this user has no permissions to run the 'set' command"},
-		{"+publish", "publish", "the release script runs PUBLISH there: the ACL user needs +publish"},
-	} {
-		urls := aclUser(t, servers, "limited", strings.Replace(minimalACL, " "+tc.drop+" ", " ", 1))
-		l, err := addrClient(t, urls).TryAcquire(ctx, "lock:x")
-		if tc.cmd == "publish" && err == nil {
-			err = l.Release(ctx) // the release script publishes
+	forEachPath(t, func(t *testing.T, path connPath) {
+		servers := redistest.Start(t, 3)
+		ctx := ctxT(t)
+		for _, tc := range []struct{ drop, cmd, want string }{
+			{"+set", "set", "NOPERM this user has no permissions to run the 'set' command"},
+			{"+publish", "publish", "the release script runs PUBLISH there: the ACL user needs +publish"},
+		} {
+			urls := aclUser(t, servers, "limited", strings.Replace(minimalACL, " "+tc.drop+" ", " ", 1))
+			l, err := addrClient(t, path, urls).TryAcquire(ctx, "lock:x")
+			if tc.cmd == "publish" && err == nil {
+				err = l.Release(ctx) // the release script publishes
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("without %s: err = %v, want %q", tc.drop, err, tc.want)
+			}
 		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("without %s: err = %v, want %q", tc.drop, err, tc.want)
+		// Keys outside the user's patterns are refused too, by name.
+		urls := aclUser(t, servers, "locker", minimalACL)
+		if _, err := addrClient(t, path, urls).TryAcquire(ctx, "other:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("a key outside ~lock:*: %v", err)
 		}
-	}
-	// Keys outside the user's patterns are refused too, by name.
-	urls := aclUser(t, servers, "locker", minimalACL)
-	if _, err := addrClient(t, urls).TryAcquire(ctx, "other:x"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-		t.Errorf("a key outside ~lock:*: %v", err)
-	}
+	})
 }
 
 func TestRedis_CredentialsNeverShow(t *testing.T) {
-	const secret = "hunter2-very-secret"
-	servers := redistest.Start(t, 3)
-	for _, s := range servers {
-		if _, err := s.Do("ACL", "SETUSER", "app", "on", ">"+secret, "~*", "&*", "+@all"); err != nil {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		const secret = "hunter2-very-secret"
+		servers := redistest.Start(t, 3)
+		for _, s := range servers {
+			if _, err := s.Do("ACL", "SETUSER", "app", "on", ">"+secret, "~*", "&*", "+@all"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var logs syncBuffer
+		logger := slog.New(slog.NewTextHandler(&logs, nil))
+		check := func(what, s string) {
+			t.Helper()
+			if strings.Contains(s, secret) || strings.Contains(s, "wrong-"+secret) {
+				t.Errorf("%s shows the password: %s", what, s)
+			}
+		}
+		// A wrong password: every master fails, and neither the error nor
+		// the log shows either password.
+		var wrongURLs, goodURLs []string
+		for _, s := range servers {
+			wrongURLs = append(wrongURLs, "redis://app:wrong-"+secret+"@"+s.Addr())
+			goodURLs = append(goodURLs, "redis://app:"+secret+"@"+s.Addr())
+		}
+		_, err := addrClient(t, path, wrongURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
+		if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("wrong password: %v", err)
+		}
+		check("the error", err.Error())
+		check("the error (%#v)", fmt.Sprintf("%#v", err))
+		check("the log", logs.String())
+		// Bad URLs with a password.
+		for _, u := range []string{"redis://app:" + secret + "@host:notaport", "redis://app:" + secret + "@[::1", "redis://app:" + secret + "@h:1/x"} {
+			_, err := redlock.NewFromAddrs([]string{u})
+			if err == nil {
+				t.Fatalf("%s: no error", u)
+			}
+			check("a bad URL's error", err.Error())
+		}
+		// String() of a pool and of a client's errors with the right password.
+		p, err := pool.NewFromURL(goodURLs[0])
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	check := func(what, s string) {
-		t.Helper()
-		if strings.Contains(s, secret) || strings.Contains(s, "wrong-"+secret) {
-			t.Errorf("%s shows the password: %s", what, s)
+		defer p.Close()
+		check("String()", p.String()+fmt.Sprint(p)+fmt.Sprintf("%+v", p))
+		servers[1].Kill()
+		l, err := addrClient(t, path, goodURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// A wrong password: every master fails, and neither the error nor
-	// the log shows either password.
-	var wrongURLs, goodURLs []string
-	for _, s := range servers {
-		wrongURLs = append(wrongURLs, "redis://app:wrong-"+secret+"@"+s.Addr())
-		goodURLs = append(goodURLs, "redis://app:"+secret+"@"+s.Addr())
-	}
-	_, err := addrClient(t, wrongURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
-	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
-		t.Fatalf("wrong password: %v", err)
-	}
-	check("the error", err.Error())
-	check("the error (%#v)", fmt.Sprintf("%#v", err))
-	check("the log", logs.String())
-	// Bad URLs with a password.
-	for _, u := range []string{"redis://app:" + secret + "@host:notaport", "redis://app:" + secret + "@[::1", "redis://app:" + secret + "@h:1/x"} {
-		_, err := redlock.NewFromAddrs([]string{u})
-		if err == nil {
-			t.Fatalf("%s: no error", u)
+		err = l.Release(ctx0(t))
+		check("the log", logs.String())
+		if err != nil {
+			check("the release error", err.Error())
 		}
-		check("a bad URL's error", err.Error())
-	}
-	// String() of a pool and of a client's errors with the right password.
-	p, err := pool.NewFromURL(goodURLs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	check("String()", p.String()+fmt.Sprint(p)+fmt.Sprintf("%+v", p))
-	servers[1].Kill()
-	l, err := addrClient(t, goodURLs, redlock.WithLogger(logger)).TryAcquire(ctx0(t), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = l.Release(ctx0(t))
-	check("the log", logs.String())
-	if err != nil {
-		check("the release error", err.Error())
-	}
+	})
 }
 
 func ctx0(t *testing.T) context.Context { return ctxT(t) }

@@ -130,6 +130,7 @@ type Cluster struct {
 // and cannot be pulled, the message says how to build one locally.
 func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
+	redistest.SkipShort(t)
 	cfg := config{backend: Backend(os.Getenv(BackendEnv)), image: os.Getenv(ImageEnv)}
 	for _, o := range opts {
 		o(&cfg)

@@ -4,7 +4,8 @@
 // a byte at a time, a TLS port that never finishes its handshake. Each
 // master reads the commands it is sent (RESP arrays of bulk strings) and
 // answers each with its Answer; it stops, and its goroutines end, when the
-// test ends.
+// test ends. A Proxy stands in front of a real redis-server instead and
+// misbehaves only where a test's hook says.
 package hostile
 
 import (
@@ -29,7 +30,7 @@ type Answer func(w io.Writer, cmd []string, quit <-chan struct{}) error
 // its address.
 func Start(t testing.TB, answer Answer) string {
 	t.Helper()
-	return startRaw(t, func(c net.Conn, quit <-chan struct{}) {
+	return Serve(t, func(c net.Conn, quit <-chan struct{}) {
 		r := bufio.NewReader(c)
 		for {
 			cmd, err := ReadCommand(r)
@@ -48,31 +49,42 @@ func Start(t testing.TB, answer Answer) string {
 // returns the address.
 func Silent(t testing.TB) string {
 	t.Helper()
-	return startRaw(t, func(c net.Conn, quit <-chan struct{}) {
+	return Serve(t, func(c net.Conn, quit <-chan struct{}) {
 		_, _ = io.Copy(io.Discard, c)
 	})
 }
 
-// startRaw accepts connections and serves each on its own goroutine
-// until the test ends, when it closes them and waits for the goroutines.
-func startRaw(t testing.TB, serve func(c net.Conn, quit <-chan struct{})) string {
+// Serve accepts connections on 127.0.0.1 and runs serve for each on its
+// own goroutine until the test ends, when it closes quit and the
+// connections and waits for the goroutines. It returns the address.
+func Serve(t testing.TB, serve func(c net.Conn, quit <-chan struct{})) string {
+	t.Helper()
+	return listen(t, func(c net.Conn, quit <-chan struct{}) func() {
+		return func() { serve(c, quit) }
+	}).ln.Addr().String()
+}
+
+// listen starts a master whose accept loop calls accepted for each
+// connection, in the order they came, and runs the function it returns on
+// the connection's own goroutine.
+func listen(t testing.TB, accepted func(c net.Conn, quit <-chan struct{}) func()) *master {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &master{ln: ln, serve: serve, quit: make(chan struct{}), conns: map[net.Conn]bool{}}
+	m := &master{ln: ln, accepted: accepted, quit: make(chan struct{}), conns: map[net.Conn]bool{}}
 	t.Cleanup(m.stop)
 	m.wg.Add(1)
 	go m.accept()
-	return ln.Addr().String()
+	return m
 }
 
 type master struct {
-	ln    net.Listener
-	serve func(c net.Conn, quit <-chan struct{})
-	quit  chan struct{}
-	wg    sync.WaitGroup
+	ln       net.Listener
+	accepted func(c net.Conn, quit <-chan struct{}) func()
+	quit     chan struct{}
+	wg       sync.WaitGroup
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -107,9 +119,10 @@ func (m *master) accept() {
 		m.conns[c] = true
 		m.wg.Add(1)
 		m.mu.Unlock()
+		serve := m.accepted(c, m.quit)
 		go func() {
 			defer m.wg.Done()
-			m.serve(c, m.quit)
+			serve()
 			m.mu.Lock()
 			delete(m.conns, c)
 			m.mu.Unlock()
@@ -143,6 +156,11 @@ func ReadCommand(r *bufio.Reader) ([]string, error) {
 	return cmd, nil
 }
 
+// maxLen bounds a command's length headers (as Redis's proto-max-bulk-len
+// does by default): the commands come from the client under test, which
+// may send a key of many megabytes on purpose.
+const maxLen = 512 << 20
+
 func header(r *bufio.Reader, kind byte) (int, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -152,7 +170,7 @@ func header(r *bufio.Reader, kind byte) (int, error) {
 		return 0, fmt.Errorf("hostile: want a %q header, got %q", kind, line)
 	}
 	n, err := strconv.Atoi(strings.TrimSuffix(line[1:], "\r\n"))
-	if err != nil || n < 0 || n > 1<<20 {
+	if err != nil || n < 0 || n > maxLen {
 		return 0, errors.New("hostile: bad length")
 	}
 	return n, nil

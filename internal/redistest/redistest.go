@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -59,15 +60,64 @@ func WithAOF() Option {
 	}
 }
 
+// ServerEnv names the environment variable that, when set, is the
+// redis-server binary the tests run instead of the one on $PATH (set it
+// to a path that does not exist to check that `go test -short` needs no
+// Redis).
+const ServerEnv = "QUORUMLOCK_REDIS_SERVER"
+
 // Binary returns the path of redis-server, failing the test with what to
-// install when it is missing.
+// install when it is missing. Under -short it skips the test: see
+// SkipShort.
 func Binary(t testing.TB) string {
 	t.Helper()
-	p, err := exec.LookPath("redis-server")
+	SkipShort(t)
+	p, err := lookPath()
 	if err != nil {
-		t.Fatalf("redis-server is not installed: run `apt-get install -y redis-server` (tests need real Redis): %v", err)
+		t.Fatalf("redis-server is not installed: run `apt-get install -y redis-server` (tests need real Redis), or run the unit tests only with `go test -short`: %v", err)
 	}
 	return p
+}
+
+func lookPath() (string, error) {
+	if p := os.Getenv(ServerEnv); p != "" {
+		return exec.LookPath(p)
+	}
+	return exec.LookPath("redis-server")
+}
+
+// SkipShort skips a test that needs real Redis under -short, saying so:
+// `go test -short ./...` runs the unit tests (the quorum logic on
+// in-memory masters and the fake clock) and needs no redis-server. Every
+// helper that starts Redis calls it; outside a test (Launch) it does
+// nothing.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if _, outside := t.(*launchTB); outside || !testing.Testing() || !testing.Short() {
+		return
+	}
+	t.Skip("needs real Redis: skipped under -short (run without -short to start redis-server masters)")
+}
+
+// ShortExamples is for the TestMain of a package whose examples run on
+// real Redis, before anything else: under -short it leaves the examples
+// out (an example cannot skip), says so on stderr, and reports true.
+func ShortExamples() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if !testing.Short() {
+		return false
+	}
+	skip := "^Example"
+	if old := flag.Lookup("test.skip").Value.String(); old != "" {
+		skip = old + "|" + skip
+	}
+	if err := flag.Set("test.skip", skip); err != nil {
+		panic(err)
+	}
+	fmt.Fprintln(os.Stderr, "redistest: -short: the examples need real Redis and are not run")
+	return true
 }
 
 // Start starts n servers and returns them once each answers PING.
@@ -226,7 +276,7 @@ func (s *Server) Start() error {
 	if running {
 		return fmt.Errorf("redistest: %s is already running", s.Addr())
 	}
-	bin, err := exec.LookPath("redis-server")
+	bin, err := lookPath()
 	if err != nil {
 		return err
 	}
