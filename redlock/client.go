@@ -43,14 +43,13 @@ type Client struct {
 	waker      *waker
 	muxes      []*mux                // per master with pipelining on; nil entries otherwise
 	allMux     bool                  // every master is pipelined: rounds need no goroutines
-	muxConns   map[*muxConn]struct{} // live pipelined connections, closed by Close
-	muxWorkers sync.WaitGroup        // their readers and writers
 	fin        finisher              // retries of releases and rollbacks that masters missed
 }
 
 type master struct {
 	index int
 	addr  string
+	t     Transport // the pipelined transport, or nil
 	pool  pool.Pool
 	dial  pool.Dialer // connections of its own (dialerOf); nil when the pool cannot
 }
@@ -93,7 +92,6 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	}
 	c.waker = newWaker(c)
 	c.fin.init(len(pools))
-	c.muxConns = map[*muxConn]struct{}{}
 	c.muxes = make([]*mux, len(pools))
 	seen := make(map[any]int, len(pools))
 	for i, p := range pools {
@@ -122,7 +120,12 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		c.allMux = true
 		for i := range c.masters {
 			if c.masters[i].dial != nil {
-				c.muxes[i] = &mux{c: c, m: &c.masters[i]}
+				m := &c.masters[i]
+				mx := &mux{addr: m.addr, dial: m.dial, timeout: c.timeout}
+				if r, ok := m.pool.(pool.Redactor); ok {
+					mx.redact = r.RedactError
+				}
+				c.muxes[i], m.t = mx, mx
 			} else {
 				c.allMux = false
 			}
@@ -238,17 +241,12 @@ func (c *Client) Close() error {
 	case <-grace.C:
 	}
 	grace.Stop()
-	c.mu.Lock()
-	conns := make([]*muxConn, 0, len(c.muxConns))
-	for mc := range c.muxConns {
-		conns = append(conns, mc)
-	}
-	c.mu.Unlock()
-	for _, mc := range conns {
-		mc.fail(ErrClosed)
+	for _, mx := range c.muxes {
+		if mx != nil {
+			mx.Close()
+		}
 	}
 	<-idle // what the connections carried is settled now
-	c.muxWorkers.Wait()
 	for _, p := range c.owned {
 		p.Close()
 	}

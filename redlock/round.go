@@ -223,11 +223,11 @@ func chainID(key, token string, sh shape) string {
 	return key + "\x00" + id
 }
 
-// roundReq is one master's share of a round on a pipelined connection:
-// the request and what its reply needs. A round holds them, so sending a
+// roundReq is one master's share of a round on an Ordered transport: the
+// command and what its reply needs. A round holds them, so sending a
 // command allocates nothing.
 type roundReq struct {
-	req muxReq
+	cmd Command
 	r   *round
 	i   int
 	w   *wireCmd
@@ -240,7 +240,7 @@ type roundReq struct {
 const inlineMasters = 7
 
 // send submits w to every master for which skip is nil or false, on the
-// pipelined connections; settle (nil: the round's own) gets each vote.
+// Ordered transports; settle (nil: the round's own) gets each vote.
 func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...bool) {
 	n := len(r.c.masters)
 	var reqs []roundReq
@@ -249,36 +249,32 @@ func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...
 	} else {
 		reqs = make([]roundReq, n)
 	}
-	// Run late (after commands submitted later, see muxConn.noScript), a
-	// release, rollback, extension or leave finds nothing, or its own
-	// token: no later round uses it, but a reentrant owner's do.
-	late := w.op != opAcquire && w.op != opCommit && (r.v == nil || r.v.kind != kindReentrant)
-	undo := w.op == opRollback || w.op == opLeave // never refused as busy (muxUndo)
 	for i := range reqs {
 		if len(skip) > 0 && skip[i] {
 			continue
 		}
 		q := &reqs[i]
-		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, late: late, undo: undo, resend: true,
-			drop: w.op == opAcquire || w.op == opExtend}, r: r, i: i, w: w, settle: settle}
-		q.req.to = q
-		r.c.muxes[i].submit(&q.req)
+		*q = roundReq{r: r, i: i, w: w, settle: settle}
+		w.fill(&q.cmd, r)
+		q.cmd.to = q
+		r.c.masters[i].t.Send(&q.cmd)
 	}
 }
 
-// deliver handles master q.i's reply. (A script's NOSCRIPT is the mux's:
-// see muxConn.noScript.) A request the mux re-sent after the master closed
-// the connection gets the same caution as exec's retry.
-func (q *roundReq) deliver(reply any, err error) {
+// complete handles master q.i's reply. (A script's NOSCRIPT is the
+// transport's: see muxConn.noScript.) A request the transport re-sent
+// after the master closed the connection gets the same caution as exec's
+// retry.
+func (q *roundReq) complete(reply any, err error, info SendInfo) {
 	w := q.w
 	v, err := q.r.decode(q.i, w.op, w.want, reply, err)
-	if err != nil && q.req.sent.IsZero() {
+	if err != nil && !info.Sent {
 		q.r.fin.markUnsent(w.op, q.i)
 	}
 	if err != nil && finishes(w.op, q.r) {
 		q.r.c.finishLater(q.r, q.i, w.op, err)
 	}
-	if q.req.resent && err == nil && v == voteNo && w.op != opExtend {
+	if info.Resent && err == nil && v == voteNo && w.op != opExtend {
 		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
 	}
 	q.settleVote(v, err)
@@ -292,14 +288,34 @@ func (q *roundReq) settleVote(v vote, err error) {
 	q.r.settle(q.i, v, err)
 }
 
-// wireCmd is an operation's command as a pipelined connection sends it:
-// built once per round and shared, read-only, by every master.
+// wireCmd is an operation's command: built once per round and shared,
+// read-only, by every master.
 type wireCmd struct {
-	op     opKind
-	script *scripts.Script // nil for a plain command
-	cmd    string          // "EVALSHA", or the plain command
-	args   []any
-	want   expect // what the reply may be
+	op      opKind
+	script  *scripts.Script // nil for a plain command
+	cmd     string          // "EVALSHA", or the plain command
+	args    []any           // as a redigo connection sends them (EVALSHA: the hash and key count first)
+	keysAnd []any           // the keys and values (a plain command: its arguments)
+	nkeys   int
+	want    expect // what the reply may be
+}
+
+// fill writes w into cmd, with what the command is for a transport's
+// choices (Command.Resend and the others).
+func (w *wireCmd) fill(cmd *Command, r *round) {
+	op := w.op
+	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w.args,
+		Resend: true,
+		// Run late (after commands submitted later, see muxConn.noScript), a
+		// release, rollback, extension or leave finds nothing, or its own
+		// token: no later round uses it, but a reentrant owner's do.
+		MayRunLate:   op != opAcquire && op != opCommit && (r.v == nil || r.v.kind != kindReentrant),
+		Undo:         op == opRollback || op == opLeave, // never refused as busy (muxUndo)
+		DropWhenDown: op == opAcquire || op == opExtend,
+	}
+	if w.script != nil {
+		cmd.Script = scriptOf[w.script]
+	}
 }
 
 // wireInto builds op's command into w, its arguments in buf when it has
@@ -310,16 +326,17 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	}
 	script, cmd, args := r.command(op, buf[2:2])
 	if script == nil {
-		*w = wireCmd{op: op, cmd: cmd, args: args, want: expectOf(nil)}
+		*w = wireCmd{op: op, cmd: cmd, args: args, keysAnd: args, want: expectOf(nil)}
 		return
 	}
 	full := buf[:2+len(args)]
+	nkeys := r.nkeys(script)
 	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
-		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), r.nkeys(script), args...)
+		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), nkeys, args...)
 	} else {
-		script.PrefixArgs(full, r.nkeys(script))
+		script.PrefixArgs(full, nkeys)
 	}
-	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, want: expectOf(script)}
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script)}
 }
 
 // settle reports master i's answer to the round, on a pipelined path.
@@ -705,6 +722,9 @@ func (e expect) fits(v any) bool {
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
+	if re, ok := err.(ReplyError); ok {
+		err = redis.Error(re) // as redigo reports it: what callers of this package see
+	}
 	if err != nil {
 		return voteFail, scripts.Explain(err)
 	}
