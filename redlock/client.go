@@ -34,16 +34,16 @@ type Client struct {
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
 
-	mu         sync.Mutex
-	closed     bool
-	closing    chan struct{}     // closed by Close: stops the locks' watchdogs
-	releasing  map[string]*round // per key, the newest release whose workers still run
-	chains     map[string]*round // per key and holder (chainID), its newest round whose workers still run
-	workers    sync.WaitGroup    // every goroutine that talks to a master
-	waker      *waker
-	muxes      []*mux                // per master with pipelining on; nil entries otherwise
-	allMux     bool                  // every master is pipelined: rounds need no goroutines
-	fin        finisher              // retries of releases and rollbacks that masters missed
+	mu        sync.Mutex
+	closed    bool
+	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
+	releasing map[string]*round // per key, the newest release whose workers still run
+	chains    map[string]*round // per key and holder (chainID), its newest round whose workers still run
+	workers   sync.WaitGroup    // every goroutine that talks to a master
+	waker     *waker
+	muxes     []*mux   // per master with pipelining on; nil entries otherwise
+	allMux    bool     // every master is pipelined: rounds need no goroutines
+	fin       finisher // retries of releases and rollbacks that masters missed
 }
 
 type master struct {
