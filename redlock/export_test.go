@@ -13,8 +13,8 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	c.mu.Lock()
 	releasing = len(c.releasing) + len(c.chains)
 	c.mu.Unlock()
-	for _, mx := range c.muxes {
-		if mx != nil {
+	for _, m := range c.masters {
+		if mx, ok := m.t.(*mux); ok {
 			muxConns += mx.liveConns()
 		}
 	}

@@ -409,7 +409,7 @@ func (f *finisher) try(c *Client, e *finEntry) {
 		return
 	}
 	e.tries++
-	if c.allMux {
+	if c.allOrdered {
 		f.send(c, e)
 	} else {
 		go f.exec(c, e)

@@ -198,41 +198,6 @@ func (d redigoDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	return d.p.Dial()
 }
 
-// conn returns a live pipelined connection, waiting (until ctx ends) for
-// the dial that a missing one sets off.
-func (mx *mux) conn(ctx context.Context) (*muxConn, error) {
-	for first := true; ; first = false {
-		mx.mu.Lock()
-		mc := mx.cur
-		if mc != nil && !mc.isClosed() {
-			mx.mu.Unlock()
-			return mc, nil
-		}
-		if !first {
-			// The dial failed, or the connection it made failed at once.
-			err := mx.dialErr
-			if err == nil && mc != nil {
-				err = mc.err
-			}
-			if err == nil {
-				err = errors.New("connection lost")
-			}
-			mx.mu.Unlock()
-			return nil, err
-		}
-		wait, err := mx.startDialLocked()
-		mx.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
 // startDialLocked starts the dialer unless one runs or waits, and returns
 // the channel that closes when it ends. While the current connection is
 // being settled, the dial waits: its reader starts it once what the
@@ -677,29 +642,6 @@ func (mc *muxConn) down() error {
 	return nil
 }
 
-// do queues one command and waits for its reply until ctx ends. It does
-// not re-send: its caller does, where that is safe.
-func (mx *mux) do(ctx context.Context, want expect, cmd string, args []any) (any, error) {
-	mc, err := mx.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	type result struct {
-		v   any
-		err error
-	}
-	res := make(chan result, 1)
-	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, want: want, to: replyFunc(func(v any, err error) { res <- result{v, err} })}); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-res:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // enqueue hands r to the connection: written at once by the caller when
 // the connection is idle, else queued for the writer goroutine, which
 // writes everything queued in one pass. It fails at once when the
@@ -796,37 +738,6 @@ func (mx *mux) submit(r *muxReq) {
 		}
 		// It closed meanwhile: r joins the backlog.
 	}
-}
-
-// muxHandle lets the code written for a redis.Conn (the scripts' EVALSHA
-// with its EVAL fallback) run over the mux.
-type muxHandle struct {
-	mx   *mux
-	ctx  context.Context
-	want expect
-}
-
-var _ redis.ConnWithTimeout = muxHandle{}
-
-func (h muxHandle) Close() error { return nil }
-func (h muxHandle) Err() error   { return nil }
-func (h muxHandle) Do(cmd string, args ...any) (any, error) {
-	return h.mx.do(h.ctx, h.want, cmd, args)
-}
-func (h muxHandle) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(h.ctx, timeout)
-	defer cancel()
-	return h.mx.do(ctx, h.want, cmd, args)
-}
-func (h muxHandle) Send(string, ...any) error {
-	return errors.New("redlock: Send on a pipelined handle")
-}
-func (h muxHandle) Flush() error { return errors.New("redlock: Flush on a pipelined handle") }
-func (h muxHandle) Receive() (any, error) {
-	return nil, errors.New("redlock: Receive on a pipelined handle")
-}
-func (h muxHandle) ReceiveWithTimeout(time.Duration) (any, error) {
-	return nil, errors.New("redlock: Receive on a pipelined handle")
 }
 
 // Addr names the master (Transport).

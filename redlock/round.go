@@ -136,11 +136,11 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	}
 	r.running.Store(int32(n))
 	workers := n
-	if c.allMux && op == opAcquire {
+	if c.allOrdered && op == opAcquire {
 		r.held.Store(true)
 		workers++
 	}
-	if !c.allMux {
+	if !c.allOrdered {
 		// What the worker goroutines need: a bound, the decision, and
 		// their completion for the rounds chained after this one.
 		r.ctx, r.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
@@ -169,7 +169,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		older = c.fin.newest(c, chainID(key, token, sh), r, ttl)
 	}
 	prev := after
-	if !c.allMux {
+	if !c.allOrdered {
 		if op != opCommit {
 			r.chain = chainID(key, token, sh)
 			if last := c.chains[r.chain]; last != nil {
@@ -192,7 +192,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	if older != nil {
 		c.fin.supersede(older, r)
 	}
-	if c.allMux {
+	if c.allOrdered {
 		// Pipelined: no goroutine per master; each reply is handled on
 		// its connection's reader. Commands to one master go out in the
 		// order they are submitted, so nothing needs chaining.
@@ -511,28 +511,54 @@ func (r *round) work(i int, prev *round) {
 	}
 }
 
-// exec sends one command to one master, bounded by ctx's deadline. A
-// pooled connection that the master closed (it restarted, or dropped idle
-// clients) fails at its first use; exec then tries once more on a fresh
-// connection within the same deadline. An answer to that second try that
-// could hide the first try's effect counts as unknown, not as a refusal.
+// exec sends op of r to master m through its transport, bounded by
+// ctx's deadline, and waits for the answer. An answer to a command the
+// transport re-sent after the master closed the connection, which could
+// hide the first try's effect, counts as unknown, not as a refusal.
 func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (v vote, err error) {
 	defer c.backstopVote(m, &v, &err)
-	v, err = c.execOnce(ctx, m, op, r, false)
-	if err == nil || !brokenConn(err) {
-		return v, c.wrapNodeError(m, err)
+	w := new(wireCmd)
+	r.wireInto(w, op, nil)
+	q := &execReq{done: make(chan struct{})}
+	w.fill(&q.cmd, r)
+	q.cmd.Deadline, _ = ctx.Deadline()
+	q.cmd.to = q
+	if err := ctx.Err(); err != nil {
+		r.fin.markUnsent(op, m.index)
+		return voteFail, c.nodeError(m, err)
 	}
-	// The other idle connections are likely as stale: retry on a fresh one.
-	v, err2 := c.execOnce(ctx, m, op, r, true)
-	if err2 != nil {
-		return voteFail, c.wrapNodeError(m, err2)
+	m.t.Send(&q.cmd)
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		// An Ordered transport may answer later; this caller has stopped
+		// waiting.
+		return voteFail, c.nodeError(m, ctx.Err())
+	}
+	v, err = r.decode(m.index, op, w.want, q.reply, q.err)
+	if err != nil && !q.info.Sent {
+		r.fin.markUnsent(op, m.index)
 	}
 	// SET NX finds our own key if the first try ran; a release or a
 	// rollback finds nothing to delete.
-	if v == voteNo && op != opExtend {
-		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after %v: the first try may have run", op, err))
+	if q.info.Resent && err == nil && v == voteNo && op != opExtend {
+		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after a broken connection: the first try may have run", op))
 	}
-	return v, nil
+	return v, c.wrapNodeError(m, err)
+}
+
+// execReq is one command exec waits for.
+type execReq struct {
+	cmd   Command
+	done  chan struct{}
+	reply any
+	err   error
+	info  SendInfo
+}
+
+func (q *execReq) complete(reply any, err error, info SendInfo) {
+	q.reply, q.err, q.info = reply, err, info
+	close(q.done)
 }
 
 func (c *Client) wrapNodeError(m *master, err error) error {
@@ -549,69 +575,6 @@ func (c *Client) wrapNodeError(m *master, err error) error {
 // read.
 func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// execOnce sends one command; fresh asks for a newly dialed connection
-// rather than an idle one of the pool, where the pool can dial.
-func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, fresh bool) (vote, error) {
-	script, cmd, args := r.command(op, nil)
-	want := expectOf(script)
-	var conn redis.Conn
-	pooled := false
-	if mx := c.muxes[m.index]; mx != nil {
-		conn = muxHandle{mx: mx, ctx: ctx, want: want}
-	} else {
-		pooled = true
-		var err error
-		if fresh && m.dial != nil {
-			conn, err = m.dial.Dial(ctx)
-		} else {
-			conn, err = m.pool.GetContext(ctx)
-		}
-		if err != nil {
-			if !fresh {
-				r.fin.markUnsent(op, m.index)
-			}
-			return voteFail, err
-		}
-		defer conn.Close()
-	}
-	timeout := c.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	if timeout <= 0 {
-		if !fresh {
-			r.fin.markUnsent(op, m.index)
-		}
-		return voteFail, context.DeadlineExceeded
-	}
-	var res any
-	var err error
-	if script != nil {
-		res, err = script.DoKeys(conn, timeout, r.nkeys(script), args...)
-	} else {
-		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
-	}
-	v, err := r.decode(m.index, op, want, res, err)
-	var de *desyncError
-	if pooled && errors.As(err, &de) {
-		discard(conn)
-	}
-	return v, err
-}
-
-// discard keeps a pooled connection that is out of step with its master
-// from going back to the pool: redigo's pool closes a connection whose Err
-// is set, and a read whose deadline has already passed fails and sets it.
-// The replies already buffered (a few KiB at most) are read first.
-func discard(conn redis.Conn) {
-	for i := 0; i < 4096 && conn.Err() == nil; i++ {
-		_, err := redis.ReceiveWithTimeout(conn, -time.Nanosecond)
-		if _, isReply := err.(redis.Error); err != nil && !isReply {
-			return
-		}
-	}
 }
 
 // command returns what op sends to a master: a script and its keys and
