@@ -33,14 +33,6 @@ var ErrPanic = errors.New("redlock: the reply parser panicked")
 // panicError turns a recovered value into an error that matches ErrPanic.
 func panicError(p any) error { return fmt.Errorf("%w: %v", ErrPanic, p) }
 
-// backstopVote, deferred by a function that returns a master's vote,
-// turns a panic into a failed vote.
-func (c *Client) backstopVote(m *master, v *vote, err *error) {
-	if p := recover(); p != nil {
-		*v, *err = voteFail, c.nodeError(m, panicError(p))
-	}
-}
-
 // receive is redis.ReceiveWithTimeout with the backstop: a panic of the
 // parser becomes an error, and the caller breaks the connection.
 func receive(conn redis.Conn, timeout time.Duration) (v any, err error) {

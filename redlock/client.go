@@ -38,14 +38,15 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
-	releasing map[string]*round // per key, the newest release whose workers still run
-	chains    map[string]*round // per key and holder (chainID), its newest round whose workers still run
-	workers   sync.WaitGroup    // every goroutine that talks to a master
+	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
+	chains    map[string]*round // per key and holder (chainID), its newest round whose legs still run (idem)
+	workers   sync.WaitGroup    // every leg of a round, retry, watchdog and subscriber still running
 	waker     *waker
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
-	allOrdered bool
-	fin        finisher // retries of releases and rollbacks that masters missed
+	allOrdered  bool
+	someOrdered bool     // at least one master's transport is Ordered
+	fin         finisher // retries of releases and rollbacks that masters missed
 }
 
 type master struct {
@@ -172,6 +173,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.masters[i] = master{index: i, addr: addr, t: t, ordered: ordered}
 		c.addrs[i] = addr
 		c.allOrdered = c.allOrdered && ordered
+		c.someOrdered = c.someOrdered || ordered
 	}
 	c.waker = newWaker(c)
 	c.fin.init(len(ts))
@@ -446,9 +448,6 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 			// The commit could not start (the client is closing): undo
 			// the acquisition like any failed attempt.
 			r.decide(true)
-			if c.allOrdered {
-				r.rollbackPipelined(t.votes)
-			}
 			return nil, r, err
 		}
 		validity = ttl - c.clock.Since(start) - c.drift(ttl)
@@ -478,28 +477,22 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	// but not past ctx: the rollback then goes on in the background.
 	// Masters that failed or have not answered yet roll back in the
 	// background, each right after its own SET, bounded by the per-master
-	// timeout (pipelined: by the connection's stall bound).
-	if c.allOrdered {
-		rolled := r.rollbackPipelined(t.votes)
-		if t.ctxErr == nil {
+	// timeout (on an Ordered transport, by its own bound: the stall bound
+	// of a pipelined connection).
+	if t.ctxErr == nil {
+		rolled := r.legsEnded(t.votes)
+		var bound <-chan time.Time
+		if c.someOrdered {
+			// An Ordered transport keeps a rollback behind a slow SET
+			// past any deadline: wait one per-master timeout at most.
 			wait := c.clock.NewTimer(c.timeout)
-			select {
-			case <-rolled:
-			case <-wait.C():
-			case <-ctx.Done():
-			}
-			wait.Stop()
+			defer wait.Stop()
+			bound = wait.C()
 		}
-	} else if t.ctxErr == nil {
-	wait:
-		for i, v := range t.votes {
-			if v == voteYes {
-				select {
-				case <-r.done[i]:
-				case <-ctx.Done():
-					break wait
-				}
-			}
+		select {
+		case <-rolled:
+		case <-bound:
+		case <-ctx.Done():
 		}
 	}
 	if failed != nil {

@@ -135,14 +135,26 @@ var (
 		}
 		return all
 	}()
+	// scriptOf maps each script the Client runs to its wrapper. Scripts
+	// that share a source (FairFencedAcquire is FairAcquire with the
+	// fencing counter's key) share one.
 	scriptOf = func() map[*scripts.Script]*Script {
-		m := make(map[*scripts.Script]*Script, len(allScripts))
+		m := make(map[*scripts.Script]*Script, len(allScripts)+1)
 		for _, s := range allScripts {
 			m[s.s] = s
 		}
+		m[scripts.FairFencedAcquire] = m[scripts.FairAcquire]
 		return m
 	}()
 )
+
+// wrapScript returns s's wrapper.
+func wrapScript(s *scripts.Script) *Script {
+	if w := scriptOf[s]; w != nil {
+		return w
+	}
+	return &Script{s}
+}
 
 // ReplyShape is what a command's reply may be, besides an error reply
 // (which any command may get). A reply that does not fit is never a vote:
