@@ -36,6 +36,11 @@
 // With WithPipelining(false), or a pool that cannot dial, each command
 // borrows a pooled connection.
 //
+// Both are Transports: the Client reaches every master through that
+// interface, which moves commands and release notices and decides
+// nothing about the lock. NewWithTransports takes transports of any kind,
+// such as the go-redis adapter of the nested module goredis.
+//
 // # Errors
 //
 // Failures are reported by errors matching the sentinels (ErrNotAcquired,

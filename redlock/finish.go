@@ -21,14 +21,15 @@ import (
 // has passed since the master failed (it has expired by then), or the
 // client closes. The caller's answer stays as it was.
 //
-// What "did not confirm" means depends on the path. Pipelined, a command
-// waits on the master's one connection after its caller stopped waiting,
-// and a late answer means it ran: only a command that failed for good —
-// its connection broke (a stall, a reply out of step, a second EOF), the
-// redial failed, the queue was full, an error reply — is finished. Pooled,
-// every command whose worker got no answer in time (its connection is
-// discarded), and every release that never went out because the round
-// before it on that master was still pending.
+// What "did not confirm" is, is the transport's to say: every command it
+// completes with an error, and every release that never went out because
+// the round before it on that master was still pending. Pipelined, a
+// command waits on the master's one connection after its caller stopped
+// waiting, and a late answer means it ran: only a command that failed for
+// good — its connection broke (a stall, a reply out of step, a second
+// EOF), the redial failed, the queue was full, an error reply — fails.
+// Pooled, every command that got no answer by its deadline fails (its
+// connection is discarded).
 //
 // A compare-and-delete by token is idempotent, so a late copy is harmless
 // — except for a reentrant owner, whose every hold uses the owner as its
@@ -102,13 +103,15 @@ type roundFin struct {
 	superseded atomic.Bool
 	// until, for a reentrant owner's round: its retries end by then.
 	until time.Time
-	// busy (pooled path, under finisher.gate): per master, closed when
-	// the retry in flight there ends.
-	busy []chan struct{}
-	// after (pooled path): per master, a retry of a superseded round
-	// still in flight, which this round's worker waits for before it
-	// sends anything.
-	after []chan struct{}
+	// busy (transports that are not Ordered; allocated under
+	// finisher.gate): per master, the retry in flight there, which fires
+	// when it ends.
+	busy []atomic.Pointer[event]
+	// after (transports that are not Ordered): per master, a retry of a
+	// superseded round still in flight, which this round's leg waits for
+	// before it sends anything. Set under finisher.gate before the round
+	// starts its legs.
+	after []*event
 	// unsent: bit i set when the acquisition's command certainly never
 	// left for master i (no connection, no time left): its rollback there
 	// needs no retry.
@@ -182,17 +185,17 @@ func (f *finisher) newest(c *Client, id string, r *round, ttl time.Duration) *ro
 }
 
 // supersede drops the retries of old, a reentrant owner's previous round,
-// before r (the owner's next) sends anything. On the pooled path, r's
-// workers wait for a retry of old still in flight.
+// before r (the owner's next) sends anything. On a transport that is not
+// Ordered, r's legs wait for a retry of old still in flight.
 func (f *finisher) supersede(old, r *round) {
 	f.gate.Lock()
 	old.fin.superseded.Store(true)
-	for i, ch := range old.fin.busy {
-		if ch != nil {
+	for i := range old.fin.busy {
+		if e := old.fin.busy[i].Load(); e != nil {
 			if r.fin.after == nil {
-				r.fin.after = make([]chan struct{}, len(old.fin.busy))
+				r.fin.after = make([]*event, len(old.fin.busy))
 			}
-			r.fin.after[i] = ch
+			r.fin.after[i] = e
 		}
 	}
 	f.gate.Unlock()
@@ -409,27 +412,23 @@ func (f *finisher) try(c *Client, e *finEntry) {
 		return
 	}
 	e.tries++
-	if c.allMux {
-		f.send(c, e)
-	} else {
-		go f.exec(c, e)
-	}
+	f.send(c, e)
 }
 
-// send submits e on the master's pipelined connection; the reply is
-// handled on its reader.
+// send sends e through the master's transport, bounded by a per-master
+// timeout; the reply is handled wherever the transport completes it. On
+// a transport that is not Ordered, a later round of a reentrant owner
+// waits for it (roundFin.after).
 func (f *finisher) send(c *Client, e *finEntry) {
 	r := e.r
 	w := new(wireCmd)
 	r.wireInto(w, e.op, nil)
-	q := &muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, undo: true, resend: true,
-		// As for the round's own command (round.send).
-		late: r.v == nil || r.v.kind != kindReentrant}
-	q.to = replyFunc(func(v any, err error) {
-		_, err = r.decode(e.i, e.op, w.want, v, err)
-		f.ended(c, e, err, false)
-		c.workers.Done()
-	})
+	q := &finReq{f: f, c: c, e: e, w: w}
+	w.fill(&q.cmd, r)
+	// As for the round's own command (wireCmd.fill), and never refused as
+	// busy: what it undoes may still run.
+	q.cmd.Undo, q.cmd.DropWhenDown = true, false
+	q.cmd.to, q.cmd.Deadline = q, time.Now().Add(c.timeout)
 	f.gate.Lock()
 	if r.fin.superseded.Load() {
 		f.gate.Unlock()
@@ -437,35 +436,38 @@ func (f *finisher) send(c *Client, e *finEntry) {
 		c.workers.Done()
 		return
 	}
-	c.muxes[e.i].submit(q)
+	m := &c.masters[e.i]
+	if !m.ordered {
+		if r.fin.busy == nil {
+			r.fin.busy = make([]atomic.Pointer[event], len(c.masters))
+		}
+		q.busy = new(event)
+		r.fin.busy[e.i].Store(q.busy)
+	}
+	m.t.Send(&q.cmd)
 	f.gate.Unlock()
 }
 
-// exec sends e on a pooled connection, bounded by the per-master timeout.
-// A later round of a reentrant owner waits for it (roundFin.after).
-func (f *finisher) exec(c *Client, e *finEntry) {
-	defer c.workers.Done()
-	r := e.r
-	f.gate.Lock()
-	if r.fin.superseded.Load() {
-		f.gate.Unlock()
-		f.ended(c, e, nil, true)
-		return
+// finReq is a retry's command.
+type finReq struct {
+	cmd  Command
+	f    *finisher
+	c    *Client
+	e    *finEntry
+	w    *wireCmd
+	busy *event // the retry in flight, on a transport that is not Ordered
+}
+
+func (q *finReq) complete(res any, err error, _ SendInfo) {
+	e := q.e
+	if q.busy != nil {
+		e.r.fin.busy[e.i].CompareAndSwap(q.busy, nil)
+		q.busy.fire()
 	}
-	done := make(chan struct{})
-	if r.fin.busy == nil {
-		r.fin.busy = make([]chan struct{}, len(c.masters))
-	}
-	r.fin.busy[e.i] = done
-	f.gate.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	_, err := c.exec(ctx, &c.masters[e.i], e.op, r)
-	cancel()
-	f.gate.Lock()
-	r.fin.busy[e.i] = nil
-	close(done)
-	f.gate.Unlock()
-	f.ended(c, e, err, false)
+	// Yes or no, the key is no longer ours there.
+	_, err = e.r.decode(e.i, e.op, q.w.want, res, err)
+	q.f.ended(q.c, e, err, false)
+	q.c.workers.Done()
 }
 
 // logUnfinished reports a retry given up.
@@ -487,13 +489,13 @@ func (c *Client) logUnfinished(e *finEntry, why string) {
 		"redlock: a master did not confirm; the key stays there until its TTL", attrs...)
 }
 
-// waitAfter returns the channel that closes when the retry of a
-// superseded round on master i has ended, or nil (pooled path).
-func (r *round) waitAfter(i int) <-chan struct{} {
-	if r.fin.after == nil || r.fin.after[i] == nil {
+// waitAfter returns the retry of a superseded round in flight on master
+// i, which fires when it ends, or nil (transports that are not Ordered).
+func (rf *roundFin) waitAfter(i int) *event {
+	if rf.after == nil {
 		return nil
 	}
-	return r.fin.after[i]
+	return rf.after[i]
 }
 
 // finQueue is a heap of retries by due time.

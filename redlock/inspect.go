@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // Inspection is what every master holds for one key (Client.Inspect).
@@ -45,6 +47,10 @@ type MasterState struct {
 // masters at once. It is meant for operators and tests (redlock status):
 // what it returns is a snapshot, and the lock may change while it is read.
 //
+// A master is read through its transport's Inspector ability (both
+// transports New makes have it); a transport without it is reported as
+// that master's error, matching errors.ErrUnsupported.
+//
 // Each round trip to a master waits at most the per-master timeout
 // (WithTimeout) and never past ctx's deadline; a cancelled ctx stops each
 // master's reading before its next round trip. A master's failure is
@@ -74,9 +80,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 	return in, nil
 }
 
-// inspect reads one master through a connection of its pool. (Inspection
-// talks to the pool directly, not through the client's pipelined
-// connections: it is rare, read-only and may take three round trips.)
+// inspect reads one master through its transport's Inspector ability.
+// (Inspection does not go through the lock's command path: it is rare,
+// read-only, and its replies have shapes no lock command has.)
 func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterState) {
 	ms.Index, ms.Addr = m.index, m.addr
 	fail := func(err error) MasterState {
@@ -88,13 +94,10 @@ func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterS
 			ms = fail(panicError(p))
 		}
 	}()
-	getCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	conn, err := m.pool.GetContext(getCtx)
-	cancel()
-	if err != nil {
-		return fail(err)
+	in, ok := m.t.(Inspector)
+	if !ok {
+		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a redlock.Inspector)", errors.ErrUnsupported))
 	}
-	defer conn.Close()
 	r := layout.NewReader(key)
 	for first := true; ; first = false {
 		cmds := r.Next()
@@ -105,9 +108,14 @@ func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterS
 			return fail(err)
 		}
 		start := time.Now()
-		replies, err := roundTrip(ctx, conn, c.timeout, cmds)
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		replies, err := in.Inspect(rctx, cmds)
+		cancel()
 		if first {
 			ms.RTT = time.Since(start)
+		}
+		if err == nil && len(replies) != len(cmds) {
+			err = fmt.Errorf("inspection: %d replies to %d commands", len(replies), len(cmds))
 		}
 		if err != nil {
 			return fail(err)
@@ -118,6 +126,21 @@ func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterS
 	}
 	ms.State = r.State()
 	return ms
+}
+
+// inspectPool runs cmds on a connection of p in one round trip, bounded
+// by ctx's deadline: the Inspector ability of both redigo transports.
+func inspectPool(ctx context.Context, p pool.Pool, cmds []layout.Command) ([]any, error) {
+	conn, err := p.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	timeout := time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	return roundTrip(ctx, conn, timeout, cmds)
 }
 
 // roundTrip sends cmds on conn in one write and reads their replies, all

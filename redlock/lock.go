@@ -140,7 +140,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	// Later rounds follow this one on each master: on the pooled path a
-	// worker may still send this PEXPIRE after Extend returned (its ctx
+	// leg may still send this PEXPIRE after Extend returned (its ctx
 	// ended first), and it must not land after a later, longer one.
 	l.chain = r
 	t := c.collect(ctx, r)

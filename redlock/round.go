@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,11 +65,15 @@ type reply struct {
 	err   error
 }
 
-// round is one operation sent to every master in parallel. Each master has
-// its own worker goroutine, tracked by the client, which sends the command,
-// reports the reply, and — for an acquisition that failed — releases the
-// key on its master right after that master's SET has been answered or
-// timed out, so a rollback can never overtake the SET it undoes.
+// round is one operation sent to every master in parallel, through each
+// master's Transport, with no goroutine of its own: each master's share
+// (a leg) moves on as its transport completes its commands. A leg sends
+// its command at once on an Ordered transport; on another, it first waits
+// for the round it follows on that master (chaining, see startRound). It
+// reports the reply and — for an acquisition that failed — sends the
+// rollback of its master's SET once the round is decided and, on a
+// transport that is not Ordered, once that SET has been answered, so that
+// a rollback can never overtake the SET it undoes.
 type round struct {
 	c     *Client
 	op    opKind
@@ -82,39 +86,117 @@ type round struct {
 	// counters[i] is master i's fencing counter, from a fenced
 	// acquisition's reply; written before the reply is reported.
 	counters []uint64
-	ctx      context.Context // per-round bound, free of the caller's cancellation (pooled path only)
-	chain    string          // pooled path: the key in Client.chains this round is the newest of, or ""
-	cancel   context.CancelFunc
-	running  atomic.Int32 // workers still running; the last one frees the round
-	// held: a pipelined acquisition counts once more in Client.workers
-	// until it is decided and, when it failed, its rollback is queued, so
-	// that Close cannot close the connections in between.
-	held atomic.Bool
+	chain    string    // the key in Client.chains this round is the newest of, or ""
+	deadline time.Time // when its commands stop being waited for
+	running  atomic.Int32
 
 	replies chan reply
-	decided chan struct{}   // pooled path only
-	failed  bool            // written before decided is closed
-	done    []chan struct{} // pooled path only: done[i] closes when worker i has finished
-	// Pooled path, fenced acquisitions only: answered[i] closes when
-	// master i has answered (or the worker gave up), for the fence commit.
-	answered []chan struct{}
+
+	mu      sync.Mutex // guards decided, failed and the legs' state
+	decided bool
+	failed  bool
+	legs    []leg
+
+	// rb is a failed acquisition's rollback, built once it is decided.
+	rb *wireCmd
 
 	// fin: retries of its release or rollback that a master missed
 	// (finish.go).
 	fin roundFin
 
-	// Pipelined path only: the round's command and its per-master
-	// requests, held here so that a round is one allocation.
+	// The round's command and its legs, held here so that a round is one
+	// allocation.
 	wireBuf wireCmd
 	argBuf  [12]any
-	reqBuf  [inlineMasters]roundReq
+	legBuf  [inlineMasters]leg
 }
 
-// startRound starts one worker per master. Commands that must not pass
-// each other on a master are chained: worker i of a round sends nothing
-// before worker i of the round it follows has finished (see "Ordering on
-// each master" in docs/design.md). Every round of one holder of a key —
-// one token, or one reentrant owner, fair waiter or writer across its
+// inlineMasters is how many masters' legs a round holds without a
+// further allocation.
+const inlineMasters = 7
+
+// leg is one master's share of a round.
+type leg struct {
+	r   *round
+	i   int
+	cmd Command
+	// answered fires once the master answered (or the leg gave up), done
+	// once the leg has ended: its command answered, and for an
+	// acquisition the round decided and the rollback, if any, answered.
+	// Rounds chained after this one on a transport that is not Ordered
+	// wait for them.
+	answered, done event
+
+	// Under round.mu:
+	waits   int         // events the leg waits for before it sends
+	timer   *time.Timer // ends that wait at the round's deadline
+	gaveUp  bool        // it stopped waiting: nothing was sent
+	sent    bool
+	replied bool
+	vote    vote
+	rolling bool // the rollback was sent
+	ended   bool
+}
+
+// event fires once; what waits for it runs then (on the goroutine that
+// fires it), or at once when it already has.
+type event struct {
+	mu    sync.Mutex
+	fired bool
+	ch    chan struct{} // made by wait, closed when it fires
+	fns   []func()
+}
+
+// then runs f when e fires (at once if it has).
+func (e *event) then(f func()) {
+	e.mu.Lock()
+	if e.fired {
+		e.mu.Unlock()
+		f()
+		return
+	}
+	e.fns = append(e.fns, f)
+	e.mu.Unlock()
+}
+
+// wait returns a channel that closes when e fires.
+func (e *event) wait() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch == nil {
+		e.ch = make(chan struct{})
+		if e.fired {
+			close(e.ch)
+		}
+	}
+	return e.ch
+}
+
+// fire fires e, once, and runs what waited for it.
+func (e *event) fire() {
+	e.mu.Lock()
+	if e.fired {
+		e.mu.Unlock()
+		return
+	}
+	e.fired = true
+	fns := e.fns
+	e.fns = nil
+	if e.ch != nil {
+		close(e.ch)
+	}
+	e.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// startRound starts the round on every master. Commands that must not
+// pass each other on a master are chained (see "Ordering on each master"
+// in docs/design.md): an Ordered transport keeps them in the order they
+// are sent; on another, leg i of a round sends nothing before leg i of the
+// round it follows has ended. Every round of one holder of a key — one
+// token, or one reentrant owner, fair waiter or writer across its
 // attempts (chainID) — follows the holder's previous round still running,
 // so a late rollback of a failed attempt cannot delete the next attempt's
 // grant, nor a late attempt bring back a queue entry or a writer's intent
@@ -123,45 +205,26 @@ type round struct {
 // chain follows the client's latest release of the key still in flight,
 // so a client that releases and locks again does not find its own old
 // token on the masters that were slow to delete it. The wait is bounded by
-// the round's own deadline; a worker that gave up still finishes only
-// after the round it follows, so the chain holds through it.
+// the round's own deadline; a leg that gave up still ends only after the
+// round it follows, so the chain holds through it.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, sh shape) (*round, error) {
 	n := len(c.masters)
 	r := &round{
 		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: sh.fair, fence: sh.fence, v: sh.v,
-		replies: make(chan reply, n),
+		replies: make(chan reply, n), deadline: time.Now().Add(c.timeout),
 	}
 	if sh.fence != nil && op == opAcquire {
 		r.counters = make([]uint64, n)
 	}
+	if n <= inlineMasters {
+		r.legs = r.legBuf[:n]
+	} else {
+		r.legs = make([]leg, n)
+	}
 	r.running.Store(int32(n))
-	workers := n
-	if c.allMux && op == opAcquire {
-		r.held.Store(true)
-		workers++
-	}
-	if !c.allMux {
-		// What the worker goroutines need: a bound, the decision, and
-		// their completion for the rounds chained after this one.
-		r.ctx, r.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-		r.decided = make(chan struct{})
-		r.done = make([]chan struct{}, n)
-		for i := range r.done {
-			r.done[i] = make(chan struct{})
-		}
-		if r.counters != nil {
-			r.answered = make([]chan struct{}, n)
-			for i := range r.answered {
-				r.answered[i] = make(chan struct{})
-			}
-		}
-	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		if r.cancel != nil {
-			r.cancel()
-		}
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
 	var older *round // a reentrant owner's previous round, whose retries this one ends
@@ -169,7 +232,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		older = c.fin.newest(c, chainID(key, token, sh), r, ttl)
 	}
 	prev := after
-	if !c.allMux {
+	if !c.allOrdered {
 		if op != opCommit {
 			r.chain = chainID(key, token, sh)
 			if last := c.chains[r.chain]; last != nil {
@@ -187,24 +250,319 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 			c.releasing[key] = r
 		}
 	}
-	c.workers.Add(workers)
+	// Every leg counts until it ends: Close gives them their grace, and
+	// an acquisition's legs end only once it is decided and, when it
+	// failed, rolled back.
+	c.workers.Add(n)
 	c.mu.Unlock()
 	if older != nil {
 		c.fin.supersede(older, r)
 	}
-	if c.allMux {
-		// Pipelined: no goroutine per master; each reply is handled on
-		// its connection's reader. Commands to one master go out in the
-		// order they are submitted, so nothing needs chaining.
-		w := &r.wireBuf
-		r.wireInto(w, op, r.argBuf[:])
-		r.send(w, nil)
-		return r, nil
+	w := &r.wireBuf
+	r.wireInto(w, op, r.argBuf[:])
+	for i := range r.legs {
+		l := &r.legs[i]
+		l.r, l.i = r, i
+		w.fill(&l.cmd, r)
+		l.cmd.to, l.cmd.Deadline = l, r.deadline
 	}
-	for i := range c.masters {
-		go r.work(i, prev)
+	for i := range r.legs {
+		r.legs[i].begin(prev)
 	}
 	return r, nil
+}
+
+// begin sends the leg's command, at once on an Ordered transport; on
+// another, once the leg of the round it follows (prev) has ended (a fence
+// commit: once its acquisition was answered there) and a retry of a
+// superseded round still in flight there has ended (finish.go), or gives
+// up at the round's deadline.
+func (l *leg) begin(prev *round) {
+	r := l.r
+	m := &r.c.masters[l.i]
+	var waits []*event
+	if !m.ordered {
+		if prev != nil {
+			if r.op == opCommit {
+				waits = append(waits, &prev.legs[l.i].answered)
+			} else {
+				waits = append(waits, &prev.legs[l.i].done)
+			}
+		}
+		if e := r.fin.waitAfter(l.i); e != nil {
+			waits = append(waits, e)
+		}
+	}
+	if len(waits) == 0 {
+		l.send()
+		return
+	}
+	r.mu.Lock()
+	l.waits = len(waits)
+	l.timer = time.AfterFunc(time.Until(r.deadline), l.expire)
+	r.mu.Unlock()
+	for _, e := range waits {
+		e.then(l.ready)
+	}
+}
+
+// ready ends one of the leg's waits; after the last, it sends its command
+// or, when it gave up meanwhile, ends.
+func (l *leg) ready() {
+	r := l.r
+	r.mu.Lock()
+	l.waits--
+	if l.waits > 0 {
+		r.mu.Unlock()
+		return
+	}
+	gaveUp := l.gaveUp
+	if gaveUp {
+		l.ended = true
+	} else {
+		l.timer.Stop()
+	}
+	r.mu.Unlock()
+	if !gaveUp {
+		l.send()
+		return
+	}
+	if finishes(r.op, r) {
+		// A release that never went out is sent later.
+		r.c.finishLater(r, l.i, r.op, l.errGaveUp())
+	}
+	l.end()
+}
+
+// expire gives up the leg's wait at the round's deadline: the previous
+// command on this master is still pending (the master is slow or hung).
+// Nothing was sent, so nothing needs undoing; the leg ends only after
+// what it waited for, so the rounds chained after it still follow that.
+func (l *leg) expire() {
+	r := l.r
+	r.mu.Lock()
+	if l.waits == 0 || l.gaveUp {
+		r.mu.Unlock()
+		return
+	}
+	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	r.mu.Unlock()
+	r.replies <- reply{index: l.i, vote: voteFail, err: l.errGaveUp()}
+	l.answered.fire()
+}
+
+func (l *leg) errGaveUp() error {
+	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
+}
+
+func (l *leg) send() {
+	r := l.r
+	r.mu.Lock()
+	l.sent = true
+	r.mu.Unlock()
+	r.c.masters[l.i].t.Send(&l.cmd)
+}
+
+// complete handles the master's answer to the leg's command. (A script's
+// NOSCRIPT is the transport's: see muxConn.noScript.)
+func (l *leg) complete(res any, err error, info SendInfo) {
+	r := l.r
+	v, err := r.answer(l.i, r.op, &r.wireBuf, res, err, info)
+	m := &r.c.masters[l.i]
+	if err != nil {
+		err = r.c.nodeError(m, err)
+		r.c.logFailure(r.op, r.key, m, err)
+	}
+	r.mu.Lock()
+	l.replied, l.vote = true, v
+	act := l.nextLocked()
+	r.mu.Unlock()
+	r.replies <- reply{index: l.i, vote: v, err: err}
+	l.answered.fire()
+	l.act(act)
+}
+
+// answer turns master i's outcome of op (w) into its vote: the one
+// reading of a transport's outcome, for a round's commands, its rollbacks
+// and the finisher's retries. A failure queues a retry of a release or a
+// rollback (finish.go). A command the transport re-sent after the master
+// closed the connection may have run at the first try: SET NX then finds
+// our own key, a release or a rollback nothing to delete, so a refusal
+// counts as unknown (an extension is idempotent).
+func (r *round) answer(i int, op opKind, w *wireCmd, res any, err error, info SendInfo) (vote, error) {
+	v, err := r.decode(i, op, w.want, res, err)
+	if err != nil && !info.Sent {
+		r.fin.markUnsent(op, i)
+	}
+	if err != nil && finishes(op, r) {
+		r.c.finishLater(r, i, op, err)
+	}
+	if info.Resent && err == nil && v == voteNo && op != opExtend {
+		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", op)
+	}
+	return v, err
+}
+
+// legAct is what a leg does next, outside round.mu.
+type legAct uint8
+
+const (
+	legWait     legAct = iota // for the answer or the decision
+	legEnd                    // it has ended
+	legRollback               // send the rollback, then end
+)
+
+// nextLocked says what the leg does next (the caller holds round.mu):
+// every command but an acquisition ends at its answer. An acquisition
+// ends at its answer and the decision, or, when the round failed, sends
+// the rollback: on an Ordered transport at once (it runs after the SET),
+// on another once the SET was answered (it cannot overtake it); not where
+// the master refused (nothing to undo).
+func (l *leg) nextLocked() legAct {
+	a := l.nextActLocked()
+	switch a {
+	case legEnd:
+		l.ended = true
+	case legRollback:
+		l.rolling = true
+	}
+	return a
+}
+
+func (l *leg) nextActLocked() legAct {
+	r := l.r
+	switch {
+	case l.ended || l.rolling:
+		return legWait
+	case l.gaveUp:
+		return legWait // ends once what it waited for has (ready)
+	case r.op != opAcquire:
+		if l.replied {
+			return legEnd
+		}
+		return legWait
+	case l.replied && l.vote == voteNo:
+		return legEnd
+	case !r.decided:
+		return legWait
+	case !r.failed:
+		if l.replied {
+			return legEnd
+		}
+		return legWait
+	case l.replied || (l.sent && r.c.masters[l.i].ordered):
+		return legRollback
+	default:
+		return legWait
+	}
+}
+
+func (l *leg) act(a legAct) {
+	switch a {
+	case legEnd:
+		l.end()
+	case legRollback:
+		l.rollback()
+	}
+}
+
+// rollback undoes the leg's SET on its master, bounded by a per-master
+// timeout of its own.
+func (l *leg) rollback() {
+	r := l.r
+	q := &rollbackReq{l: l}
+	r.rb.fill(&q.cmd, r)
+	q.cmd.to, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
+	r.c.masters[l.i].t.Send(&q.cmd)
+}
+
+// rollbackReq is one master's rollback of a failed acquisition.
+type rollbackReq struct {
+	cmd Command
+	l   *leg
+}
+
+func (q *rollbackReq) complete(res any, err error, info SendInfo) {
+	l := q.l
+	r := l.r
+	if _, err := r.answer(l.i, opRollback, r.rb, res, err, info); err != nil {
+		m := &r.c.masters[l.i]
+		r.c.logFailure(opRollback, r.key, m, r.c.nodeError(m, err))
+	}
+	r.mu.Lock()
+	l.ended = true
+	r.mu.Unlock()
+	l.end()
+}
+
+// end ends the leg (whoever calls it has set ended, under round.mu):
+// rounds chained after it on its master go on, and the last leg frees the
+// round.
+func (l *leg) end() {
+	r := l.r
+	l.done.fire()
+	if r.running.Add(-1) == 0 && !r.c.allOrdered {
+		r.forget()
+	}
+	r.c.workers.Done()
+}
+
+// forget removes the round from the client's chains once its last leg
+// has ended.
+func (r *round) forget() {
+	c := r.c
+	c.mu.Lock()
+	if c.releasing[r.key] == r {
+		delete(c.releasing, r.key)
+	}
+	if r.chain != "" && c.chains[r.chain] == r {
+		delete(c.chains, r.chain)
+	}
+	c.mu.Unlock()
+}
+
+// decide fixes the round's outcome. Each leg of a failed acquisition then
+// rolls back its master's SET (see nextLocked); ended (legsEnded) tells
+// when those of the masters that granted it are done.
+func (r *round) decide(failed bool) {
+	if failed && r.op == opAcquire {
+		rb := new(wireCmd)
+		r.wireInto(rb, opRollback, nil)
+		r.rb = rb
+	}
+	acts := make([]legAct, len(r.legs))
+	r.mu.Lock()
+	r.decided, r.failed = true, failed
+	for i := range r.legs {
+		acts[i] = r.legs[i].nextLocked()
+	}
+	r.mu.Unlock()
+	for i, a := range acts {
+		r.legs[i].act(a)
+	}
+}
+
+// legsEnded returns a channel that closes once the legs of the masters
+// that voted yes in votes have ended (for a failed acquisition: rolled
+// back).
+func (r *round) legsEnded(votes []vote) <-chan struct{} {
+	ch := make(chan struct{})
+	var left atomic.Int32
+	left.Store(1)
+	for i, v := range votes {
+		if v == voteYes {
+			left.Add(1)
+			r.legs[i].done.then(func() {
+				if left.Add(-1) == 0 {
+					close(ch)
+				}
+			})
+		}
+	}
+	if left.Add(-1) == 0 {
+		close(ch)
+	}
+	return ch
 }
 
 // chainID names the holder of key whose rounds must reach each master in
@@ -223,83 +581,34 @@ func chainID(key, token string, sh shape) string {
 	return key + "\x00" + id
 }
 
-// roundReq is one master's share of a round on a pipelined connection:
-// the request and what its reply needs. A round holds them, so sending a
-// command allocates nothing.
-type roundReq struct {
-	req muxReq
-	r   *round
-	i   int
-	w   *wireCmd
-	// settle gets the master's vote; nil means the round's own settle.
-	settle func(i int, v vote, err error)
-}
-
-// inlineMasters is how many masters' requests a round holds without a
-// further allocation.
-const inlineMasters = 7
-
-// send submits w to every master for which skip is nil or false, on the
-// pipelined connections; settle (nil: the round's own) gets each vote.
-func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...bool) {
-	n := len(r.c.masters)
-	var reqs []roundReq
-	if settle == nil && n <= inlineMasters {
-		reqs = r.reqBuf[:n]
-	} else {
-		reqs = make([]roundReq, n)
-	}
-	// Run late (after commands submitted later, see muxConn.noScript), a
-	// release, rollback, extension or leave finds nothing, or its own
-	// token: no later round uses it, but a reentrant owner's do.
-	late := w.op != opAcquire && w.op != opCommit && (r.v == nil || r.v.kind != kindReentrant)
-	undo := w.op == opRollback || w.op == opLeave // never refused as busy (muxUndo)
-	for i := range reqs {
-		if len(skip) > 0 && skip[i] {
-			continue
-		}
-		q := &reqs[i]
-		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, late: late, undo: undo, resend: true,
-			drop: w.op == opAcquire || w.op == opExtend}, r: r, i: i, w: w, settle: settle}
-		q.req.to = q
-		r.c.muxes[i].submit(&q.req)
-	}
-}
-
-// deliver handles master q.i's reply. (A script's NOSCRIPT is the mux's:
-// see muxConn.noScript.) A request the mux re-sent after the master closed
-// the connection gets the same caution as exec's retry.
-func (q *roundReq) deliver(reply any, err error) {
-	w := q.w
-	v, err := q.r.decode(q.i, w.op, w.want, reply, err)
-	if err != nil && q.req.sent.IsZero() {
-		q.r.fin.markUnsent(w.op, q.i)
-	}
-	if err != nil && finishes(w.op, q.r) {
-		q.r.c.finishLater(q.r, q.i, w.op, err)
-	}
-	if q.req.resent && err == nil && v == voteNo && w.op != opExtend {
-		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
-	}
-	q.settleVote(v, err)
-}
-
-func (q *roundReq) settleVote(v vote, err error) {
-	if q.settle != nil {
-		q.settle(q.i, v, err)
-		return
-	}
-	q.r.settle(q.i, v, err)
-}
-
-// wireCmd is an operation's command as a pipelined connection sends it:
-// built once per round and shared, read-only, by every master.
+// wireCmd is an operation's command: built once per round and shared,
+// read-only, by every master.
 type wireCmd struct {
-	op     opKind
-	script *scripts.Script // nil for a plain command
-	cmd    string          // "EVALSHA", or the plain command
-	args   []any
-	want   expect // what the reply may be
+	op      opKind
+	script  *scripts.Script // nil for a plain command
+	cmd     string          // "EVALSHA", or the plain command
+	args    []any           // as a redigo connection sends them (EVALSHA: the hash and key count first)
+	keysAnd []any           // the keys and values (a plain command: its arguments)
+	nkeys   int
+	want    expect // what the reply may be
+}
+
+// fill writes w into cmd, with what the command is for a transport's
+// choices (Command.Resend and the others).
+func (w *wireCmd) fill(cmd *Command, r *round) {
+	op := w.op
+	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w.args,
+		Resend: true,
+		// Run late (after commands submitted later, see muxConn.noScript), a
+		// release, rollback, extension or leave finds nothing, or its own
+		// token: no later round uses it, but a reentrant owner's do.
+		MayRunLate:   op != opAcquire && op != opCommit && (r.v == nil || r.v.kind != kindReentrant),
+		Undo:         op == opRollback || op == opLeave, // never refused as busy (muxUndo)
+		DropWhenDown: op == opAcquire || op == opExtend,
+	}
+	if w.script != nil {
+		cmd.Script = wrapScript(w.script)
+	}
 }
 
 // wireInto builds op's command into w, its arguments in buf when it has
@@ -310,219 +619,17 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	}
 	script, cmd, args := r.command(op, buf[2:2])
 	if script == nil {
-		*w = wireCmd{op: op, cmd: cmd, args: args, want: expectOf(nil)}
+		*w = wireCmd{op: op, cmd: cmd, args: args, keysAnd: args, want: expectOf(nil)}
 		return
 	}
 	full := buf[:2+len(args)]
+	nkeys := r.nkeys(script)
 	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
-		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), r.nkeys(script), args...)
+		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), nkeys, args...)
 	} else {
-		script.PrefixArgs(full, r.nkeys(script))
+		script.PrefixArgs(full, nkeys)
 	}
-	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, want: expectOf(script)}
-}
-
-// settle reports master i's answer to the round, on a pipelined path.
-func (r *round) settle(i int, v vote, err error) {
-	m := &r.c.masters[i]
-	if err != nil {
-		err = r.c.nodeError(m, err)
-		r.c.logFailure(r.op, r.key, m, err)
-	}
-	r.replies <- reply{index: i, vote: v, err: err}
-	r.finish(i)
-}
-
-// rollbackPipelined undoes a failed acquisition on every master that
-// granted it or might have (queued behind the SET on the same
-// connection). The returned channel closes when the masters that granted
-// it have answered the rollback.
-func (r *round) rollbackPipelined(votes []vote) <-chan struct{} {
-	c := r.c
-	done := make(chan struct{})
-	var granted atomic.Int32
-	w := new(wireCmd)
-	r.wireInto(w, opRollback, nil)
-	votes = slices.Clone(votes)
-	settle := func(i int, _ vote, err error) {
-		if err != nil {
-			m := &c.masters[i]
-			c.logFailure(opRollback, r.key, m, c.nodeError(m, err))
-		}
-		if votes[i] == voteYes && granted.Add(-1) == 0 {
-			close(done)
-		}
-		c.workers.Done()
-	}
-	skip := make([]bool, len(votes))
-	sends := 0
-	for i, v := range votes {
-		skip[i] = v == voteNo
-		if !skip[i] {
-			sends++
-		}
-		if v == voteYes {
-			granted.Add(1)
-		}
-	}
-	c.mu.Lock()
-	if c.closed && !r.held.Load() {
-		// Close has failed or is failing the connections: nothing more
-		// is sent, and the key expires at its TTL. (An acquisition still
-		// held in Client.workers was counted before Close began: Close
-		// waits for it, so its rollback goes out.)
-		c.mu.Unlock()
-		close(done)
-		return done
-	}
-	c.workers.Add(sends)
-	c.mu.Unlock()
-	if granted.Load() == 0 {
-		close(done)
-	}
-	r.send(w, settle, skip...)
-	r.unhold()
-	return done
-}
-
-// decide fixes the round's outcome and lets the workers act on it. A
-// failed pipelined acquisition must then be rolled back
-// (rollbackPipelined), which ends its hold on Client.Close.
-func (r *round) decide(failed bool) {
-	r.failed = failed
-	if r.decided != nil {
-		close(r.decided)
-	}
-	if !failed {
-		r.unhold()
-	}
-}
-
-// unhold ends a pipelined acquisition's extra count in Client.workers.
-func (r *round) unhold() {
-	if r.held.Swap(false) {
-		r.c.workers.Done()
-	}
-}
-
-// finish is run by each worker as it ends; the last one frees the round.
-func (r *round) finish(i int) {
-	if r.done != nil {
-		close(r.done[i])
-	}
-	if r.running.Add(-1) == 0 && r.cancel != nil {
-		r.cancel()
-		r.c.mu.Lock()
-		if r.c.releasing[r.key] == r {
-			delete(r.c.releasing, r.key)
-		}
-		if r.chain != "" && r.c.chains[r.chain] == r {
-			delete(r.c.chains, r.chain)
-		}
-		r.c.mu.Unlock()
-	}
-	r.c.workers.Done()
-}
-
-func (r *round) work(i int, prev *round) {
-	defer r.finish(i)
-	m := &r.c.masters[i]
-	// Besides the round it follows, a reentrant owner's round follows a
-	// retry of the owner's earlier release still in flight (finish.go).
-	waits := [2]<-chan struct{}{nil, r.waitAfter(i)}
-	if prev != nil {
-		waits[0] = prev.done[i]
-		if r.op == opCommit {
-			// A fence commit follows the acquisition's SET on this
-			// master, not its end (which waits for the decision).
-			waits[0] = prev.answered[i]
-		}
-	}
-	for _, wait := range waits {
-		if wait == nil {
-			continue
-		}
-		select {
-		case <-wait:
-		case <-r.ctx.Done():
-			// The previous command on this master is still pending: the
-			// master is slow or hung. Nothing was sent, so nothing needs
-			// undoing.
-			err := r.c.nodeError(m, fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
-			r.replies <- reply{index: i, vote: voteFail, err: err}
-			if r.answered != nil {
-				close(r.answered[i])
-			}
-			// The rounds chained after this one must still follow the
-			// pending one: this worker ends (done[i]) only after it. Its
-			// wait is bounded by that round's own bounds.
-			for _, w := range waits {
-				if w != nil {
-					<-w
-				}
-			}
-			if finishes(r.op, r) {
-				// A release that never went out is sent later.
-				r.c.finishLater(r, i, r.op, err)
-			}
-			return
-		}
-	}
-	v, err := r.c.exec(r.ctx, m, r.op, r)
-	if err != nil {
-		r.c.logFailure(r.op, r.key, m, err)
-		if finishes(r.op, r) {
-			r.c.finishLater(r, i, r.op, err)
-		}
-	}
-	r.replies <- reply{index: i, vote: v, err: err}
-	if r.answered != nil {
-		close(r.answered[i])
-	}
-	if r.op != opAcquire || v == voteNo {
-		return
-	}
-	<-r.decided
-	if !r.failed {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.c.timeout)
-	defer cancel()
-	if _, err := r.c.exec(rctx, m, opRollback, r); err != nil {
-		r.c.logFailure(opRollback, r.key, m, err)
-		r.c.finishLater(r, i, opRollback, err)
-	}
-}
-
-// exec sends one command to one master, bounded by ctx's deadline. A
-// pooled connection that the master closed (it restarted, or dropped idle
-// clients) fails at its first use; exec then tries once more on a fresh
-// connection within the same deadline. An answer to that second try that
-// could hide the first try's effect counts as unknown, not as a refusal.
-func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (v vote, err error) {
-	defer c.backstopVote(m, &v, &err)
-	v, err = c.execOnce(ctx, m, op, r, false)
-	if err == nil || !brokenConn(err) {
-		return v, c.wrapNodeError(m, err)
-	}
-	// The other idle connections are likely as stale: retry on a fresh one.
-	v, err2 := c.execOnce(ctx, m, op, r, true)
-	if err2 != nil {
-		return voteFail, c.wrapNodeError(m, err2)
-	}
-	// SET NX finds our own key if the first try ran; a release or a
-	// rollback finds nothing to delete.
-	if v == voteNo && op != opExtend {
-		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after %v: the first try may have run", op, err))
-	}
-	return v, nil
-}
-
-func (c *Client) wrapNodeError(m *master, err error) error {
-	if err == nil {
-		return nil
-	}
-	return c.nodeError(m, err)
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script)}
 }
 
 // brokenConn reports whether err says the master closed the connection
@@ -532,69 +639,6 @@ func (c *Client) wrapNodeError(m *master, err error) error {
 // read.
 func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// execOnce sends one command; fresh asks for a newly dialed connection
-// rather than an idle one of the pool, where the pool can dial.
-func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, fresh bool) (vote, error) {
-	script, cmd, args := r.command(op, nil)
-	want := expectOf(script)
-	var conn redis.Conn
-	pooled := false
-	if mx := c.muxes[m.index]; mx != nil {
-		conn = muxHandle{mx: mx, ctx: ctx, want: want}
-	} else {
-		pooled = true
-		var err error
-		if fresh && m.dial != nil {
-			conn, err = m.dial.Dial(ctx)
-		} else {
-			conn, err = m.pool.GetContext(ctx)
-		}
-		if err != nil {
-			if !fresh {
-				r.fin.markUnsent(op, m.index)
-			}
-			return voteFail, err
-		}
-		defer conn.Close()
-	}
-	timeout := c.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	if timeout <= 0 {
-		if !fresh {
-			r.fin.markUnsent(op, m.index)
-		}
-		return voteFail, context.DeadlineExceeded
-	}
-	var res any
-	var err error
-	if script != nil {
-		res, err = script.DoKeys(conn, timeout, r.nkeys(script), args...)
-	} else {
-		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
-	}
-	v, err := r.decode(m.index, op, want, res, err)
-	var de *desyncError
-	if pooled && errors.As(err, &de) {
-		discard(conn)
-	}
-	return v, err
-}
-
-// discard keeps a pooled connection that is out of step with its master
-// from going back to the pool: redigo's pool closes a connection whose Err
-// is set, and a read whose deadline has already passed fails and sets it.
-// The replies already buffered (a few KiB at most) are read first.
-func discard(conn redis.Conn) {
-	for i := 0; i < 4096 && conn.Err() == nil; i++ {
-		_, err := redis.ReceiveWithTimeout(conn, -time.Nanosecond)
-		if _, isReply := err.(redis.Error); err != nil && !isReply {
-			return
-		}
-	}
 }
 
 // command returns what op sends to a master: a script and its keys and
@@ -705,6 +749,9 @@ func (e expect) fits(v any) bool {
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
+	if re, ok := err.(ReplyError); ok {
+		err = redis.Error(re) // as redigo reports it: what callers of this package see
+	}
 	if err != nil {
 		return voteFail, scripts.Explain(err)
 	}
