@@ -1,0 +1,247 @@
+package redlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// The transport seam.
+//
+// A Client decides; a Transport carries. Everything that makes a lock
+// safe — the quorum, the validity, the order of a holder's commands on
+// each master, the rollback of a failed attempt after its SET, the
+// retries of releases a master missed, what a re-sent command's answer
+// may mean — is the Client's, written once. A Transport moves one
+// master's commands and replies, and its release notices, and says what
+// it can do beyond that through small optional interfaces (Ordered).
+//
+// The Client gets its transports from New (redigo pools: a pipelined
+// transport where the pool can dial a connection of its own, else a
+// pooled one) or from NewWithTransports (any Transport, such as the
+// go-redis adapter of the nested module goredis). docs/design.md, "The
+// transport seam", draws the picture.
+
+// A Transport carries one master's lock commands and release notices for
+// a Client. It moves commands and replies; every decision is the
+// Client's. Implementations must be safe for concurrent use.
+type Transport interface {
+	// Addr names the master in errors and logs. It must never include
+	// credentials. Two transports with the same Addr (compared without
+	// case) are taken for the same master and rejected by the Client: a
+	// master given twice would fake a quorum.
+	Addr() string
+
+	// Send hands cmd to the master without waiting for the network, and
+	// calls cmd.Done exactly once, from any goroutine (possibly before
+	// Send returns), with the master's reply or an error, never both.
+	// Done must not be called while Send holds a lock that Done may
+	// need, and it must be called within a bounded time: at cmd.Deadline
+	// or, for a transport that keeps a command in flight past its
+	// deadline (a pipelined one, whose late replies still count), within
+	// a bound of its own. After Close, Send fails cmd with an error
+	// matching ErrClosed. cmd and its slices must not be modified or
+	// kept after Done is called; they are shared with other transports
+	// and must be treated as read-only.
+	Send(cmd *Command)
+
+	// Subscribe opens the master's release-notice subscription: a
+	// connection of its own (or an equivalent) on which the Client
+	// follows the release channels its waiters wait for. ctx bounds
+	// opening it; the subscription then lives until it breaks or is
+	// closed. notify is called for each message received, with the
+	// channel and the payload, on the subscription's reader; it does not
+	// block. Messages must be taken as they come: nothing in them is
+	// trusted beyond waking a waiter, which then asks the masters.
+	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
+
+	// Close fails what is still queued or awaiting a reply with an error
+	// matching ErrClosed (calling each Done), releases the transport's
+	// connections and waits for its goroutines. The Client calls it once,
+	// from Client.Close, after the commands in flight had one per-master
+	// timeout to be answered. It does not close a pool the caller owns.
+	Close() error
+}
+
+// A Subscription is a master's release-notice subscription
+// (Transport.Subscribe). Its methods are safe for concurrent use.
+type Subscription interface {
+	// Set makes the subscribed channels equal to channels, subscribing
+	// the new ones and unsubscribing the others, and returns once the
+	// commands are written (not acknowledged: see Live). ctx bounds the
+	// write. An error means the subscription is broken (Done closes).
+	Set(ctx context.Context, channels []string) error
+
+	// Live reports whether the master acknowledged the subscription to
+	// channel on a connection that is still read: a release announced on
+	// channel now reaches notify. The Client trusts it to choose a long
+	// fallback poll over its backoff, so it must not report true early.
+	Live(channel string) bool
+
+	// Done is closed when the subscription broke (the connection failed,
+	// a reply was out of step) or was closed; notify is not called after.
+	Done() <-chan struct{}
+
+	// Close ends the subscription and releases its connection; it waits
+	// for its goroutines, and is idempotent.
+	Close() error
+}
+
+// Ordered is an optional ability of a Transport. A transport whose
+// Ordered method returns true delivers the commands of a master in the
+// order Send was called — also across a broken connection and a re-send,
+// and also through a NOSCRIPT fallback (see Command.MayRunLate) — so the
+// master runs them in that order. The Client then sends a holder's next
+// command at once, a failed attempt's rollback right behind its SET,
+// without waiting for replies: one round trip and no goroutine per
+// master. A transport without it (or whose method returns false) may
+// reorder commands that are in flight together, as a pool of connections
+// does; the Client then chains them: a holder's next command to a master
+// is sent only once the master answered the previous one (or it was
+// given up; see docs/design.md, "Ordering on each master").
+type Ordered interface {
+	Ordered() bool
+}
+
+// Script is one of the lock's Lua scripts. A transport runs it by EVALSHA
+// of SHA and, when the master's script cache does not hold it (NOSCRIPT),
+// by EVAL of Source — where that keeps the order (see Command.MayRunLate).
+// A Script is immutable and safe for concurrent use.
+type Script struct{ s *scripts.Script }
+
+// Name returns the script's name, for errors and logs.
+func (s *Script) Name() string { return s.s.Name() }
+
+// SHA returns the hex SHA1 of the script's source, as EVALSHA takes it.
+func (s *Script) SHA() string { return s.s.SHA() }
+
+// Source returns the script's Lua source, as EVAL and SCRIPT LOAD take it.
+func (s *Script) Source() string { return s.s.Source() }
+
+// Scripts returns every script a Client may run, for a transport that
+// loads them on each new connection (SCRIPT LOAD) so that a NOSCRIPT
+// seldom costs a second round trip.
+func Scripts() []*Script { return append([]*Script(nil), allScripts...) }
+
+var (
+	allScripts = func() []*Script {
+		all := make([]*Script, len(scripts.All))
+		for i, s := range scripts.All {
+			all[i] = &Script{s}
+		}
+		return all
+	}()
+	scriptOf = func() map[*scripts.Script]*Script {
+		m := make(map[*scripts.Script]*Script, len(allScripts))
+		for _, s := range allScripts {
+			m[s.s] = s
+		}
+		return m
+	}()
+)
+
+// ReplyShape is what a command's reply may be, besides an error reply
+// (which any command may get). A reply that does not fit is never a vote:
+// it says that the connection is out of step with its master, and the
+// transport breaks the connection (every reply after it would answer the
+// wrong command) and fails the command; Fits tells. Replies are given as
+// redigo gives them: a status as a string ("OK"), an integer as int64, a
+// bulk string as []byte, a null as nil.
+type ReplyShape uint8
+
+const (
+	// ReplySet is SET NX PX's: "OK", or nil when the key exists.
+	ReplySet ReplyShape = ReplyShape(expectSet)
+	// ReplyFlag is the scripts' that answer 1 or 0.
+	ReplyFlag ReplyShape = ReplyShape(expectFlag)
+	// ReplyCounter is a fenced acquisition's: 0, or the fencing counter
+	// as a decimal bulk string.
+	ReplyCounter ReplyShape = ReplyShape(expectCounter)
+	// ReplySHA is SCRIPT LOAD's: a script's SHA1, 40 lower-case hex
+	// digits as a bulk string.
+	ReplySHA ReplyShape = ReplyShape(expectSHA)
+)
+
+// Fits reports whether v is a reply of this shape.
+func (s ReplyShape) Fits(v any) bool { return expect(s).fits(v) }
+
+// ReplyError is a master's error reply (a RESP "-" line), as a transport
+// reports it to Command.Done: the master's message, whole. A NOSCRIPT
+// reply the transport could not answer by EVAL is reported as one too.
+type ReplyError string
+
+func (e ReplyError) Error() string { return string(e) }
+
+// Command is one command for one master, in the lock's own terms. The
+// Client builds it; a transport only reads it (its slices are shared by
+// the commands of every master of a round).
+type Command struct {
+	// Script, when not nil, is the script to run (EVALSHA, with EVAL as
+	// the NOSCRIPT fallback); Name is then "EVALSHA". When nil, Name is
+	// a plain command (SET) and Args its arguments.
+	Script *Script
+	Name   string
+	// Args are the arguments: for a script, its keys (the first NumKeys,
+	// all strings) and then its values; for a plain command, all of its
+	// arguments. Values are strings, []byte or int64.
+	Args    []any
+	NumKeys int
+	// Reply is the shape the reply may have (see ReplyShape).
+	Reply ReplyShape
+	// Deadline is when the Client stops waiting for the reply. A
+	// transport that cannot keep the command's order past it (a pooled
+	// connection, which it then discards) fails the command at Deadline
+	// with an error matching context.DeadlineExceeded; one that can
+	// (Ordered, pipelined) may deliver the reply later, which still
+	// counts (a late release still frees the key).
+	Deadline time.Time
+
+	// What the command is, for a transport's choices. None of them makes
+	// a transport decide anything about the lock.
+
+	// Resend: the command may be sent once more when the master closed
+	// the connection (EOF, reset) before answering it, since nothing of
+	// a closed connection runs after that: the Client then reads the
+	// answer with SendInfo.Resent in mind. Without it, such a command
+	// fails with the connection's error.
+	Resend bool
+	// MayRunLate: the command may run after commands sent after it (a
+	// release, a rollback, an extension, a leave whose token no later
+	// command uses: late, it finds nothing or its own key). An Ordered
+	// transport that finds the script missing (NOSCRIPT) on a pipeline
+	// with later commands already written may re-send it as EVAL behind
+	// them only when this is set; otherwise it fails the command (it did
+	// not run) with a ReplyError.
+	MayRunLate bool
+	// Undo: the command undoes one sent before it (a failed attempt's
+	// rollback, a waiter leaving a queue). Never refuse it because too
+	// much is queued: what it undoes still runs.
+	Undo bool
+	// DropWhenDown: the command is worthless late (an acquisition, an
+	// extension). A transport that knows its connection is down — its
+	// oldest command went unanswered longer than the Client's per-master
+	// timeout — may fail it at once, unsent, rather than queue it.
+	DropWhenDown bool
+
+	// Done receives the outcome, exactly once (see Transport.Send).
+	Done func(reply any, err error, info SendInfo)
+
+	// wire, when set by the Client, is the command as a redigo
+	// connection sends it (the script's hash and the key count first),
+	// built once per round and shared by its masters.
+	wire []any
+}
+
+// SendInfo tells the Client what became of a command besides its reply.
+type SendInfo struct {
+	// Sent: the command was written to a connection to the master (it
+	// may have run there even when Done got an error). False means it
+	// certainly never left: nothing of it needs undoing.
+	Sent bool
+	// Resent: the command was sent a second time after the master
+	// closed the connection (Command.Resend), and the reply is the
+	// second try's. The first try may have run: the Client does not take
+	// a refusal for one then.
+	Resent bool
+}
