@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // The lane: one master's lock commands over one redis.UniversalClient.
@@ -69,8 +72,9 @@ const laneBatch = 256
 // errBusy is returned for a command refused because too many wait.
 var errBusy = errors.New("too many commands queued for this master")
 
-// errClosed is returned for commands sent to, or pending on, a closed lane.
-var errClosed = errors.New("transport closed")
+// errClosed is returned for commands sent to, or pending on, a closed
+// transport.
+var errClosed = fmt.Errorf("goredis: transport closed: %w", redlock.ErrClosed)
 
 // errDown is returned, unsent, for a dropWhenDown command while the master
 // leaves a command unanswered past its deadline.

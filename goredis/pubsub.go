@@ -31,6 +31,7 @@ type subscription struct {
 	ps     *redis.PubSub
 	addr   string
 	notify func(channel, payload string)
+	owner  *Transport // set once by Transport.Subscribe, before the caller sees it
 
 	mu     sync.Mutex
 	want   map[string]bool // channels asked for
