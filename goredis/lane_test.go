@@ -31,6 +31,12 @@ func newClient(t *testing.T, s *server, opts ...func(*redis.Options)) *redis.Cli
 	return c
 }
 
+func newClientB(b *testing.B, s *server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
 func newTestLane(t *testing.T, c redis.UniversalClient) *lane {
 	t.Helper()
 	l := newLane(c, "test")
