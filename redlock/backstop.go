@@ -52,24 +52,6 @@ func receive(conn redis.Conn, timeout time.Duration) (v any, err error) {
 	return redis.ReceiveWithTimeout(conn, timeout)
 }
 
-// backstop, deferred by a subscriber's goroutines, turns a panic into a
-// failed subscriber; the waiters fall back on their timers until it is
-// restarted. The writer closes the connection (closeConn): on the
-// reader's panic, once the reader has ended.
-func (s *subscriber) backstop(closeConn bool) {
-	p := recover()
-	if p == nil {
-		return
-	}
-	s.mu.Lock()
-	conn := s.conn
-	s.mu.Unlock()
-	if conn != nil && closeConn {
-		closeQuietly(conn)
-	}
-	s.fail(s.w.c.nodeError(s.m, panicError(p)))
-}
-
 // closeQuietly closes a subscriber's connection. A subscribed connection
 // of a redis.Pool reads on as it closes (it unsubscribes first), and its
 // parser may panic again on a hostile master: the connection is then left
@@ -82,7 +64,7 @@ func closeQuietly(conn redis.Conn) {
 // redact removes the credentials the master's pool knows of from err's
 // text (pool.Redactor); other pools' errors are returned as they are.
 func (m *master) redact(err error) error {
-	if r, ok := m.pool.(pool.Redactor); ok {
+	if r, ok := m.t.(pool.Redactor); ok {
 		return r.RedactError(err)
 	}
 	return err

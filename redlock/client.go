@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,25 +35,24 @@ type Client struct {
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
 
-	mu         sync.Mutex
-	closed     bool
-	closing    chan struct{}     // closed by Close: stops the locks' watchdogs
-	releasing  map[string]*round // per key, the newest release whose workers still run
-	chains     map[string]*round // per key and holder (chainID), its newest round whose workers still run
-	workers    sync.WaitGroup    // every goroutine that talks to a master
-	waker      *waker
-	muxes      []*mux                // per master with pipelining on; nil entries otherwise
-	allMux     bool                  // every master is pipelined: rounds need no goroutines
-	muxConns   map[*muxConn]struct{} // live pipelined connections, closed by Close
-	muxWorkers sync.WaitGroup        // their readers and writers
-	fin        finisher              // retries of releases and rollbacks that masters missed
+	mu        sync.Mutex
+	closed    bool
+	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
+	releasing map[string]*round // per key, the newest release whose workers still run
+	chains    map[string]*round // per key and holder (chainID), its newest round whose workers still run
+	workers   sync.WaitGroup    // every goroutine that talks to a master
+	waker     *waker
+	// allOrdered: every master's transport is Ordered: rounds need no
+	// goroutines and no chaining.
+	allOrdered bool
+	fin        finisher // retries of releases and rollbacks that masters missed
 }
 
 type master struct {
-	index int
-	addr  string
-	pool  pool.Pool
-	dial  pool.Dialer // connections of its own (dialerOf); nil when the pool cannot
+	index   int
+	addr    string
+	t       Transport
+	ordered bool // t is Ordered
 }
 
 // New returns a client for the masters behind pools, one pool per master.
@@ -79,10 +79,76 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	if len(pools) == 0 {
 		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
+	ts := make([]Transport, len(pools))
+	seen := make(map[any]int, len(pools))
+	for i, p := range pools {
+		if isNil(p) {
+			return nil, fmt.Errorf("%w: pool %d is nil", ErrInvalid, i)
+		}
+		addr := "master-" + strconv.Itoa(i)
+		if a, ok := p.(pool.Addresser); ok {
+			addr = a.Addr()
+		} else if reflect.TypeOf(p).Comparable() {
+			// The same pool twice, without an address to tell it by.
+			if j, dup := seen[p]; dup {
+				return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
+					ErrInvalid, j, i, addr)
+			}
+			seen[p] = i
+		}
+		dial := dialerOf(p)
+		if cfg.pipelining && dial != nil {
+			mx := &mux{addr: addr, dial: dial, timeout: cfg.timeout}
+			if r, ok := p.(pool.Redactor); ok {
+				mx.redact = r.RedactError
+			}
+			ts[i] = mx
+		} else {
+			ts[i] = &pooledTransport{addr: addr, pool: p, dial: dial}
+		}
+	}
+	return newClient(ts, cfg)
+}
+
+// NewWithTransports returns a client for the masters behind ts, one
+// Transport per master, such as the go-redis adapter of the nested module
+// github.com/quorumlock/quorumlock/goredis. The masters must be
+// independent servers: two transports with the same Addr (compared
+// without case) are rejected, as are an empty list and a nil transport.
+// Options about pools (WithPoolOptions, WithPipelining) do not apply: the
+// transports are configured on their own. Close closes the transports
+// (Transport.Close), after the commands in flight had one per-master
+// timeout to be answered.
+func NewWithTransports(ts []Transport, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
+	}
+	for i, t := range ts {
+		if isNil(t) {
+			return nil, fmt.Errorf("%w: transport %d is nil", ErrInvalid, i)
+		}
+	}
+	return newClient(slices.Clone(ts), cfg)
+}
+
+// isNil reports whether v is nil or a nil pointer in an interface.
+func isNil(v any) bool {
+	return v == nil || (reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil())
+}
+
+// newClient makes the Client of transports ts, one per master.
+func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
-		masters:      make([]master, len(pools)),
-		addrs:        make([]string, len(pools)),
-		quorum:       len(pools)/2 + 1,
+		masters:      make([]master, len(ts)),
+		addrs:        make([]string, len(ts)),
+		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
@@ -90,44 +156,25 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		clusterSlots: cfg.clusterSlots,
 		releasing:    make(map[string]*round),
 		closing:      make(chan struct{}),
+		allOrdered:   true,
+	}
+	seen := make(map[string]int, len(ts))
+	for i, t := range ts {
+		addr := t.Addr()
+		id := strings.ToLower(addr)
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
+				ErrInvalid, j, i, addr)
+		}
+		seen[id] = i
+		o, ok := t.(Ordered)
+		ordered := ok && o.Ordered()
+		c.masters[i] = master{index: i, addr: addr, t: t, ordered: ordered}
+		c.addrs[i] = addr
+		c.allOrdered = c.allOrdered && ordered
 	}
 	c.waker = newWaker(c)
-	c.fin.init(len(pools))
-	c.muxConns = map[*muxConn]struct{}{}
-	c.muxes = make([]*mux, len(pools))
-	seen := make(map[any]int, len(pools))
-	for i, p := range pools {
-		if p == nil || (reflect.ValueOf(p).Kind() == reflect.Pointer && reflect.ValueOf(p).IsNil()) {
-			return nil, fmt.Errorf("%w: pool %d is nil", ErrInvalid, i)
-		}
-		addr := "master-" + strconv.Itoa(i)
-		var id any
-		if a, ok := p.(pool.Addresser); ok {
-			addr = a.Addr()
-			id = strings.ToLower(addr)
-		} else if reflect.TypeOf(p).Comparable() {
-			id = p
-		}
-		if id != nil {
-			if j, dup := seen[id]; dup {
-				return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
-					ErrInvalid, j, i, addr)
-			}
-			seen[id] = i
-		}
-		c.masters[i] = master{index: i, addr: addr, pool: p, dial: dialerOf(p)}
-		c.addrs[i] = addr
-	}
-	if cfg.pipelining {
-		c.allMux = true
-		for i := range c.masters {
-			if c.masters[i].dial != nil {
-				c.muxes[i] = &mux{c: c, m: &c.masters[i]}
-			} else {
-				c.allMux = false
-			}
-		}
-	}
+	c.fin.init(len(ts))
 	return c, nil
 }
 
@@ -238,17 +285,10 @@ func (c *Client) Close() error {
 	case <-grace.C:
 	}
 	grace.Stop()
-	c.mu.Lock()
-	conns := make([]*muxConn, 0, len(c.muxConns))
-	for mc := range c.muxConns {
-		conns = append(conns, mc)
-	}
-	c.mu.Unlock()
-	for _, mc := range conns {
-		mc.fail(ErrClosed)
+	for _, m := range c.masters {
+		m.t.Close()
 	}
 	<-idle // what the connections carried is settled now
-	c.muxWorkers.Wait()
 	for _, p := range c.owned {
 		p.Close()
 	}
@@ -406,7 +446,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 			// The commit could not start (the client is closing): undo
 			// the acquisition like any failed attempt.
 			r.decide(true)
-			if c.allMux {
+			if c.allOrdered {
 				r.rollbackPipelined(t.votes)
 			}
 			return nil, r, err
@@ -439,7 +479,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 	// Masters that failed or have not answered yet roll back in the
 	// background, each right after its own SET, bounded by the per-master
 	// timeout (pipelined: by the connection's stall bound).
-	if c.allMux {
+	if c.allOrdered {
 		rolled := r.rollbackPipelined(t.votes)
 		if t.ctxErr == nil {
 			wait := c.clock.NewTimer(c.timeout)

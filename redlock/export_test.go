@@ -11,8 +11,13 @@ var Backoff = backoff
 // with waiters, live pipelined connections.
 func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	c.mu.Lock()
-	releasing, muxConns = len(c.releasing)+len(c.chains), len(c.muxConns)
+	releasing = len(c.releasing) + len(c.chains)
 	c.mu.Unlock()
+	for _, m := range c.masters {
+		if mx, ok := m.t.(*mux); ok {
+			muxConns += mx.liveConns()
+		}
+	}
 	c.waker.mu.Lock()
 	waitedKeys = len(c.waker.waiters)
 	c.waker.mu.Unlock()

@@ -409,27 +409,25 @@ func (f *finisher) try(c *Client, e *finEntry) {
 		return
 	}
 	e.tries++
-	if c.allMux {
+	if c.allOrdered {
 		f.send(c, e)
 	} else {
 		go f.exec(c, e)
 	}
 }
 
-// send submits e on the master's pipelined connection; the reply is
-// handled on its reader.
+// send submits e on the master's Ordered transport; the reply is handled
+// wherever the transport completes it.
 func (f *finisher) send(c *Client, e *finEntry) {
 	r := e.r
 	w := new(wireCmd)
 	r.wireInto(w, e.op, nil)
-	q := &muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, undo: true, resend: true,
-		// As for the round's own command (round.send).
-		late: r.v == nil || r.v.kind != kindReentrant}
-	q.to = replyFunc(func(v any, err error) {
-		_, err = r.decode(e.i, e.op, w.want, v, err)
-		f.ended(c, e, err, false)
-		c.workers.Done()
-	})
+	q := &finReq{f: f, c: c, e: e, w: w}
+	w.fill(&q.cmd, r)
+	// As for the round's own command (wireCmd.fill), and never refused as
+	// busy: what it undoes may still run.
+	q.cmd.Undo, q.cmd.DropWhenDown = true, false
+	q.cmd.to = q
 	f.gate.Lock()
 	if r.fin.superseded.Load() {
 		f.gate.Unlock()
@@ -437,8 +435,23 @@ func (f *finisher) send(c *Client, e *finEntry) {
 		c.workers.Done()
 		return
 	}
-	c.muxes[e.i].submit(q)
+	c.masters[e.i].t.Send(&q.cmd)
 	f.gate.Unlock()
+}
+
+// finReq is a retry's command.
+type finReq struct {
+	cmd Command
+	f   *finisher
+	c   *Client
+	e   *finEntry
+	w   *wireCmd
+}
+
+func (q *finReq) complete(reply any, err error, _ SendInfo) {
+	_, err = q.e.r.decode(q.e.i, q.e.op, q.w.want, reply, err)
+	q.f.ended(q.c, q.e, err, false)
+	q.c.workers.Done()
 }
 
 // exec sends e on a pooled connection, bounded by the per-master timeout.

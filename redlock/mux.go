@@ -63,12 +63,20 @@ const muxBatch = 256
 
 var errMuxBusy = errors.New("too many commands queued for this master")
 
+// mux is the pipelined redigo Transport of one master (Ordered): it owns
+// its connections and goroutines, and Close ends them.
 type mux struct {
-	c *Client
-	m *master
+	addr    string
+	dial    pool.Dialer
+	redact  func(error) error // the pool's redaction of credentials, or nil
+	timeout time.Duration     // the client's per-master timeout: dials, the down and stall bounds
 
-	mu  sync.Mutex
-	cur *muxConn // the connection; while it fails, the one being settled
+	wg sync.WaitGroup // the dialer, and every connection's reader and writer
+
+	mu     sync.Mutex
+	closed bool                  // Close began: no dial, no command
+	conns  map[*muxConn]struct{} // live connections, failed by Close
+	cur    *muxConn              // the connection; while it fails, the one being settled
 	// dialing is set while a dial runs or waits for cur to be settled; it
 	// is closed when the dial ends.
 	dialing chan struct{}
@@ -82,7 +90,7 @@ type mux struct {
 // without ever answering; dialing it on every command would fill its
 // accept queue.)
 func (mx *mux) redialDelay() time.Duration {
-	d := 10 * mx.c.timeout
+	d := 10 * mx.timeout
 	if d > time.Second {
 		d = time.Second
 	}
@@ -190,41 +198,6 @@ func (d redigoDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	return d.p.Dial()
 }
 
-// conn returns a live pipelined connection, waiting (until ctx ends) for
-// the dial that a missing one sets off.
-func (mx *mux) conn(ctx context.Context) (*muxConn, error) {
-	for first := true; ; first = false {
-		mx.mu.Lock()
-		mc := mx.cur
-		if mc != nil && !mc.isClosed() {
-			mx.mu.Unlock()
-			return mc, nil
-		}
-		if !first {
-			// The dial failed, or the connection it made failed at once.
-			err := mx.dialErr
-			if err == nil && mc != nil {
-				err = mc.err
-			}
-			if err == nil {
-				err = errors.New("connection lost")
-			}
-			mx.mu.Unlock()
-			return nil, err
-		}
-		wait, err := mx.startDialLocked()
-		mx.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
 // startDialLocked starts the dialer unless one runs or waits, and returns
 // the channel that closes when it ends. While the current connection is
 // being settled, the dial waits: its reader starts it once what the
@@ -233,17 +206,13 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	if mx.dialing != nil {
 		return mx.dialing, nil
 	}
+	if mx.closed {
+		return nil, ErrClosed
+	}
 	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
 		return nil, mx.dialErr
 	}
-	c := mx.c
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
-	}
-	c.workers.Add(1)
-	c.mu.Unlock()
+	mx.wg.Add(1)
 	ch := make(chan struct{})
 	mx.dialing = ch
 	if mx.cur == nil {
@@ -255,9 +224,9 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 // dialer makes a new connection, bounded by the per-master timeout, and
 // hands it the backlog, in order, before anything else can reach it.
 func (mx *mux) dialer(ch chan struct{}) {
-	defer mx.c.workers.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), mx.c.timeout)
-	mc, err := mx.dial(ctx)
+	defer mx.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), mx.timeout)
+	mc, err := mx.connect(ctx)
 	cancel()
 	mx.mu.Lock()
 	if err == nil && mc.settled {
@@ -294,15 +263,14 @@ func (mx *mux) dialer(ch chan struct{}) {
 	}
 }
 
-func (mx *mux) dial(ctx context.Context) (*muxConn, error) {
-	c := mx.c
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
+func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
+	mx.mu.Lock()
+	closed := mx.closed
+	mx.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
 	}
-	nc, err := mx.m.dial.Dial(ctx)
+	nc, err := mx.dial.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +280,7 @@ func (mx *mux) dial(ctx context.Context) (*muxConn, error) {
 	all := scripts.All
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(c.timeout)
+		deadline = time.Now().Add(mx.timeout)
 	}
 	for _, s := range all {
 		if err = nc.Send("SCRIPT", "LOAD", s.Source()); err != nil {
@@ -341,22 +309,25 @@ func (mx *mux) dial(ctx context.Context) (*muxConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	stall := 10 * c.timeout
+	stall := 10 * mx.timeout
 	if stall < time.Second {
 		stall = time.Second
 	}
 	mc := &muxConn{mx: mx, nc: nc, stall: stall, queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
 		pending: make(chan *muxReq, muxQueue+muxBatch), closed: make(chan struct{}),
 		batch: make([]*muxReq, 0, muxBatch+1), born: time.Now()}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	mx.mu.Lock()
+	if mx.closed {
+		mx.mu.Unlock()
 		nc.Close()
 		return nil, ErrClosed
 	}
-	c.muxWorkers.Add(2)
-	c.muxConns[mc] = struct{}{}
-	c.mu.Unlock()
+	mx.wg.Add(2)
+	if mx.conns == nil {
+		mx.conns = map[*muxConn]struct{}{}
+	}
+	mx.conns[mc] = struct{}{}
+	mx.mu.Unlock()
 	go mc.write()
 	go mc.read()
 	return mc, nil
@@ -387,7 +358,7 @@ func (mc *muxConn) fail(err error) {
 }
 
 func (mc *muxConn) write() {
-	defer mc.mx.c.muxWorkers.Done()
+	defer mc.mx.wg.Done()
 	for {
 		select {
 		case <-mc.kick:
@@ -471,11 +442,11 @@ func (e *desyncError) Error() string {
 }
 
 func (mc *muxConn) read() {
-	defer mc.mx.c.muxWorkers.Done()
+	defer mc.mx.wg.Done()
 	defer func() {
-		mc.mx.c.mu.Lock()
-		delete(mc.mx.c.muxConns, mc)
-		mc.mx.c.mu.Unlock()
+		mc.mx.mu.Lock()
+		delete(mc.mx.conns, mc)
+		mc.mx.mu.Unlock()
 	}()
 	var first *muxReq // the request being read when the connection failed
 	for first == nil {
@@ -665,33 +636,10 @@ func (mc *muxConn) down() error {
 	if o == 0 {
 		return nil
 	}
-	if d := mc.mx.c.timeout; time.Since(mc.born)-time.Duration(o-1) > d {
+	if d := mc.mx.timeout; time.Since(mc.born)-time.Duration(o-1) > d {
 		return &downError{d}
 	}
 	return nil
-}
-
-// do queues one command and waits for its reply until ctx ends. It does
-// not re-send: its caller does, where that is safe.
-func (mx *mux) do(ctx context.Context, want expect, cmd string, args []any) (any, error) {
-	mc, err := mx.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	type result struct {
-		v   any
-		err error
-	}
-	res := make(chan result, 1)
-	if err := mc.enqueue(&muxReq{cmd: cmd, args: args, want: want, to: replyFunc(func(v any, err error) { res <- result{v, err} })}); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-res:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // enqueue hands r to the connection: written at once by the caller when
@@ -792,33 +740,60 @@ func (mx *mux) submit(r *muxReq) {
 	}
 }
 
-// muxHandle lets the code written for a redis.Conn (the scripts' EVALSHA
-// with its EVAL fallback) run over the mux.
-type muxHandle struct {
-	mx   *mux
-	ctx  context.Context
-	want expect
+// Addr names the master (Transport).
+func (mx *mux) Addr() string { return mx.addr }
+
+// Ordered reports true: commands reach the master in the order they were
+// submitted, also across a re-send after a broken connection, and a
+// NOSCRIPT is answered by EVAL only where that keeps the order
+// (noScript).
+func (mx *mux) Ordered() bool { return true }
+
+// Send submits cmd on the master's pipelined connection (Transport).
+func (mx *mux) Send(cmd *Command) {
+	q := &cmd.mq
+	*q = muxReq{cmd: cmd.Name, args: cmd.wireArgs(), want: expect(cmd.Reply), late: cmd.MayRunLate, undo: cmd.Undo,
+		resend: cmd.Resend, drop: cmd.DropWhenDown, to: cmd}
+	if cmd.Script != nil {
+		q.cmd, q.script = "EVALSHA", cmd.Script.s
+	}
+	mx.submit(q)
 }
 
-var _ redis.ConnWithTimeout = muxHandle{}
+// Close fails what its connections still carry with ErrClosed, closes
+// them and waits for their goroutines (Transport).
+func (mx *mux) Close() error {
+	mx.mu.Lock()
+	mx.closed = true
+	conns := make([]*muxConn, 0, len(mx.conns))
+	for mc := range mx.conns {
+		conns = append(conns, mc)
+	}
+	mx.mu.Unlock()
+	for _, mc := range conns {
+		mc.fail(ErrClosed)
+	}
+	mx.wg.Wait()
+	return nil
+}
 
-func (h muxHandle) Close() error { return nil }
-func (h muxHandle) Err() error   { return nil }
-func (h muxHandle) Do(cmd string, args ...any) (any, error) {
-	return h.mx.do(h.ctx, h.want, cmd, args)
+// RedactError removes the pool's credentials from err (pool.Redactor).
+func (mx *mux) RedactError(err error) error {
+	if mx.redact == nil {
+		return err
+	}
+	return mx.redact(err)
 }
-func (h muxHandle) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(h.ctx, timeout)
-	defer cancel()
-	return h.mx.do(ctx, h.want, cmd, args)
+
+// liveConns counts its live connections, for tests.
+func (mx *mux) liveConns() int {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	return len(mx.conns)
 }
-func (h muxHandle) Send(string, ...any) error {
-	return errors.New("redlock: Send on a pipelined handle")
-}
-func (h muxHandle) Flush() error { return errors.New("redlock: Flush on a pipelined handle") }
-func (h muxHandle) Receive() (any, error) {
-	return nil, errors.New("redlock: Receive on a pipelined handle")
-}
-func (h muxHandle) ReceiveWithTimeout(time.Duration) (any, error) {
-	return nil, errors.New("redlock: Receive on a pipelined handle")
+
+// Subscribe opens the master's release-notice subscription on a
+// connection of its own (Transport).
+func (mx *mux) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+	return subscribeRedigo(ctx, mx.dial, nil, notify)
 }

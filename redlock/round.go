@@ -136,11 +136,11 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	}
 	r.running.Store(int32(n))
 	workers := n
-	if c.allMux && op == opAcquire {
+	if c.allOrdered && op == opAcquire {
 		r.held.Store(true)
 		workers++
 	}
-	if !c.allMux {
+	if !c.allOrdered {
 		// What the worker goroutines need: a bound, the decision, and
 		// their completion for the rounds chained after this one.
 		r.ctx, r.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
@@ -169,7 +169,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		older = c.fin.newest(c, chainID(key, token, sh), r, ttl)
 	}
 	prev := after
-	if !c.allMux {
+	if !c.allOrdered {
 		if op != opCommit {
 			r.chain = chainID(key, token, sh)
 			if last := c.chains[r.chain]; last != nil {
@@ -192,7 +192,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	if older != nil {
 		c.fin.supersede(older, r)
 	}
-	if c.allMux {
+	if c.allOrdered {
 		// Pipelined: no goroutine per master; each reply is handled on
 		// its connection's reader. Commands to one master go out in the
 		// order they are submitted, so nothing needs chaining.
@@ -223,11 +223,11 @@ func chainID(key, token string, sh shape) string {
 	return key + "\x00" + id
 }
 
-// roundReq is one master's share of a round on a pipelined connection:
-// the request and what its reply needs. A round holds them, so sending a
+// roundReq is one master's share of a round on an Ordered transport: the
+// command and what its reply needs. A round holds them, so sending a
 // command allocates nothing.
 type roundReq struct {
-	req muxReq
+	cmd Command
 	r   *round
 	i   int
 	w   *wireCmd
@@ -240,7 +240,7 @@ type roundReq struct {
 const inlineMasters = 7
 
 // send submits w to every master for which skip is nil or false, on the
-// pipelined connections; settle (nil: the round's own) gets each vote.
+// Ordered transports; settle (nil: the round's own) gets each vote.
 func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...bool) {
 	n := len(r.c.masters)
 	var reqs []roundReq
@@ -249,36 +249,32 @@ func (r *round) send(w *wireCmd, settle func(i int, v vote, err error), skip ...
 	} else {
 		reqs = make([]roundReq, n)
 	}
-	// Run late (after commands submitted later, see muxConn.noScript), a
-	// release, rollback, extension or leave finds nothing, or its own
-	// token: no later round uses it, but a reentrant owner's do.
-	late := w.op != opAcquire && w.op != opCommit && (r.v == nil || r.v.kind != kindReentrant)
-	undo := w.op == opRollback || w.op == opLeave // never refused as busy (muxUndo)
 	for i := range reqs {
 		if len(skip) > 0 && skip[i] {
 			continue
 		}
 		q := &reqs[i]
-		*q = roundReq{req: muxReq{cmd: w.cmd, args: w.args, want: w.want, script: w.script, late: late, undo: undo, resend: true,
-			drop: w.op == opAcquire || w.op == opExtend}, r: r, i: i, w: w, settle: settle}
-		q.req.to = q
-		r.c.muxes[i].submit(&q.req)
+		*q = roundReq{r: r, i: i, w: w, settle: settle}
+		w.fill(&q.cmd, r)
+		q.cmd.to = q
+		r.c.masters[i].t.Send(&q.cmd)
 	}
 }
 
-// deliver handles master q.i's reply. (A script's NOSCRIPT is the mux's:
-// see muxConn.noScript.) A request the mux re-sent after the master closed
-// the connection gets the same caution as exec's retry.
-func (q *roundReq) deliver(reply any, err error) {
+// complete handles master q.i's reply. (A script's NOSCRIPT is the
+// transport's: see muxConn.noScript.) A request the transport re-sent
+// after the master closed the connection gets the same caution as exec's
+// retry.
+func (q *roundReq) complete(reply any, err error, info SendInfo) {
 	w := q.w
 	v, err := q.r.decode(q.i, w.op, w.want, reply, err)
-	if err != nil && q.req.sent.IsZero() {
+	if err != nil && !info.Sent {
 		q.r.fin.markUnsent(w.op, q.i)
 	}
 	if err != nil && finishes(w.op, q.r) {
 		q.r.c.finishLater(q.r, q.i, w.op, err)
 	}
-	if q.req.resent && err == nil && v == voteNo && w.op != opExtend {
+	if info.Resent && err == nil && v == voteNo && w.op != opExtend {
 		v, err = voteFail, fmt.Errorf("%s retried after a broken connection: the first try may have run", w.op)
 	}
 	q.settleVote(v, err)
@@ -292,14 +288,34 @@ func (q *roundReq) settleVote(v vote, err error) {
 	q.r.settle(q.i, v, err)
 }
 
-// wireCmd is an operation's command as a pipelined connection sends it:
-// built once per round and shared, read-only, by every master.
+// wireCmd is an operation's command: built once per round and shared,
+// read-only, by every master.
 type wireCmd struct {
-	op     opKind
-	script *scripts.Script // nil for a plain command
-	cmd    string          // "EVALSHA", or the plain command
-	args   []any
-	want   expect // what the reply may be
+	op      opKind
+	script  *scripts.Script // nil for a plain command
+	cmd     string          // "EVALSHA", or the plain command
+	args    []any           // as a redigo connection sends them (EVALSHA: the hash and key count first)
+	keysAnd []any           // the keys and values (a plain command: its arguments)
+	nkeys   int
+	want    expect // what the reply may be
+}
+
+// fill writes w into cmd, with what the command is for a transport's
+// choices (Command.Resend and the others).
+func (w *wireCmd) fill(cmd *Command, r *round) {
+	op := w.op
+	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w.args,
+		Resend: true,
+		// Run late (after commands submitted later, see muxConn.noScript), a
+		// release, rollback, extension or leave finds nothing, or its own
+		// token: no later round uses it, but a reentrant owner's do.
+		MayRunLate:   op != opAcquire && op != opCommit && (r.v == nil || r.v.kind != kindReentrant),
+		Undo:         op == opRollback || op == opLeave, // never refused as busy (muxUndo)
+		DropWhenDown: op == opAcquire || op == opExtend,
+	}
+	if w.script != nil {
+		cmd.Script = scriptOf[w.script]
+	}
 }
 
 // wireInto builds op's command into w, its arguments in buf when it has
@@ -310,16 +326,17 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	}
 	script, cmd, args := r.command(op, buf[2:2])
 	if script == nil {
-		*w = wireCmd{op: op, cmd: cmd, args: args, want: expectOf(nil)}
+		*w = wireCmd{op: op, cmd: cmd, args: args, keysAnd: args, want: expectOf(nil)}
 		return
 	}
 	full := buf[:2+len(args)]
+	nkeys := r.nkeys(script)
 	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
-		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), r.nkeys(script), args...)
+		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), nkeys, args...)
 	} else {
-		script.PrefixArgs(full, r.nkeys(script))
+		script.PrefixArgs(full, nkeys)
 	}
-	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, want: expectOf(script)}
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script)}
 }
 
 // settle reports master i's answer to the round, on a pipelined path.
@@ -494,28 +511,54 @@ func (r *round) work(i int, prev *round) {
 	}
 }
 
-// exec sends one command to one master, bounded by ctx's deadline. A
-// pooled connection that the master closed (it restarted, or dropped idle
-// clients) fails at its first use; exec then tries once more on a fresh
-// connection within the same deadline. An answer to that second try that
-// could hide the first try's effect counts as unknown, not as a refusal.
+// exec sends op of r to master m through its transport, bounded by
+// ctx's deadline, and waits for the answer. An answer to a command the
+// transport re-sent after the master closed the connection, which could
+// hide the first try's effect, counts as unknown, not as a refusal.
 func (c *Client) exec(ctx context.Context, m *master, op opKind, r *round) (v vote, err error) {
 	defer c.backstopVote(m, &v, &err)
-	v, err = c.execOnce(ctx, m, op, r, false)
-	if err == nil || !brokenConn(err) {
-		return v, c.wrapNodeError(m, err)
+	w := new(wireCmd)
+	r.wireInto(w, op, nil)
+	q := &execReq{done: make(chan struct{})}
+	w.fill(&q.cmd, r)
+	q.cmd.Deadline, _ = ctx.Deadline()
+	q.cmd.to = q
+	if err := ctx.Err(); err != nil {
+		r.fin.markUnsent(op, m.index)
+		return voteFail, c.nodeError(m, err)
 	}
-	// The other idle connections are likely as stale: retry on a fresh one.
-	v, err2 := c.execOnce(ctx, m, op, r, true)
-	if err2 != nil {
-		return voteFail, c.wrapNodeError(m, err2)
+	m.t.Send(&q.cmd)
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		// An Ordered transport may answer later; this caller has stopped
+		// waiting.
+		return voteFail, c.nodeError(m, ctx.Err())
+	}
+	v, err = r.decode(m.index, op, w.want, q.reply, q.err)
+	if err != nil && !q.info.Sent {
+		r.fin.markUnsent(op, m.index)
 	}
 	// SET NX finds our own key if the first try ran; a release or a
 	// rollback finds nothing to delete.
-	if v == voteNo && op != opExtend {
-		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after %v: the first try may have run", op, err))
+	if q.info.Resent && err == nil && v == voteNo && op != opExtend {
+		return voteFail, c.nodeError(m, fmt.Errorf("%s retried after a broken connection: the first try may have run", op))
 	}
-	return v, nil
+	return v, c.wrapNodeError(m, err)
+}
+
+// execReq is one command exec waits for.
+type execReq struct {
+	cmd   Command
+	done  chan struct{}
+	reply any
+	err   error
+	info  SendInfo
+}
+
+func (q *execReq) complete(reply any, err error, info SendInfo) {
+	q.reply, q.err, q.info = reply, err, info
+	close(q.done)
 }
 
 func (c *Client) wrapNodeError(m *master, err error) error {
@@ -532,69 +575,6 @@ func (c *Client) wrapNodeError(m *master, err error) error {
 // read.
 func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// execOnce sends one command; fresh asks for a newly dialed connection
-// rather than an idle one of the pool, where the pool can dial.
-func (c *Client) execOnce(ctx context.Context, m *master, op opKind, r *round, fresh bool) (vote, error) {
-	script, cmd, args := r.command(op, nil)
-	want := expectOf(script)
-	var conn redis.Conn
-	pooled := false
-	if mx := c.muxes[m.index]; mx != nil {
-		conn = muxHandle{mx: mx, ctx: ctx, want: want}
-	} else {
-		pooled = true
-		var err error
-		if fresh && m.dial != nil {
-			conn, err = m.dial.Dial(ctx)
-		} else {
-			conn, err = m.pool.GetContext(ctx)
-		}
-		if err != nil {
-			if !fresh {
-				r.fin.markUnsent(op, m.index)
-			}
-			return voteFail, err
-		}
-		defer conn.Close()
-	}
-	timeout := c.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	if timeout <= 0 {
-		if !fresh {
-			r.fin.markUnsent(op, m.index)
-		}
-		return voteFail, context.DeadlineExceeded
-	}
-	var res any
-	var err error
-	if script != nil {
-		res, err = script.DoKeys(conn, timeout, r.nkeys(script), args...)
-	} else {
-		res, err = redis.DoWithTimeout(conn, timeout, cmd, args...)
-	}
-	v, err := r.decode(m.index, op, want, res, err)
-	var de *desyncError
-	if pooled && errors.As(err, &de) {
-		discard(conn)
-	}
-	return v, err
-}
-
-// discard keeps a pooled connection that is out of step with its master
-// from going back to the pool: redigo's pool closes a connection whose Err
-// is set, and a read whose deadline has already passed fails and sets it.
-// The replies already buffered (a few KiB at most) are read first.
-func discard(conn redis.Conn) {
-	for i := 0; i < 4096 && conn.Err() == nil; i++ {
-		_, err := redis.ReceiveWithTimeout(conn, -time.Nanosecond)
-		if _, isReply := err.(redis.Error); err != nil && !isReply {
-			return
-		}
-	}
 }
 
 // command returns what op sends to a master: a script and its keys and
@@ -705,6 +685,9 @@ func (e expect) fits(v any) bool {
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
+	if re, ok := err.(ReplyError); ok {
+		err = redis.Error(re) // as redigo reports it: what callers of this package see
+	}
 	if err != nil {
 		return voteFail, scripts.Explain(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -34,15 +36,16 @@ type Transport interface {
 	Addr() string
 
 	// Send hands cmd to the master without waiting for the network, and
-	// calls cmd.Done exactly once, from any goroutine (possibly before
+	// calls cmd.Complete exactly once, from any goroutine (possibly before
 	// Send returns), with the master's reply or an error, never both.
-	// Done must not be called while Send holds a lock that Done may
-	// need, and it must be called within a bounded time: at cmd.Deadline
+	// Complete must not be called while Send holds a lock that the
+	// Client's code may need (it may Send again from Complete), and it
+	// must be called within a bounded time: at cmd.Deadline
 	// or, for a transport that keeps a command in flight past its
 	// deadline (a pipelined one, whose late replies still count), within
 	// a bound of its own. After Close, Send fails cmd with an error
 	// matching ErrClosed. cmd and its slices must not be modified or
-	// kept after Done is called; they are shared with other transports
+	// kept after Complete is called; they are shared with other transports
 	// and must be treated as read-only.
 	Send(cmd *Command)
 
@@ -57,7 +60,7 @@ type Transport interface {
 	Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error)
 
 	// Close fails what is still queued or awaiting a reply with an error
-	// matching ErrClosed (calling each Done), releases the transport's
+	// matching ErrClosed (completing each), releases the transport's
 	// connections and waits for its goroutines. The Client calls it once,
 	// from Client.Close, after the commands in flight had one per-master
 	// timeout to be answered. It does not close a pool the caller owns.
@@ -224,13 +227,20 @@ type Command struct {
 	// timeout — may fail it at once, unsent, rather than queue it.
 	DropWhenDown bool
 
-	// Done receives the outcome, exactly once (see Transport.Send).
+	// Done receives the outcome of a command built outside a Client (a
+	// transport's own tests) through Complete, which is what a transport
+	// calls. A Client's commands leave it nil.
 	Done func(reply any, err error, info SendInfo)
 
 	// wire, when set by the Client, is the command as a redigo
 	// connection sends it (the script's hash and the key count first),
 	// built once per round and shared by its masters.
 	wire []any
+	// to receives the outcome of a Client's command (Complete).
+	to completer
+	// mq is the pipelined redigo transport's request, held here so that
+	// sending a command allocates nothing.
+	mq muxReq
 }
 
 // SendInfo tells the Client what became of a command besides its reply.
@@ -244,4 +254,43 @@ type SendInfo struct {
 	// second try's. The first try may have run: the Client does not take
 	// a refusal for one then.
 	Resent bool
+}
+
+// Complete reports the command's outcome: a transport calls it exactly
+// once per Send (see Transport.Send). For a command a Client built, it
+// hands the outcome to the Client; for one built elsewhere (a
+// transport's own tests), it calls Done.
+func (c *Command) Complete(reply any, err error, info SendInfo) {
+	if c.to != nil {
+		c.to.complete(reply, err, info)
+		return
+	}
+	if c.Done != nil {
+		c.Done(reply, err, info)
+	}
+}
+
+// completer receives a Client's command's outcome.
+type completer interface {
+	complete(reply any, err error, info SendInfo)
+}
+
+// wireArgs returns the command's arguments as a redigo connection sends
+// them: for a script, its hash and key count first.
+func (c *Command) wireArgs() []any {
+	if c.wire != nil {
+		return c.wire
+	}
+	if c.Script == nil {
+		return c.Args
+	}
+	return c.Script.s.AppendArgsKeys(make([]any, 0, 2+len(c.Args)), c.NumKeys, c.Args...)
+}
+
+// deliver is a pipelined connection's reply to the command (replier).
+func (c *Command) deliver(v any, err error) {
+	if re, ok := err.(redis.Error); ok {
+		err = ReplyError(re)
+	}
+	c.Complete(v, err, SendInfo{Sent: !c.mq.sent.IsZero(), Resent: c.mq.resent})
 }

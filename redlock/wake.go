@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // Waiting without polling.
@@ -254,17 +252,6 @@ func (w *waker) syncLocked() {
 	}
 }
 
-// wanted returns the channels the subscribers should follow.
-func (w *waker) wanted() map[string]bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	chans := make(map[string]bool, len(w.waiters))
-	for key := range w.waiters {
-		chans[wakeChannel(key)] = true
-	}
-	return chans
-}
-
 // notify wakes the longest-waiting waiter of key for release id at the
 // release's first notice and at the notice that completes a quorum. The
 // woken waiter goes to the back of the queue: if it loses the race it
@@ -306,67 +293,48 @@ func (w *waker) close() {
 	}
 }
 
-// subscriber is the connection to one master on which a client follows
-// the release channels. A writer goroutine (un)subscribes as the waited-for
-// keys change; a reader goroutine turns messages into wake-ups.
+// subscriber follows the release channels on one master, through its
+// transport's Subscription: a goroutine opens it and keeps the subscribed
+// channels equal to the wanted ones as the waited-for keys change, until
+// stopped or the subscription breaks.
 type subscriber struct {
 	w       *waker
 	m       *master
 	started time.Time
 
 	kick chan struct{} // size 1: the wanted channels changed
-	quit chan struct{}
+	// ctx ends with stop: it ends the opening of the subscription and a
+	// Set under way.
+	ctx  context.Context
+	stop context.CancelFunc
 
-	// stopRead ends the reader's wait on a borrowed connection, which
-	// must not be closed under its reader (redigo's pooled connection
-	// reads the unsubscribe replies itself on Close).
-	readCtx  context.Context
-	stopRead context.CancelFunc
-
-	mu       sync.Mutex
-	conn     redis.Conn
-	borrowed bool            // conn is a pooled connection, not one of its own
-	live     map[string]bool // channels whose subscription the master acknowledged
-	dead     bool
-	stopped  bool
+	mu   sync.Mutex
+	sub  Subscription // nil until open
+	dead bool
 }
 
 // isLive reports whether the master acknowledged the subscription to
 // channel on a connection that is still read.
 func (s *subscriber) isLive(channel string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.dead && s.live[channel]
-}
-
-// acknowledged records the master's (un)subscribe reply.
-func (s *subscriber) acknowledged(v redis.Subscription) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch v.Kind {
-	case "subscribe":
-		if s.live == nil {
-			s.live = map[string]bool{}
-		}
-		s.live[v.Channel] = true
-	case "unsubscribe":
-		delete(s.live, v.Channel)
-	}
+	sub, dead := s.sub, s.dead
+	s.mu.Unlock()
+	return !dead && sub != nil && sub.Live(channel)
 }
 
 func (w *waker) startSubscriber(i int) *subscriber {
 	c := w.c
-	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(),
-		kick: make(chan struct{}, 1), quit: make(chan struct{})}
-	s.readCtx, s.stopRead = context.WithCancel(context.Background())
+	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(), kick: make(chan struct{}, 1)}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		s.stop()
 		return nil
 	}
 	c.workers.Add(1)
 	c.mu.Unlock()
-	go s.write()
+	go s.run()
 	return s
 }
 
@@ -383,147 +351,74 @@ func (s *subscriber) poke() {
 	}
 }
 
-func (s *subscriber) stop() {
-	s.mu.Lock()
-	if !s.stopped {
-		s.stopped = true
-		close(s.quit)
-	}
-	conn, borrowed := s.conn, s.borrowed
-	s.mu.Unlock()
-	s.stopRead()
-	if conn != nil && !borrowed {
-		conn.Close() // unblocks the reader
-	}
-}
-
-// closeConn ends the reader, then closes conn: a connection of its own
-// is closed at once (which unblocks the reader), a borrowed one only
-// after its reader gave it up.
-func (s *subscriber) closeConn(conn redis.Conn, borrowed bool, readerDone <-chan struct{}) {
-	s.stopRead()
-	if !borrowed {
-		conn.Close()
-	}
-	<-readerDone
-	closeQuietly(conn)
-}
-
 func (s *subscriber) fail(err error) {
 	s.mu.Lock()
 	s.dead = true
-	s.live = nil
 	s.mu.Unlock()
 	if err != nil {
 		s.w.c.logFailure(opWait, "", s.m, err)
 	}
 }
 
-// write connects, starts the reader, then keeps the subscriptions equal to
-// the wanted channels until stopped or the connection fails.
-func (s *subscriber) write() {
+// run opens the subscription, then keeps its channels equal to the wanted
+// ones until stopped or the subscription breaks; it closes the
+// subscription as it ends. A panic (a hostile master's reply, on a pool
+// this package did not make) fails the subscriber: the waiters fall back
+// on their timers until it is restarted.
+func (s *subscriber) run() {
 	c := s.w.c
 	defer c.workers.Done()
-	defer s.backstop(true)
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	conn, borrowed, err := dialDedicated(ctx, s.m)
+	defer func() {
+		if p := recover(); p != nil {
+			s.fail(c.nodeError(s.m, panicError(p)))
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)
+	sub, err := s.m.t.Subscribe(ctx, func(channel, payload string) {
+		if key, ok := strings.CutPrefix(channel, wakePrefix); ok {
+			s.w.notify(key, payload)
+		}
+	})
 	cancel()
 	if err != nil {
 		s.fail(c.nodeError(s.m, err))
 		return
 	}
+	defer sub.Close()
 	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		conn.Close()
-		return
-	}
-	s.conn, s.borrowed = conn, borrowed
+	s.sub = sub
 	s.mu.Unlock()
-	c.workers.Add(1)
-	readerDone := make(chan struct{})
-	go s.read(conn, borrowed, readerDone)
-	defer s.closeConn(conn, borrowed, readerDone)
-
-	psc := redis.PubSubConn{Conn: conn}
-	have := map[string]bool{}
 	for {
 		select {
-		case <-s.quit:
+		case <-s.ctx.Done():
 			return
-		case <-readerDone:
-			s.fail(nil)
+		case <-sub.Done():
+			var err error
+			if e, ok := sub.(interface{ Err() error }); ok && e.Err() != nil {
+				err = c.nodeError(s.m, e.Err())
+			}
+			s.fail(err)
 			return
 		case <-s.kick:
 		}
-		want := s.w.wanted()
-		var sub, unsub []any
-		for ch := range want {
-			if !have[ch] {
-				sub = append(sub, ch)
+		if err := sub.Set(s.ctx, s.w.wantedList()); err != nil {
+			if s.ctx.Err() == nil {
+				s.fail(c.nodeError(s.m, err))
+			} else {
+				s.fail(nil)
 			}
-		}
-		for ch := range have {
-			if !want[ch] {
-				unsub = append(unsub, ch)
-			}
-		}
-		if len(sub) > 0 {
-			err = psc.Subscribe(sub...)
-		}
-		if err == nil && len(unsub) > 0 {
-			err = psc.Unsubscribe(unsub...)
-		}
-		if err != nil {
-			s.fail(c.nodeError(s.m, err))
-			return
-		}
-		have = want
-	}
-}
-
-// read wakes the waiters of each released key until the connection closes
-// or, for a borrowed connection, until stopRead.
-func (s *subscriber) read(conn redis.Conn, borrowed bool, done chan struct{}) {
-	defer s.w.c.workers.Done()
-	defer close(done)
-	defer s.backstop(false)
-	psc := redis.PubSubConn{Conn: conn}
-	receive := func() any {
-		// No read deadline: the connection is idle while nobody
-		// releases. A borrowed connection cannot be closed under this
-		// read, so the read is cancelled instead (which breaks the
-		// connection; the pool discards it).
-		if borrowed {
-			return psc.ReceiveContext(s.readCtx)
-		}
-		return psc.ReceiveWithTimeout(0)
-	}
-	for {
-		switch v := receive().(type) {
-		case redis.Message:
-			if key, ok := strings.CutPrefix(v.Channel, wakePrefix); ok {
-				s.w.notify(key, string(v.Data))
-			}
-		case redis.Subscription:
-			s.acknowledged(v)
-		case error:
-			s.mu.Lock()
-			s.live = nil // nothing more is heard on this connection
-			s.mu.Unlock()
 			return
 		}
 	}
 }
 
-// dialDedicated returns a connection of its own for subscribing, dialed
-// as the pipelined connections are (dialerOf), else borrowed from the pool
-// (borrowed) for as long as the subscriber lives.
-func dialDedicated(ctx context.Context, m *master) (conn redis.Conn, borrowed bool, err error) {
-	if m.dial != nil {
-		conn, err = m.dial.Dial(ctx)
-		return conn, false, err
+// wantedList returns the channels the subscribers should follow.
+func (w *waker) wantedList() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	chans := make([]string, 0, len(w.waiters))
+	for key := range w.waiters {
+		chans = append(chans, wakeChannel(key))
 	}
-	conn, err = m.pool.GetContext(ctx)
-	return conn, true, err
+	return chans
 }

@@ -1,0 +1,198 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// redigoSub is the release-notice subscription of both redigo transports
+// (Transport.Subscribe): a connection of its own, dialed as the pipelined
+// connections are (dialerOf), else one borrowed from the pool for as long
+// as the subscription lives. Its reader goroutine hands each message to
+// notify and records the master's acknowledgements (Live).
+type redigoSub struct {
+	conn     redis.Conn
+	borrowed bool // conn is a pooled connection, not one of its own
+	notify   func(channel, payload string)
+
+	// stopRead ends the reader's wait on a borrowed connection, which
+	// must not be closed under its reader (redigo's pooled connection
+	// reads the unsubscribe replies itself on Close).
+	readCtx  context.Context
+	stopRead context.CancelFunc
+
+	wmu  sync.Mutex      // serializes Set
+	have map[string]bool // the channels subscribed (under wmu)
+
+	mu   sync.Mutex
+	live map[string]bool // channels whose subscription the master acknowledged
+	err  error           // why it broke, when a panic of the parser did it
+
+	done       chan struct{} // closed once broken or closed
+	doneOnce   sync.Once
+	readerDone chan struct{}
+	closeOnce  sync.Once
+}
+
+// subscribeRedigo opens a subscription on a connection dial makes, or, when
+// dial is nil, on one borrowed from p.
+func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify func(channel, payload string)) (Subscription, error) {
+	var conn redis.Conn
+	var err error
+	borrowed := dial == nil
+	if borrowed {
+		conn, err = p.GetContext(ctx)
+	} else {
+		conn, err = dial.Dial(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &redigoSub{conn: conn, borrowed: borrowed, notify: notify, have: map[string]bool{},
+		done: make(chan struct{}), readerDone: make(chan struct{})}
+	s.readCtx, s.stopRead = context.WithCancel(context.Background())
+	go s.read()
+	return s, nil
+}
+
+func (s *redigoSub) broken() { s.doneOnce.Do(func() { close(s.done) }) }
+
+// Done is closed once the subscription broke or was closed.
+func (s *redigoSub) Done() <-chan struct{} { return s.done }
+
+// Err reports why the subscription broke, when its reply parser panicked.
+func (s *redigoSub) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Live reports whether the master acknowledged the subscription to
+// channel on a connection that is still read.
+func (s *redigoSub) Live(channel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[channel]
+}
+
+// Set subscribes the channels not yet subscribed and unsubscribes the
+// others. A failed write breaks the subscription.
+func (s *redigoSub) Set(ctx context.Context, channels []string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	select {
+	case <-s.done:
+		return ErrClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !s.borrowed {
+		// A write that blocks (a master that does not read) ends with ctx.
+		stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+		defer stop()
+	}
+	want := make(map[string]bool, len(channels))
+	var sub, unsub []any
+	for _, ch := range channels {
+		want[ch] = true
+		if !s.have[ch] {
+			sub = append(sub, ch)
+		}
+	}
+	for ch := range s.have {
+		if !want[ch] {
+			unsub = append(unsub, ch)
+		}
+	}
+	psc := redis.PubSubConn{Conn: s.conn}
+	var err error
+	if len(sub) > 0 {
+		err = psc.Subscribe(sub...)
+	}
+	if err == nil && len(unsub) > 0 {
+		err = psc.Unsubscribe(unsub...)
+	}
+	if err != nil {
+		s.stopRead()
+		if !s.borrowed {
+			s.conn.Close()
+		}
+		s.broken()
+		return err
+	}
+	s.have = want
+	return nil
+}
+
+// read wakes the waiters of each released channel until the connection
+// closes or, for a borrowed connection, until stopRead. A panic of the
+// parser (a hostile master, on a pool this package did not make) breaks
+// the subscription.
+func (s *redigoSub) read() {
+	defer close(s.readerDone)
+	defer s.broken()
+	defer func() {
+		p := recover()
+		s.mu.Lock()
+		s.live = nil // nothing more is heard on this connection
+		if p != nil {
+			s.err = panicError(p)
+		}
+		s.mu.Unlock()
+	}()
+	psc := redis.PubSubConn{Conn: s.conn}
+	receive := func() any {
+		// No read deadline: the connection is idle while nobody
+		// releases. A borrowed connection cannot be closed under this
+		// read, so the read is cancelled instead (which breaks the
+		// connection; the pool discards it).
+		if s.borrowed {
+			return psc.ReceiveContext(s.readCtx)
+		}
+		return psc.ReceiveWithTimeout(0)
+	}
+	for {
+		switch v := receive().(type) {
+		case redis.Message:
+			s.notify(v.Channel, string(v.Data))
+		case redis.Subscription:
+			s.mu.Lock()
+			switch v.Kind {
+			case "subscribe":
+				if s.live == nil {
+					s.live = map[string]bool{}
+				}
+				s.live[v.Channel] = true
+			case "unsubscribe":
+				delete(s.live, v.Channel)
+			}
+			s.mu.Unlock()
+		case error:
+			return
+		}
+	}
+}
+
+// Close ends the reader, then closes the connection: a connection of its
+// own at once (which unblocks the reader), a borrowed one only after its
+// reader gave it up.
+func (s *redigoSub) Close() error {
+	s.closeOnce.Do(func() {
+		s.stopRead()
+		if !s.borrowed {
+			s.conn.Close()
+		}
+		s.wmu.Lock() // a Set under way ends (its write fails on a closed connection)
+		defer s.wmu.Unlock()
+		<-s.readerDone
+		closeQuietly(s.conn)
+		s.broken()
+	})
+	return nil
+}
