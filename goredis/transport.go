@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,7 +22,8 @@ type Transport struct {
 	client  redis.UniversalClient
 	addr    string
 	ordered bool
-	secrets []string // credentials the client holds, redacted from errors
+	secrets []string      // credentials the client holds, redacted from errors
+	bound   time.Duration // a command's own bound when it comes without a deadline
 	lane    *lane
 
 	scripts sync.Map // *redlock.Script -> *script
@@ -41,18 +43,21 @@ var (
 // NewTransport returns a transport over client, which must reach one
 // master. It starts one goroutine, which Close stops.
 func NewTransport(client redis.UniversalClient) *Transport {
-	t := &Transport{client: client, subs: make(map[*subscription]struct{})}
+	t := &Transport{client: client, subs: make(map[*subscription]struct{}), bound: defaultBound}
 	switch c := client.(type) {
 	case *redis.Client:
 		o := c.Options()
 		t.addr, t.ordered = o.Addr, true
 		t.secrets = secrets(o.Username, o.Password)
+		t.bound = boundOf(o.ReadTimeout)
 	case *redis.ClusterClient:
 		o := c.Options()
 		t.addr = strings.Join(o.Addrs, ",")
 		t.secrets = secrets(o.Username, o.Password)
+		t.bound = boundOf(o.ReadTimeout)
 	case *redis.Ring:
 		o := c.Options()
+		t.bound = boundOf(o.ReadTimeout)
 		addrs := make([]string, 0, len(o.Addrs))
 		for _, a := range o.Addrs {
 			addrs = append(addrs, a)
@@ -65,6 +70,20 @@ func NewTransport(client redis.UniversalClient) *Transport {
 	}
 	t.lane = newLane(client, t.addr)
 	return t
+}
+
+// defaultBound is a command's bound when it has no deadline and the
+// client's ReadTimeout does not give one: go-redis's default ReadTimeout.
+const defaultBound = 5 * time.Second
+
+// boundOf returns the bound of a command without a deadline on a client
+// whose ReadTimeout is rt: rt, the longest a healthy master's reply to a
+// batch may take, or defaultBound when rt is not a positive duration.
+func boundOf(rt time.Duration) time.Duration {
+	if rt > 0 {
+		return rt
+	}
+	return defaultBound
 }
 
 func secrets(s ...string) []string {
@@ -88,15 +107,25 @@ func (t *Transport) Addr() string { return t.addr }
 // commands itself).
 func (t *Transport) Ordered() bool { return t.ordered }
 
-// Send queues cmd for the master and returns at once; cmd.Done is called
+// Send queues cmd for the master and returns at once; cmd.Complete is called
 // exactly once with the reply in redigo's shapes (see redlock.ReplyShape),
 // a redlock.ReplyError, or an error: at cmd.Deadline at the latest
 // (matching context.DeadlineExceeded), or at once when too much is queued
-// or the master is down and cmd is worthless late.
+// or the master is down and cmd is worthless late. A command without a
+// deadline (the redlock.Client gives none to an Ordered transport's
+// commands) is bounded by the client's ReadTimeout (5 s when it has none).
 func (t *Transport) Send(cmd *redlock.Command) {
+	deadline := cmd.Deadline
+	if deadline.IsZero() {
+		// The Client gives an Ordered transport's commands no deadline:
+		// their late replies still count. The transport's own bound is the
+		// client's ReadTimeout; past it the command fails and the master is
+		// taken for down (see lane.go).
+		deadline = time.Now().Add(t.bound)
+	}
 	r := &req{
 		args:         cmd.Args,
-		deadline:     cmd.Deadline,
+		deadline:     deadline,
 		resend:       cmd.Resend,
 		mayRunLate:   cmd.MayRunLate,
 		undo:         cmd.Undo,
@@ -107,19 +136,19 @@ func (t *Transport) Send(cmd *redlock.Command) {
 	} else {
 		r.name = cmd.Name
 	}
-	shape, done := cmd.Reply, cmd.Done
+	shape := cmd.Reply
 	r.done = func(v any, err error, sent, resent bool) {
 		info := redlock.SendInfo{Sent: sent, Resent: resent}
 		if err != nil {
-			done(nil, t.replyError(err), info)
+			cmd.Complete(nil, t.replyError(err), info)
 			return
 		}
 		v, err = reply(shape, v)
 		if err != nil {
-			done(nil, t.RedactError(err), info)
+			cmd.Complete(nil, t.RedactError(err), info)
 			return
 		}
-		done(v, nil, info)
+		cmd.Complete(v, nil, info)
 	}
 	t.lane.send(r)
 }
