@@ -65,9 +65,9 @@ func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // masterSet is n throwaway masters, a go-redis client for each with a
 // counting hook (the lock's), and one without (the test's, to look).
 type masterSet struct {
-	servers []*server
-	clients []redis.UniversalClient
-	hooks   []*counter
+	servers  []*server
+	clients  []redis.UniversalClient
+	hooks    []*counter
 	admin    []*redis.Client
 	monitors []*monitor
 }
