@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -558,4 +559,145 @@ func testWake(t *testing.T, ms *masterSet, c *redlock.Client) {
 		}
 		return b.Release, b.Acquire(ctx)
 	}, r.Release)
+}
+
+// A frozen master (SIGSTOP), one of five, costs its vote and nothing
+// else: acquisitions succeed on the four others within the per-master
+// timeout, and once it thaws it votes again.
+func TestNew_frozenMasterCostsOneVote(t *testing.T) {
+	ms := startMasters(t, 5)
+	c := ms.lockClient(t)
+	ctx := ctxFor(t)
+	ms.servers[2].stop()
+	defer ms.servers[2].cont()
+	live := func(key, token string) int {
+		n := 0
+		for i, a := range ms.admin {
+			if i != 2 && a.Get(context.Background(), key).Val() == token {
+				n++
+			}
+		}
+		return n
+	}
+	for i := 0; i < 5; i++ {
+		key := fmt.Sprintf("frozen%d", i)
+		start := time.Now()
+		l, err := c.Acquire(ctx, key, redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("%s with one master frozen: %v", key, err)
+		}
+		if d := time.Since(start); d > 2*lockTimeout {
+			t.Errorf("%s took %v with one master frozen (per-master timeout %v)", key, d, lockTimeout)
+		}
+		waitFor(t, "the four live masters hold "+key, func() bool { return live(key, l.Token()) == 4 })
+		// The release's answer from the frozen master never comes: the
+		// quorum of the others frees the key.
+		_ = l.Release(ctx)
+		waitFor(t, "the four live masters freed "+key, func() bool { return live(key, l.Token()) == 0 })
+	}
+	ms.servers[2].cont()
+	waitFor(t, "the thawed master votes again", func() bool {
+		l, err := c.TryAcquire(ctx, "thawed", redlock.WithTTL(time.Minute))
+		if err != nil {
+			return false
+		}
+		defer l.Release(ctx)
+		ok := false
+		waitOK := time.Now().Add(2 * time.Second)
+		for time.Now().Before(waitOK) && !ok {
+			ok = ms.admin[2].Get(context.Background(), "thawed").Val() == l.Token()
+			time.Sleep(5 * time.Millisecond)
+		}
+		return ok
+	})
+}
+
+// Close leaves no goroutine of the lock's and no connection of its own:
+// the release-notice subscriptions are closed, and the go-redis clients,
+// which stay the caller's, hold only their pools' connections.
+func TestNew_closeLeavesNoGoroutineNorConnection(t *testing.T) {
+	ms := startMasters(t, 3)
+	for _, c := range ms.clients {
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leak := goleak.IgnoreCurrent()
+	c, err := New(ms.clients, redlock.WithTimeout(lockTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	l, err := c.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		w, err := c.Acquire(ctx, "k", redlock.WithWait(time.Hour))
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		waiter <- err
+	}()
+	pubsubConns := func(i int) int {
+		list := ms.admin[i].ClientList(context.Background()).Val()
+		return strings.Count(list, "flags=P")
+	}
+	waitFor(t, "the waiter subscribed on every master", func() bool {
+		for i := range ms.admin {
+			if pubsubConns(i) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiter; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ms.admin {
+		if n := pubsubConns(i); n != 0 {
+			t.Errorf("master %d: %d subscriber connections after Close", i, n)
+		}
+		if err := ms.clients[i].Ping(context.Background()).Err(); err != nil {
+			t.Errorf("master %d: the caller's go-redis client no longer works after Close: %v", i, err)
+		}
+	}
+	goleak.VerifyNone(t, leak)
+	for _, rc := range ms.clients {
+		rc.Close()
+	}
+	// Left: the test's own connection and its MONITOR.
+	for i, a := range ms.admin {
+		if n := strings.Count(a.ClientList(context.Background()).Val(), "\n"); n != 2 {
+			t.Errorf("master %d: %d connections once the go-redis clients are closed, want 2 (the test's): %s", i, n,
+				a.ClientList(context.Background()).Val())
+		}
+	}
+}
+
+func TestNew_refusesWhatCannotBeAQuorum(t *testing.T) {
+	s := startServer(t)
+	a := redis.NewClient(&redis.Options{Addr: s.addr})
+	b := redis.NewClient(&redis.Options{Addr: s.addr})
+	defer a.Close()
+	defer b.Close()
+	var nilClient *redis.Client
+	for name, clients := range map[string][]redis.UniversalClient{
+		"none":           nil,
+		"nil":            {a, nil},
+		"nil pointer":    {nilClient},
+		"the same twice": {a, b},
+	} {
+		c, err := New(clients)
+		if !errors.Is(err, redlock.ErrInvalid) || c != nil {
+			t.Errorf("%s: %v, want an error matching redlock.ErrInvalid", name, err)
+		}
+	}
 }
