@@ -4,10 +4,11 @@
 // instrumentation stay as they are). It lives in a module of its own, so
 // the core module never depends on go-redis.
 //
-// Hand one client per independent master to redlock through
-// NewTransport and the core's constructor for transports; the
-// redlock.Client then works as with redigo pools: every lock kind and
-// option, waiters woken by the masters' release notices.
+// New takes one client per independent master and returns a
+// redlock.Client (it makes a Transport per client with NewTransport and
+// hands them to redlock.NewWithTransports); the Client then works as with
+// redigo pools: every lock kind and option, waiters woken by the masters'
+// release notices.
 //
 // # Commands
 //
@@ -22,7 +23,9 @@
 // order, only when the master closed the connection and the lock allows
 // it.
 //
-// Each command ends at its deadline at the latest. A batch stuck on a
+// Each command ends at its deadline at the latest; a command that comes
+// without one (the redlock.Client gives an Ordered transport's commands
+// none: their late replies still count) at the client's ReadTimeout. A batch stuck on a
 // master that does not answer holds the writer until go-redis gives up
 // on it: the client's ReadTimeout, or the batch's context when
 // Options.ContextTimeoutEnabled is set. Commands queued meanwhile fail at

@@ -2,6 +2,8 @@ package goredis
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -24,15 +26,26 @@ type server struct {
 // answers PING.
 func startServer(t testing.TB) *server {
 	t.Helper()
+	s, err := launchServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.t = t
+	t.Cleanup(s.kill)
+	return s
+}
+
+// launchServer starts a redis-server on a free port of 127.0.0.1, its
+// files in dir, and returns once it answers PING. The caller kills it.
+func launchServer(dir string) (*server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Fatalf("redis-server is not installed (tests need real Redis): %v", err)
+		return nil, fmt.Errorf("redis-server is not installed (tests need real Redis): %w", err)
 	}
-	dir := t.TempDir()
 	for attempt := 0; attempt < 5; attempt++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
@@ -42,17 +55,15 @@ func startServer(t testing.TB) *server {
 			"--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		s := &server{t: t, addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
+		s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
 		if s.waitPing(5 * time.Second) {
-			t.Cleanup(s.kill)
-			return s
+			return s, nil
 		}
 		s.kill()
 	}
-	t.Fatal("redis-server did not start")
-	return nil
+	return nil, errors.New("redis-server did not start")
 }
 
 func (s *server) kill() {
