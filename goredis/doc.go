@@ -25,10 +25,10 @@
 //
 // Each command ends at its deadline at the latest; a command that comes
 // without one (the redlock.Client gives an Ordered transport's commands
-// none: their late replies still count) at the client's ReadTimeout. A batch stuck on a
-// master that does not answer holds the writer until go-redis gives up
-// on it: the client's ReadTimeout, or the batch's context when
-// Options.ContextTimeoutEnabled is set. Commands queued meanwhile fail at
+// none: their late replies still count) at the client's ReadTimeout. A
+// batch stuck on a master that does not answer holds the writer until
+// go-redis gives up on it: the client's ReadTimeout, or the batch's
+// context when Options.ContextTimeoutEnabled is set. Commands queued meanwhile fail at
 // their deadlines without being sent. Keep ReadTimeout finite.
 //
 // Replies are checked strictly against what the lock's command can
