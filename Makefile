@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz
+.PHONY: all test test-goredis unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz
 
 all: lint test
 
@@ -28,6 +28,11 @@ redis-image: deps
 ##   (every test whose behaviour depends on the connection path runs on both, as subtests)
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) test-goredis
+
+## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
+test-goredis: deps
+	cd goredis && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## unit: the tests outside integration/, without the race detector (faster)
 unit: deps
@@ -54,14 +59,16 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet (the library and the bench/ module), gofmt, and go.mod/go.sum tidy in both modules
+## lint: go vet (the library, the bench/ and goredis/ modules), gofmt, and go.mod/go.sum tidy in all three
 lint: vet fmt tidy
 tidy:
 	$(GO) mod tidy -diff
 	cd bench && $(GO) mod tidy -diff
+	cd goredis && $(GO) mod tidy -diff
 vet:
 	$(GO) vet $(PKGS)
 	cd bench && $(GO) vet ./...
+	cd goredis && $(GO) vet ./...
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 

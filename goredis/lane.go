@@ -1,0 +1,516 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// The lane: one master's lock commands over one redis.UniversalClient.
+//
+// go-redis offers no way to keep a connection's writes and reads apart, so
+// the lane pipelines in rounds: one writer goroutine takes everything
+// queued (up to laneBatch commands), runs it as one go-redis pipeline
+// (Pipelined: one write, one read of every reply, through the client's
+// hooks) and only then takes the next batch. A batch therefore reaches the
+// master after the previous one was answered or failed, whatever
+// connection of the client's pool it runs on, and within a batch the
+// commands run in the order they were queued: commands reach the master
+// in the order Send was called. Under load, batches grow by themselves;
+// a lone caller pays one hand-off to the writer.
+//
+// go-redis retries a failed pipeline as a whole (MaxRetries, 3 by default),
+// which would run a batch's commands twice when the first try was only
+// half read. Every command of the lane is therefore marked NoRetry (see
+// laneCmd), so go-redis never re-sends one; the lane re-sends by itself,
+// once, in order, and only what the master cannot have run twice: a
+// command whose request allows it (resend), when the master closed the
+// connection before answering.
+//
+// Each command is bounded by its deadline: a watchdog timer settles every
+// command whose deadline passed, queued (never sent) or in flight (sent,
+// unanswered; the master is then down until the batch returns, and
+// commands marked dropWhenDown fail at once, unsent). A late reply is
+// dropped. The batch itself runs under a context that ends at the latest
+// deadline of its commands; go-redis honours it on reads and writes only
+// with Options.ContextTimeoutEnabled, else its ReadTimeout and
+// WriteTimeout bound the batch.
+//
+// Scripts run by EVALSHA. The first time the lane sends a script, and
+// after a batch failed on the connection (the master may have restarted
+// and lost its scripts), a SCRIPT LOAD of it goes ahead of it in the same
+// batch. A NOSCRIPT reply anyway (SCRIPT FLUSH) is answered by EVAL of
+// the source, ahead of anything queued, where that keeps the order: when
+// nothing was sent after the command in its batch, or when the command may
+// run late (mayRunLate). Otherwise the NOSCRIPT error reply is delivered:
+// the command did not run.
+
+// laneQueue bounds the commands waiting for the writer: beyond it Send
+// fails at once (errBusy) rather than queue behind a master that does not
+// answer.
+const laneQueue = 4096
+
+// laneUndo is the room beyond laneQueue kept for commands that undo one
+// already sent (a rollback, a fair waiter's leave): refused, they would
+// leave the key until its TTL.
+const laneUndo = laneQueue + laneBatch
+
+// laneBatch bounds the commands run in one pipeline.
+const laneBatch = 256
+
+// errBusy is returned for a command refused because too many wait.
+var errBusy = errors.New("too many commands queued for this master")
+
+// errClosed is returned for commands sent to, or pending on, a closed
+// transport.
+var errClosed = fmt.Errorf("goredis: transport closed: %w", redlock.ErrClosed)
+
+// errDown is returned, unsent, for a dropWhenDown command while the master
+// leaves a command unanswered past its deadline.
+var errDown = errors.New("master is not answering")
+
+// timeoutError is a command's deadline passing before its reply. It
+// matches context.DeadlineExceeded and is a net.Error timeout.
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "no reply before the command's deadline" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+func (timeoutError) Is(target error) bool {
+	return target == context.DeadlineExceeded
+}
+
+var errTimeout error = timeoutError{}
+
+// script is a Lua script as the lane sends it.
+type script struct {
+	sha, src string
+}
+
+// req is one command in a lane. The caller fills in the fields above the
+// line; the lane owns the rest.
+type req struct {
+	script *script // run by EVALSHA; nil: name is the command
+	name   string
+	// args follow the command name; for a script, nkeys keys then its
+	// arguments (the lane inserts the SHA1 and nkeys).
+	args     []any
+	nkeys    int
+	deadline time.Time
+	// resend: when the master closes the connection before answering, the
+	// lane sends the command once more (resent says so in done).
+	resend bool
+	// mayRunLate: the command may run after commands queued after it
+	// (decides the EVAL fallback after a NOSCRIPT in a busy batch).
+	mayRunLate bool
+	// undo: the command undoes one sent before it; it may use laneUndo.
+	undo bool
+	// dropWhenDown: fail it at once, unsent, while the master is down.
+	dropWhenDown bool
+	// done receives the reply or the error, exactly once, from any
+	// goroutine; it must not block. sent reports whether the command may
+	// have reached the master; resent, whether it was sent twice.
+	done func(reply any, err error, sent, resent bool)
+
+	// -----
+	settled atomic.Bool
+	sent    bool // handed to go-redis (under the lane's mu)
+	resent  bool // (under the lane's mu)
+	eval    bool // send as EVAL (after a NOSCRIPT)
+}
+
+// settle calls r.done unless it was called already.
+func (r *req) settle(v any, err error, sent bool) {
+	if r.settled.CompareAndSwap(false, true) {
+		r.done(v, err, sent, r.resent)
+	}
+}
+
+// lane carries one master's commands; see the top of this file.
+type lane struct {
+	client redis.UniversalClient
+	addr   string
+
+	mu       sync.Mutex
+	queue    []*req // waiting for the writer, in order
+	inflight []*req // the batch being run
+	down     bool   // a command in flight passed its deadline
+	closed   bool
+	timer    *time.Timer
+	timerAt  time.Time // when timer fires; zero when it is stopped
+	cancel   context.CancelFunc
+
+	wake   chan struct{} // size 1: the queue has work
+	stop   chan struct{} // closed by close
+	exited chan struct{} // closed when the writer returns
+
+	loaded map[*script]bool // scripts the master is known to hold (the writer's)
+}
+
+func newLane(client redis.UniversalClient, addr string) *lane {
+	l := &lane{
+		client: client,
+		addr:   addr,
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		exited: make(chan struct{}),
+		loaded: make(map[*script]bool),
+	}
+	l.timer = time.AfterFunc(time.Hour, l.expire)
+	l.timer.Stop()
+	go l.writer()
+	return l
+}
+
+// send queues r; it never blocks on the network.
+func (l *lane) send(r *req) {
+	l.mu.Lock()
+	var err error
+	switch {
+	case l.closed:
+		err = errClosed
+	case l.down && r.dropWhenDown:
+		err = errDown
+	case !time.Now().Before(r.deadline):
+		err = errTimeout
+	case len(l.queue) >= laneQueue && (!r.undo || len(l.queue) >= laneQueue+laneUndo):
+		err = errBusy
+	}
+	if err != nil {
+		l.mu.Unlock()
+		r.settle(nil, err, false)
+		return
+	}
+	l.queue = append(l.queue, r)
+	l.armLocked(r.deadline)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// armLocked makes the watchdog fire no later than at.
+func (l *lane) armLocked(at time.Time) {
+	if !l.timerAt.IsZero() && !at.Before(l.timerAt) {
+		return
+	}
+	l.timerAt = at
+	l.timer.Reset(time.Until(at))
+}
+
+// expire is the watchdog: it settles every command whose deadline passed
+// and arms itself for the next one.
+func (l *lane) expire() {
+	now := time.Now()
+	var expired []settlement
+	l.mu.Lock()
+	l.timerAt = time.Time{}
+	var next time.Time
+	keep := l.queue[:0]
+	for _, r := range l.queue {
+		switch {
+		case r.settled.Load():
+		case !now.Before(r.deadline):
+			expired = append(expired, settlement{r, r.sent})
+		default:
+			keep = append(keep, r)
+			if next.IsZero() || r.deadline.Before(next) {
+				next = r.deadline
+			}
+		}
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	for _, r := range l.inflight {
+		switch {
+		case r.settled.Load():
+		case !now.Before(r.deadline):
+			expired = append(expired, settlement{r, r.sent})
+			if r.sent {
+				l.down = true
+			}
+		default:
+			if next.IsZero() || r.deadline.Before(next) {
+				next = r.deadline
+			}
+		}
+	}
+	if !next.IsZero() && !l.closed {
+		l.armLocked(next)
+	}
+	l.mu.Unlock()
+	for _, e := range expired {
+		e.r.settle(nil, errTimeout, e.sent)
+	}
+}
+
+// settlement is a request to settle and whether it may have been sent,
+// read under the lane's mu.
+type settlement struct {
+	r    *req
+	sent bool
+}
+
+// close fails everything queued or in flight and waits for the writer,
+// which returns once its batch does.
+func (l *lane) close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.exited
+		return
+	}
+	l.closed = true
+	pending := make([]settlement, 0, len(l.inflight)+len(l.queue))
+	for _, r := range l.inflight {
+		pending = append(pending, settlement{r, r.sent})
+	}
+	for _, r := range l.queue {
+		pending = append(pending, settlement{r, r.sent})
+	}
+	l.queue = nil
+	l.timer.Stop()
+	l.timerAt = time.Time{}
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.mu.Unlock()
+	close(l.stop)
+	for _, e := range pending {
+		e.r.settle(nil, errClosed, e.sent)
+	}
+	<-l.exited
+}
+
+func (l *lane) writer() {
+	defer close(l.exited)
+	var batch []*req
+	for {
+		select {
+		case <-l.wake:
+		case <-l.stop:
+			return
+		}
+		for {
+			var ok bool
+			if batch, ok = l.run(batch[:0]); !ok {
+				break
+			}
+		}
+	}
+}
+
+// laneCmd is a go-redis command that go-redis must never retry: the lane
+// decides what is sent again (see the top of this file).
+type laneCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry a pipeline holding the command.
+func (laneCmd) NoRetry() bool { return true }
+
+// run takes a batch from the queue (into buf), sends it and settles its
+// commands. It reports false when there was nothing to take.
+func (l *lane) run(buf []*req) ([]*req, bool) {
+	l.mu.Lock()
+	if l.closed || len(l.queue) == 0 {
+		l.mu.Unlock()
+		return buf, false
+	}
+	n := min(len(l.queue), laneBatch)
+	batch := append(buf, l.queue[:n]...)
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	l.inflight = batch
+
+	cmds := make([]laneCmd, 0, len(batch)+2)
+	of := make([]*req, 0, len(batch)+2) // the request of cmds[i]; nil for a SCRIPT LOAD
+	var loading map[*script]bool
+	var last time.Time
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	for _, r := range batch {
+		if r.settled.Load() {
+			continue
+		}
+		if r.deadline.After(last) {
+			last = r.deadline
+		}
+	}
+	if !last.IsZero() {
+		ctx, cancel = context.WithDeadline(context.Background(), last)
+	}
+	l.cancel = cancel
+	for _, r := range batch {
+		if r.settled.Load() {
+			continue
+		}
+		r.sent = true
+		if s := r.script; s != nil && !r.eval && !l.loaded[s] && !loading[s] {
+			if loading == nil {
+				loading = make(map[*script]bool)
+			}
+			loading[s] = true
+			cmds = append(cmds, laneCmd{redis.NewCmd(ctx, "SCRIPT", "LOAD", s.src)})
+			of = append(of, nil)
+		}
+		cmds = append(cmds, laneCmd{redis.NewCmd(ctx, r.command()...)})
+		of = append(of, r)
+	}
+	l.mu.Unlock()
+	defer cancel()
+	defer clear(batch)
+	if len(cmds) == 0 {
+		l.finish(nil)
+		return batch, true
+	}
+
+	_, _ = l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range cmds {
+			_ = p.Process(ctx, c)
+		}
+		return nil
+	})
+
+	var again []*req // sent again, ahead of the queue, in order
+	broken := false
+	for i, c := range cmds {
+		r := of[i]
+		v, err := c.Val(), c.Err()
+		var rerr redis.Error
+		switch {
+		case err == nil || err == redis.Nil || errors.As(err, &rerr):
+			if err == redis.Nil {
+				v, err = nil, nil
+			}
+			if r == nil { // SCRIPT LOAD
+				s := of[i+1].script
+				if err == nil && v == s.sha {
+					l.loaded[s] = true
+				}
+				continue
+			}
+			if rerr != nil && r.script != nil && isNoScript(err) {
+				l.loaded[r.script] = false
+				if r.mayRunLate || lastSent(of[i+1:]) {
+					r.eval = true
+					again = append(again, r)
+					continue
+				}
+			}
+			if err != nil {
+				r.settle(nil, err, true)
+				continue
+			}
+			nv, nerr := normalize(v)
+			if nerr != nil {
+				r.settle(nil, &desyncError{err: nerr}, true)
+				continue
+			}
+			r.settle(nv, nil, true)
+		default:
+			broken = true
+			if r == nil {
+				continue
+			}
+			if unsent(err) {
+				r.settle(nil, err, false)
+				continue
+			}
+			if r.resend && !r.resent && closedByMaster(err) && !r.settled.Load() {
+				again = append(again, r)
+				continue
+			}
+			r.settle(nil, err, true)
+		}
+	}
+	if broken {
+		clear(l.loaded)
+	}
+	l.finish(again)
+	return batch, true
+}
+
+// finish ends a batch: again goes ahead of the queue.
+func (l *lane) finish(again []*req) {
+	l.mu.Lock()
+	l.inflight = nil
+	l.down = false
+	l.cancel = nil
+	if l.closed {
+		l.mu.Unlock()
+		for _, r := range again {
+			r.settle(nil, errClosed, true)
+		}
+		return
+	}
+	if len(again) > 0 {
+		for _, r := range again {
+			if r.eval {
+				r.sent = false // NOSCRIPT: it did not run
+			} else {
+				r.resent = true
+			}
+		}
+		l.queue = append(again, l.queue...)
+	}
+	l.mu.Unlock()
+}
+
+// lastSent reports whether nothing after a command was sent in its batch
+// (rest: the requests after it, nil for SCRIPT LOADs).
+func lastSent(rest []*req) bool {
+	for _, r := range rest {
+		if r != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// command returns the go-redis arguments of r.
+func (r *req) command() []any {
+	if r.script == nil {
+		return append([]any{r.name}, r.args...)
+	}
+	a := make([]any, 0, 3+len(r.args))
+	if r.eval {
+		a = append(a, "EVAL", r.script.src)
+	} else {
+		a = append(a, "EVALSHA", r.script.sha)
+	}
+	a = append(a, r.nkeys)
+	return append(a, r.args...)
+}
+
+// isNoScript reports whether err is the NOSCRIPT error reply.
+func isNoScript(err error) bool {
+	return strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// unsent reports whether err means the batch never reached a connection:
+// no connection could be dialed or had from the pool.
+func unsent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
+}
+
+// closedByMaster reports whether err means the master closed the
+// connection: it then runs nothing more of what it had not read.
+func closedByMaster(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}

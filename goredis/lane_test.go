@@ -1,0 +1,427 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type result struct {
+	v            any
+	err          error
+	sent, resent bool
+}
+
+// newClient returns a go-redis client of s, closed by t.Cleanup.
+func newClient(t *testing.T, s *server, opts ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{Addr: s.addr}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newClientB(b *testing.B, s *server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newTestLane(t *testing.T, c redis.UniversalClient) *lane {
+	t.Helper()
+	l := newLane(c, "test")
+	t.Cleanup(l.close)
+	return l
+}
+
+// cmd returns a plain request with a deadline d from now, and where its
+// result goes.
+func cmd(d time.Duration, name string, args ...any) (*req, chan result) {
+	ch := make(chan result, 1)
+	return &req{
+		name:     name,
+		args:     args,
+		deadline: time.Now().Add(d),
+		done:     func(v any, err error, sent, resent bool) { ch <- result{v, err, sent, resent} },
+	}, ch
+}
+
+func evalReq(d time.Duration, s *script, nkeys int, args ...any) (*req, chan result) {
+	r, ch := cmd(d, "", args...)
+	r.script, r.nkeys = s, nkeys
+	return r, ch
+}
+
+func wait(t *testing.T, ch chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply within 10s")
+		return result{}
+	}
+}
+
+var echoScript = &script{
+	src: "return ARGV[1]",
+	sha: "098e0f0d1448c0a81dafe820f66d460eb09263da",
+}
+
+func TestLane_commandsReachTheMasterInSendOrder(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newTestLane(t, c)
+	const workers, each = 8, 300
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "list" + strconv.Itoa(w)
+			var last chan result
+			for i := 0; i < each; i++ {
+				// Send never blocks: all of a worker's commands are
+				// queued before any reply is read.
+				r, ch := cmd(10*time.Second, "RPUSH", key, i)
+				l.send(r)
+				last = ch
+			}
+			if res := wait(t, last); res.err != nil || res.v != int64(each) {
+				t.Errorf("last RPUSH of %s: %v, %v", key, res.v, res.err)
+			}
+		}()
+	}
+	wg.Wait()
+	for w := 0; w < workers; w++ {
+		got, err := c.LRange(context.Background(), "list"+strconv.Itoa(w), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if v != strconv.Itoa(i) {
+				t.Fatalf("list%d[%d] = %s: commands reached the master out of order", w, i, v)
+			}
+		}
+		if len(got) != each {
+			t.Fatalf("list%d has %d elements, want %d", w, len(got), each)
+		}
+	}
+}
+
+// countHook counts the lane's commands that go-redis runs through its
+// hooks (not the HELLO and CLIENT SETINFO of a new connection).
+type countHook struct{ single, piped atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if _, ok := cmd.(laneCmd); ok {
+			h.single.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if _, ok := c.(laneCmd); ok {
+				h.piped.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestLane_hooksSeeEveryCommand(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	h := &countHook{}
+	c.AddHook(h)
+	l := newTestLane(t, c)
+	const n = 500
+	chans := make([]chan result, 0, n)
+	for i := 0; i < n; i++ {
+		var r *req
+		var ch chan result
+		if i%2 == 0 {
+			r, ch = cmd(10*time.Second, "SET", "k"+strconv.Itoa(i), "v", "NX", "PX", 10000)
+		} else {
+			r, ch = evalReq(10*time.Second, echoScript, 0, "x")
+		}
+		l.send(r)
+		chans = append(chans, ch)
+	}
+	for i, ch := range chans {
+		res := wait(t, ch)
+		want := any("OK")
+		if i%2 == 1 {
+			want = "x"
+		}
+		if res.err != nil || res.v != want || !res.sent || res.resent {
+			t.Fatalf("command %d: %+v", i, res)
+		}
+	}
+	// One SCRIPT LOAD goes ahead of the script's first EVALSHA.
+	if got := h.piped.Load() + h.single.Load(); got != n+1 {
+		t.Fatalf("hooks saw %d commands, want %d (the %d sent and one SCRIPT LOAD)", got, n+1, n)
+	}
+}
+
+func TestLane_scriptLoadedOnceThenEvalsha(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newTestLane(t, c)
+	for i := 0; i < 3; i++ {
+		r, ch := evalReq(5*time.Second, echoScript, 0, "a")
+		l.send(r)
+		if res := wait(t, ch); res.err != nil || res.v != "a" {
+			t.Fatalf("EVALSHA %d: %+v", i, res)
+		}
+	}
+	stats := c.Do(context.Background(), "INFO", "commandstats").Val().(string)
+	for _, want := range []string{"cmdstat_script|load:calls=1,", "cmdstat_evalsha:calls=3,"} {
+		if !contains(stats, want) {
+			t.Errorf("INFO commandstats lacks %q:\n%s", want, stats)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// busy makes the lane's next batch wait about d on the master (BLPOP on
+// an empty list), so that what is sent meanwhile forms one batch.
+func busy(t *testing.T, l *lane, d time.Duration) chan result {
+	r, ch := cmd(10*time.Second, "BLPOP", "nothing:"+t.Name(), fmt.Sprintf("%.3f", d.Seconds()))
+	l.send(r)
+	time.Sleep(d / 4) // the writer took it
+	return ch
+}
+
+func TestLane_noscript(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		after      bool // a command follows the script in its batch
+		mayRunLate bool
+		wantEval   bool
+	}{
+		{"alone: EVAL", false, false, true},
+		{"followed, may run late: EVAL", true, true, true},
+		{"followed: NOSCRIPT delivered", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t)
+			c := newClient(t, s)
+			l := newTestLane(t, c)
+			r, ch := evalReq(5*time.Second, echoScript, 0, "a")
+			l.send(r)
+			if res := wait(t, ch); res.err != nil {
+				t.Fatal(res.err)
+			}
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			b := busy(t, l, 200*time.Millisecond)
+			r, ch = evalReq(5*time.Second, echoScript, 0, "b")
+			r.mayRunLate = tc.mayRunLate
+			l.send(r)
+			var next chan result
+			if tc.after {
+				var r2 *req
+				r2, next = cmd(5*time.Second, "RPUSH", "after", "1")
+				l.send(r2)
+			}
+			wait(t, b)
+			res := wait(t, ch)
+			if tc.wantEval {
+				if res.err != nil || res.v != "b" {
+					t.Fatalf("want the EVAL fallback's reply, got %+v", res)
+				}
+			} else {
+				var re redis.Error
+				if !errors.As(res.err, &re) || !isNoScript(res.err) {
+					t.Fatalf("want the NOSCRIPT error reply, got %+v", res)
+				}
+			}
+			if next != nil {
+				if res := wait(t, next); res.err != nil {
+					t.Fatal(res.err)
+				}
+			}
+			// The script is loaded again before its next EVALSHA.
+			r, ch = evalReq(5*time.Second, echoScript, 0, "c")
+			l.send(r)
+			if res := wait(t, ch); res.err != nil || res.v != "c" {
+				t.Fatalf("after NOSCRIPT: %+v", res)
+			}
+		})
+	}
+}
+
+func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newTestLane(t, c)
+	// Connect first, so that the frozen master's accept queue is not
+	// what is measured.
+	r, ch := cmd(5*time.Second, "PING")
+	l.send(r)
+	wait(t, ch)
+
+	s.stop()
+	defer s.cont()
+	start := time.Now()
+	first, firstCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	l.send(first)
+	time.Sleep(20 * time.Millisecond) // in flight
+	queued, queuedCh := cmd(150*time.Millisecond, "SET", "b", "1", "NX", "PX", 10000)
+	l.send(queued)
+
+	res := wait(t, firstCh)
+	if el := time.Since(start); el > 300*time.Millisecond {
+		t.Errorf("in-flight command settled after %v, deadline 100ms", el)
+	}
+	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+		t.Fatalf("in flight past its deadline: %+v, want a timeout, sent", res)
+	}
+	// Down: a command that is worthless late fails at once, unsent.
+	drop, dropCh := cmd(time.Second, "SET", "c", "1", "NX", "PX", 10000)
+	drop.dropWhenDown = true
+	l.send(drop)
+	if res := wait(t, dropCh); !errors.Is(res.err, errDown) || res.sent {
+		t.Fatalf("dropWhenDown while down: %+v", res)
+	}
+	res = wait(t, queuedCh)
+	if el := time.Since(start); el > 400*time.Millisecond {
+		t.Errorf("queued command settled after %v, deadline 150ms", el)
+	}
+	if !errors.Is(res.err, context.DeadlineExceeded) || res.sent {
+		t.Fatalf("queued past its deadline: %+v, want a timeout, unsent", res)
+	}
+	s.cont()
+	// The master answers again: the lane is up.
+	r, ch = cmd(5*time.Second, "PING")
+	l.send(r)
+	if res := wait(t, ch); res.err != nil || res.v != "PONG" {
+		t.Fatalf("after the master woke: %+v", res)
+	}
+}
+
+func TestLane_boundedQueueAndClose(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newLane(c, "test")
+	r, ch := cmd(5*time.Second, "PING")
+	l.send(r)
+	wait(t, ch)
+	s.stop()
+	defer s.cont()
+
+	var chans []chan result
+	first, firstCh := cmd(time.Minute, "PING")
+	l.send(first)
+	chans = append(chans, firstCh)
+	for {
+		l.mu.Lock()
+		taken := len(l.inflight) == 1 && l.inflight[0] == first
+		l.mu.Unlock()
+		if taken {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < laneQueue; i++ {
+		r, ch := cmd(time.Minute, "PING")
+		l.send(r)
+		chans = append(chans, ch)
+	}
+	over, overCh := cmd(time.Minute, "PING")
+	l.send(over)
+	if res := wait(t, overCh); !errors.Is(res.err, errBusy) || res.sent {
+		t.Fatalf("beyond the queue: %+v, want busy, unsent", res)
+	}
+	undo, undoCh := cmd(time.Minute, "DEL", "k")
+	undo.undo = true
+	l.send(undo)
+	chans = append(chans, undoCh)
+
+	closed := make(chan struct{})
+	go func() { l.close(); close(closed) }()
+	for i, ch := range chans {
+		res := wait(t, ch)
+		if !errors.Is(res.err, errClosed) || res.sent != (i == 0) {
+			t.Fatalf("command %d at close: %+v", i, res)
+		}
+	}
+	s.cont() // the writer's batch returns; close waits for it
+	<-closed
+	after, afterCh := cmd(time.Minute, "PING")
+	l.send(after)
+	if res := wait(t, afterCh); !errors.Is(res.err, errClosed) {
+		t.Fatalf("after close: %+v", res)
+	}
+}
+
+func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	admin := newClient(t, s)
+	l := newTestLane(t, c)
+	r, ch := cmd(5*time.Second, "CLIENT", "SETNAME", "lane")
+	l.send(r)
+	wait(t, ch)
+
+	// The three commands below go in one batch, behind a short BLPOP.
+	b := busy(t, l, 200*time.Millisecond)
+	blocked, blockedCh := cmd(5*time.Second, "BLPOP", "nothing", "2")
+	blocked.resend = true
+	l.send(blocked)
+	behind, behindCh := cmd(5*time.Second, "RPUSH", "after", "1")
+	behind.resend = true
+	l.send(behind)
+	noResend, noResendCh := cmd(5*time.Second, "RPUSH", "after", "2")
+	l.send(noResend)
+	wait(t, b)
+	time.Sleep(100 * time.Millisecond)
+	// Kill the lane's connection: the master runs nothing more of it.
+	n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
+	if err != nil || n == 0 {
+		t.Fatalf("CLIENT KILL: %d, %v", n, err)
+	}
+	res := wait(t, blockedCh)
+	if res.err != nil || res.v != nil || !res.resent {
+		t.Fatalf("BLPOP re-sent: %+v, want a nil reply, resent", res)
+	}
+	if res := wait(t, behindCh); res.err != nil || !res.resent {
+		t.Fatalf("RPUSH re-sent: %+v", res)
+	}
+	if res := wait(t, noResendCh); res.err == nil || !res.sent || !closedByMaster(res.err) {
+		t.Fatalf("RPUSH without resend: %+v, want the connection's error", res)
+	}
+	got := admin.LRange(context.Background(), "after", 0, -1).Val()
+	if len(got) != 1 || got[0] != "1" {
+		t.Fatalf("after = %q, want [1]", got)
+	}
+}

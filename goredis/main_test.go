@@ -1,0 +1,36 @@
+package goredis
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain starts the redis-server the package's examples lock on (at
+// $REDIS_ADDR), runs the tests, and checks that no goroutine outlives
+// them.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "goredis-example")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	s, err := launchServer(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", s.addr)
+	code := m.Run()
+	s.kill()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
