@@ -384,6 +384,14 @@ func TestSeam_addrs(t *testing.T) {
 	if !errors.Is(err, redlock.ErrInvalid) {
 		t.Fatalf("the same master in two cases: err = %v, want ErrInvalid", err)
 	}
+	_, err = redlock.NewWithTransports([]redlock.Transport{
+		&seamFake{addr: "redis://user:pw@127.0.0.1:7001", answer: grant},
+		&seamFake{addr: "redis://127.0.0.1:7001", answer: grant},
+		&seamFake{addr: "other:6379", answer: grant},
+	})
+	if !errors.Is(err, redlock.ErrInvalid) || strings.Contains(err.Error(), "pw") {
+		t.Fatalf("the same master with and without credentials: err = %v, want ErrInvalid without the password", err)
+	}
 	hung := &seamFake{addr: "redis://user:hunter2@127.0.0.1:7001", mode: seamSync, answer: func(*redlock.Command) (any, error) {
 		return nil, errors.New("boom")
 	}}
