@@ -161,7 +161,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	}
 	seen := make(map[string]int, len(ts))
 	for i, t := range ts {
-		addr := t.Addr()
+		addr := withoutCredentials(t.Addr())
 		id := strings.ToLower(addr)
 		if j, dup := seen[id]; dup {
 			return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
@@ -178,6 +178,22 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	c.waker = newWaker(c)
 	c.fin.init(len(ts))
 	return c, nil
+}
+
+// withoutCredentials drops the user information a transport's Addr should
+// not have (Transport.Addr): "redis://user:pass@host:port" names the master
+// as "redis://host:port", "user:pass@host:port" as "host:port". The
+// address appears in every error and log line about the master.
+func withoutCredentials(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return addr
+	}
+	start := 0
+	if i := strings.Index(addr, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	return addr[:start] + addr[at+1:]
 }
 
 // NewFromAddrs returns a client for the masters at addrs, each either

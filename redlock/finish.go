@@ -456,9 +456,14 @@ type finReq struct {
 	e    *finEntry
 	w    *wireCmd
 	busy *event // the retry in flight, on a transport that is not Ordered
+	// completed: a second completion is ignored (see leg.completed).
+	completed atomic.Bool
 }
 
 func (q *finReq) complete(res any, err error, _ SendInfo) {
+	if q.completed.Swap(true) {
+		return
+	}
 	e := q.e
 	if q.busy != nil {
 		e.r.fin.busy[e.i].CompareAndSwap(q.busy, nil)

@@ -126,6 +126,10 @@ type leg struct {
 	// Rounds chained after this one on a transport that is not Ordered
 	// wait for them.
 	answered, done event
+	// completed: the transport completed cmd. A transport that completes
+	// a command twice breaks its contract; the second is ignored, never
+	// a second vote.
+	completed atomic.Bool
 
 	// Under round.mu:
 	waits   int         // events the leg waits for before it sends
@@ -366,6 +370,9 @@ func (l *leg) send() {
 // complete handles the master's answer to the leg's command. (A script's
 // NOSCRIPT is the transport's: see muxConn.noScript.)
 func (l *leg) complete(res any, err error, info SendInfo) {
+	if l.completed.Swap(true) {
+		return
+	}
 	r := l.r
 	v, err := r.answer(l.i, r.op, &r.wireBuf, res, err, info)
 	m := &r.c.masters[l.i]
@@ -478,11 +485,15 @@ func (l *leg) rollback() {
 
 // rollbackReq is one master's rollback of a failed acquisition.
 type rollbackReq struct {
-	cmd Command
-	l   *leg
+	cmd       Command
+	l         *leg
+	completed atomic.Bool // a second completion is ignored (see leg.completed)
 }
 
 func (q *rollbackReq) complete(res any, err error, info SendInfo) {
+	if q.completed.Swap(true) {
+		return
+	}
 	l := q.l
 	r := l.r
 	if _, err := r.answer(l.i, opRollback, r.rb, res, err, info); err != nil {
