@@ -265,7 +265,10 @@ func (r *rlLocker) close() {}
 // p50 is the practical floor that the one-client target is judged beside.
 type floorLocker struct {
 	conns []net.Conn
-	rd    []*bufio.Reader
+	// read[i] returns master i's next reply line: straight off the
+	// connection (newFloor), or from the goroutine that reads it
+	// (newFloorReader).
+	read []func() (string, error)
 }
 
 func newFloor(e *env, n int) locker {
@@ -275,8 +278,9 @@ func newFloor(e *env, n int) locker {
 		if err != nil {
 			panic(err)
 		}
+		rd := bufio.NewReader(c)
 		f.conns = append(f.conns, c)
-		f.rd = append(f.rd, bufio.NewReader(c))
+		f.read = append(f.read, func() (string, error) { return rd.ReadString('\n') })
 	}
 	return f
 }
@@ -287,8 +291,8 @@ func (f *floorLocker) roundTrip(cmd []byte) error {
 			return err
 		}
 	}
-	for _, r := range f.rd {
-		line, err := r.ReadString('\n')
+	for _, read := range f.read {
+		line, err := read()
 		if err != nil {
 			return err
 		}
@@ -321,13 +325,8 @@ func (f *floorLocker) close() {
 // floor's is what that hand-off costs on this machine.
 const floorReaderName = "floor, replies through a reader goroutine"
 
-type floorReaderLocker struct {
-	conns   []net.Conn
-	replies []chan string
-}
-
 func newFloorReader(e *env, n int) locker {
-	f := &floorReaderLocker{}
+	f := &floorLocker{}
 	for i := 0; i < n; i++ {
 		c, err := net.Dial("tcp", e.addrs[i])
 		if err != nil {
@@ -335,7 +334,13 @@ func newFloorReader(e *env, n int) locker {
 		}
 		ch := make(chan string, 16)
 		f.conns = append(f.conns, c)
-		f.replies = append(f.replies, ch)
+		f.read = append(f.read, func() (string, error) {
+			line, ok := <-ch
+			if !ok {
+				return "", errors.New("floor: connection closed")
+			}
+			return line, nil
+		})
 		go func() {
 			defer close(ch)
 			rd := bufio.NewReader(c)
@@ -349,38 +354,4 @@ func newFloorReader(e *env, n int) locker {
 		}()
 	}
 	return f
-}
-
-func (f *floorReaderLocker) roundTrip(cmd []byte) error {
-	for _, c := range f.conns {
-		if _, err := c.Write(cmd); err != nil {
-			return err
-		}
-	}
-	for _, ch := range f.replies {
-		line, ok := <-ch
-		if !ok {
-			return errors.New("floor: connection closed")
-		}
-		if line[0] == '-' {
-			return errors.New(strings.TrimSpace(line))
-		}
-	}
-	return nil
-}
-
-func (f *floorReaderLocker) lock(_ context.Context, key string) (func(context.Context) error, error) {
-	set := fmt.Sprintf("*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$5\r\ntoken\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n", len(key), key)
-	if err := f.roundTrip([]byte(set)); err != nil {
-		return nil, err
-	}
-	return func(context.Context) error {
-		return f.roundTrip([]byte(fmt.Sprintf("*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n", len(key), key)))
-	}, nil
-}
-
-func (f *floorReaderLocker) close() {
-	for _, c := range f.conns {
-		c.Close()
-	}
 }
