@@ -136,23 +136,19 @@ func inspectPool(ctx context.Context, p pool.Pool, cmds []layout.Command) ([]any
 		return nil, err
 	}
 	defer conn.Close()
-	timeout := time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	return roundTrip(ctx, conn, timeout, cmds)
+	return roundTrip(ctx, conn, cmds)
 }
 
 // roundTrip sends cmds on conn in one write and reads their replies, all
-// within timeout and ctx's deadline. An error reply is returned in its
-// place among the replies; any other failure ends the round trip and
+// within ctx's deadline (Client.inspect bounds it by the per-master
+// timeout). An error reply is returned in its place among the replies; any other failure ends the round trip and
 // leaves conn broken (a read past its deadline breaks a redigo
 // connection), so that its pool discards it rather than hand its next
 // user the replies still due.
-func roundTrip(ctx context.Context, conn redis.Conn, timeout time.Duration, cmds []layout.Command) ([]any, error) {
-	deadline := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+func roundTrip(ctx context.Context, conn redis.Conn, cmds []layout.Command) ([]any, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Second) // Inspect always sets one
 	}
 	for _, cmd := range cmds {
 		if err := conn.Send(cmd.Name, cmd.Args...); err != nil {
