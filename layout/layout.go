@@ -27,10 +27,17 @@
 //     by arrival (the client's clock, Unix microseconds), and the sorted set
 //     QueueDeadlinesKey(K) of the same IDs scored by when each entry expires
 //     (the master's clock, Unix milliseconds). Both carry a TTL.
+//   - Holder metadata: the hash MetaKey(K), one field per holder that has
+//     metadata (its token; a reentrant lock's owner ID) whose value is the
+//     metadata, at most MaxMeta bytes. Its TTL follows K's: the scripts
+//     that grant, extend or release a hold with metadata set it to K's
+//     remaining TTL, and delete the hash with K. A field whose holder no
+//     longer holds K means nothing (readers show a holder's metadata only);
+//     no script reads the hash to decide anything.
 //   - Releases are announced on the channel WakeChannel(K), with a short
 //     prefix of the releasing token (or a release ID) as the message.
 //
-// Companion keys (the fence counter, the queue, FenceSeenKey) share K's
+// Companion keys (the fence counter, the queue, the metadata, FenceSeenKey) share K's
 // Redis Cluster hash slot: K's own hash tag when it has one, else {K}.
 //
 // A reentrant owner ID that begins with ReaderPrefix or WriterPrefix, or
@@ -94,3 +101,14 @@ func ReaderField(token string) string { return ReaderPrefix + token }
 // WriterField returns the field of a read-write lock's hash that the writer
 // holding token owns.
 func WriterField(token string) string { return WriterPrefix + token }
+
+// MetaSuffix names the hash of a lock's holder metadata (field: a holder's
+// token or a reentrant owner's ID; value: its metadata).
+const MetaSuffix = ":meta"
+
+// MaxMeta is the most bytes of one holder's metadata.
+const MaxMeta = 1024
+
+// MetaKey returns the key of the hash that holds the metadata of key's
+// holders.
+func MetaKey(key string) string { return keys.Companion(key, MetaSuffix) }

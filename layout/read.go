@@ -12,14 +12,16 @@ import (
 // Reading a master.
 //
 // A Reader reads what one master holds for a lock key with read-only
-// commands, in at most three round trips, and nothing in it talks to a
+// commands, in at most four round trips (the fourth, only where a
+// holder has metadata, reads it), and nothing in it talks to a
 // network: the caller sends each round trip's commands (Next) by whatever
 // client it has and hands the replies back (Feed). Every reply is
 // untrusted: it must have the one shape its command allows, and what a
 // Reader keeps is bounded (MaxEntries, MaxValue) whatever the master sends.
 // The commands themselves bound what an honest master sends back: a
 // string lock is read with GETRANGE, a hash larger than MaxEntries with
-// one HSCAN, a queue with ZRANGE of at most MaxEntries.
+// one HSCAN, a queue with ZRANGE of at most MaxEntries, metadata with one
+// HMGET of the holders read.
 
 // Bounds on what a Reader reads and keeps.
 const (
@@ -46,12 +48,15 @@ type Command struct {
 // Reader reads what one master holds for one lock key. Make one with
 // NewReader; it is not safe for concurrent use.
 type Reader struct {
-	key  string
-	step int // the round trip Next returns next; 3: done
-	cmds []Command
-	now  int64 // the master's clock, Unix ms
-	st   State
-	err  error
+	key     string
+	step    int // the round trip Next returns next
+	done    bool
+	meta    bool // the commands out are the metadata's HMGET
+	hasMeta bool // the metadata hash exists
+	cmds    []Command
+	now     int64 // the master's clock, Unix ms
+	st      State
+	err     error
 }
 
 // NewReader returns a Reader of what a master holds for key.
@@ -62,7 +67,7 @@ func NewReader(key string) *Reader {
 // Next returns the commands of the next round trip, or nil once the
 // reading is complete (or failed): then State and Err tell the outcome.
 func (r *Reader) Next() []Command {
-	if r.err != nil || r.step >= 3 {
+	if r.err != nil || r.done {
 		return nil
 	}
 	if r.step == 0 {
@@ -74,10 +79,11 @@ func (r *Reader) Next() []Command {
 			{"ZCARD", []any{QueueKey(r.key)}},
 			{"ZRANGE", []any{QueueKey(r.key), 0, MaxEntries - 1, "WITHSCORES"}},
 			{"ZRANGE", []any{QueueDeadlinesKey(r.key), 0, MaxEntries - 1, "WITHSCORES"}},
+			{"EXISTS", []any{MetaKey(r.key)}},
 		}
 	}
 	if len(r.cmds) == 0 {
-		r.step = 3
+		r.done = true
 		return nil
 	}
 	return r.cmds
@@ -93,7 +99,7 @@ func (r *Reader) Feed(replies []any) error {
 	if r.err != nil {
 		return r.err
 	}
-	if len(replies) != len(r.cmds) || r.step >= 3 {
+	if len(replies) != len(r.cmds) || r.done {
 		r.err = fmt.Errorf("%w: %d replies to %d commands", ErrMalformed, len(replies), len(r.cmds))
 		return r.err
 	}
@@ -105,10 +111,12 @@ func (r *Reader) Feed(replies []any) error {
 	}
 	var next []Command
 	var err error
-	switch r.step {
-	case 0:
+	switch {
+	case r.meta:
+		err = r.feedMeta(replies[0])
+	case r.step == 0:
 		next, err = r.feedProbe(replies)
-	case 1:
+	case r.step == 1:
 		next, err = r.feedSize(replies)
 	default:
 		err = r.feedHash(replies[0])
@@ -118,7 +126,46 @@ func (r *Reader) Feed(replies []any) error {
 		return err
 	}
 	r.step++
+	switch {
+	case r.meta:
+		next = nil
+	case next == nil && r.hasMeta && len(r.st.Holders) > 0:
+		next, r.meta = r.metaCommand(), true
+	}
 	r.cmds = next
+	return nil
+}
+
+// metaCommand reads the metadata of the holders read.
+func (r *Reader) metaCommand() []Command {
+	args := make([]any, 0, 1+len(r.st.Holders))
+	args = append(args, MetaKey(r.key))
+	for _, h := range r.st.Holders {
+		args = append(args, h.Token)
+	}
+	return []Command{{"HMGET", args}}
+}
+
+// feedMeta reads HMGET's reply: one bulk string or nil per holder. A value
+// longer than MaxMeta is cut there (Truncated).
+func (r *Reader) feedMeta(v any) error {
+	a, ok := v.([]any)
+	if !ok || len(a) != len(r.st.Holders) {
+		return malformed("HMGET", v)
+	}
+	for i, x := range a {
+		if x == nil {
+			continue
+		}
+		m, ok := bulk(x)
+		if !ok {
+			return malformed("HMGET", v)
+		}
+		if len(m) > MaxMeta {
+			m, r.st.Truncated = m[:MaxMeta], true
+		}
+		r.st.Holders[i].Meta = m
+	}
 	return nil
 }
 
@@ -153,6 +200,13 @@ func (r *Reader) feedProbe(v []any) ([]Command, error) {
 	r.st.QueueLen = n
 	if err := r.readQueue(v[5], v[6]); err != nil {
 		return nil, err
+	}
+	switch v[7] {
+	case int64(0):
+	case int64(1):
+		r.hasMeta = true
+	default:
+		return nil, malformed("EXISTS", v[7])
 	}
 	if typ == "none" || pttl == -2 { // gone, or gone since TYPE
 		r.st.Kind, r.st.Type = KindFree, "none"

@@ -20,6 +20,7 @@ func probe() []any {
 		int64(0),    // ZCARD
 		[]any{},     // ZRANGE queue
 		[]any{},     // ZRANGE deadlines
+		int64(0),    // EXISTS meta
 	}
 }
 
@@ -58,6 +59,7 @@ func TestReader_Feed_hostileReplies(t *testing.T) {
 		"queue too long":             with(probe(), 5, big),
 		"deadlines member an array":  with(probe(), 6, []any{[]any{}, []byte("1")}),
 		"too few replies":            probe()[:3],
+		"EXISTS a string":            with(probe(), 7, []byte(secret)),
 		"a reply of an unknown type": with(probe(), 4, 3.5),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +81,7 @@ func TestReader_Feed_hostileReplies(t *testing.T) {
 
 func TestReader_Feed_laterSteps(t *testing.T) {
 	hashProbe := with(probe(), 1, "hash")
+	metaProbe := with(probe(), 7, int64(1))
 	for name, tc := range map[string]struct {
 		probe []any
 		steps [][]any
@@ -101,6 +104,11 @@ func TestReader_Feed_laterSteps(t *testing.T) {
 		"vanished after TYPE":  {with(probe(), 2, int64(-2)), nil, false, layout.KindFree},
 		"another type":         {with(probe(), 1, "stream"), nil, false, layout.KindForeign},
 		"empty hash read back": {hashProbe, [][]any{{int64(0)}}, false, layout.KindFree},
+		"metadata":             {metaProbe, [][]any{{int64(1), []byte("t")}, {[]any{[]byte("host=a")}}}, false, layout.KindLock},
+		"metadata absent":      {metaProbe, [][]any{{int64(1), []byte("t")}, {[]any{nil}}}, false, layout.KindLock},
+		"metadata too many":    {metaProbe, [][]any{{int64(1), []byte("t")}, {[]any{nil, nil}}}, true, 0},
+		"metadata an integer":  {metaProbe, [][]any{{int64(1), []byte("t")}, {[]any{int64(1)}}}, true, 0},
+		"metadata not array":   {metaProbe, [][]any{{int64(1), []byte("t")}, {[]byte(secret)}}, true, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := layout.NewReader("k")
@@ -133,6 +141,33 @@ func TestReader_Feed_laterSteps(t *testing.T) {
 				t.Fatalf("kind %v, want %v: %+v", st.Kind, tc.kind, st)
 			}
 		})
+	}
+}
+
+// A holder's metadata is read in a fourth round trip, only when the
+// metadata hash exists, and cut at MaxMeta.
+func TestReader_Feed_metadata(t *testing.T) {
+	r := layout.NewReader("k")
+	r.Next()
+	if err := r.Feed(with(probe(), 7, int64(1))); err != nil {
+		t.Fatal(err)
+	}
+	r.Next()
+	if err := r.Feed([]any{int64(1), []byte("tok")}); err != nil {
+		t.Fatal(err)
+	}
+	cmds := r.Next()
+	if len(cmds) != 1 || cmds[0].Name != "HMGET" || len(cmds[0].Args) != 2 || cmds[0].Args[0] != layout.MetaKey("k") || cmds[0].Args[1] != "tok" {
+		t.Fatalf("%+v", cmds)
+	}
+	if err := r.Feed([]any{[]any{[]byte(strings.Repeat("m", layout.MaxMeta+5))}}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Next() != nil {
+		t.Fatal("a fifth round trip")
+	}
+	if st := r.State(); len(st.Holders[0].Meta) != layout.MaxMeta || !st.Truncated {
+		t.Fatalf("%d bytes of metadata, truncated %v", len(st.Holders[0].Meta), st.Truncated)
 	}
 }
 

@@ -74,6 +74,10 @@ type Holder struct {
 	// for a read-write lock the holder's own entry's. NoExpiry when the
 	// key has no TTL.
 	TTL time.Duration
+	// Meta is the holder's metadata (redlock.WithMetadata), "" when it has
+	// none; at most MaxMeta bytes. Like every string here, it is as the
+	// master sent it: escape it before printing.
+	Meta string
 }
 
 // Intent is a writer that readers keep out of a read-write lock: while it
@@ -123,6 +127,6 @@ type State struct {
 	Queue    []Waiter
 	QueueLen int64
 	// Truncated says that a holder's token, the holders or the queue were
-	// cut at MaxValue or MaxEntries.
+	// cut at MaxValue or MaxEntries, or a holder's metadata at MaxMeta.
 	Truncated bool
 }

@@ -39,7 +39,10 @@ func tlsFiles(t *testing.T, ca, cert, key, name string) *tls.Config {
 
 func tlsPool(t *testing.T, addr string, cfg *tls.Config) *pool.RedisPool {
 	t.Helper()
-	p, err := pool.New(addr, pool.WithTLS(cfg))
+	// A generous connect timeout: these tests are about what the handshake
+	// decides, and loading the system's roots on a loaded machine can take
+	// longer than the default second.
+	p, err := pool.New(addr, pool.WithTLS(cfg), pool.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

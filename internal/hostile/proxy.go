@@ -25,6 +25,7 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	conns []*Conn
+	locks []*Conn // the connections whose first command was not INFO
 }
 
 // A Hook acts on one command (its name upper-cased, then its arguments)
@@ -46,6 +47,12 @@ type Conn struct {
 	// Index is 0 for the first connection the proxy accepted, 1 for the
 	// next...
 	Index int
+	// LockIndex numbers the connections that carry a client's lock
+	// commands: 0, 1... in the order their first command arrived, leaving
+	// out those whose first command is INFO (a redlock client's identity
+	// probe at first contact, on a connection of its pool); -1 for those.
+	// Set before the hook sees the first command.
+	LockIndex int
 
 	nc   net.Conn
 	quit <-chan struct{}
@@ -80,6 +87,16 @@ func (p *Proxy) Conn(i int) *Conn {
 	defer p.mu.Unlock()
 	if i < len(p.conns) {
 		return p.conns[i]
+	}
+	return nil
+}
+
+// LockConn returns the connection whose LockIndex is i, or nil.
+func (p *Proxy) LockConn(i int) *Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i < len(p.locks) {
+		return p.locks[i]
 	}
 	return nil
 }
@@ -143,10 +160,19 @@ func (p *Proxy) serve(t testing.TB, c *Conn) {
 	}
 	defer up.Close()
 	r := bufio.NewReader(c.nc)
-	for {
+	for first := true; ; first = false {
 		cmd, err := ReadCommand(r)
 		if err != nil || len(cmd) == 0 {
 			return
+		}
+		if first {
+			p.mu.Lock()
+			c.LockIndex = -1
+			if cmd[0] != "INFO" {
+				c.LockIndex = len(p.locks)
+				p.locks = append(p.locks, c)
+			}
+			p.mu.Unlock()
 		}
 		desc := cmd[0]
 		if len(cmd) > 1 {

@@ -31,6 +31,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+	env  []string // added to the environment of redis-server
 
 	tls *tls.Config // nil for a plain server
 
@@ -51,6 +52,20 @@ func WithConfig(name string, values ...string) Option {
 func WithArgs(args ...string) Option {
 	return func(a *[]string) { *a = append(*a, args...) }
 }
+
+// WithEnv adds "NAME=value" variables to redis-server's environment (a
+// preloaded library, say: package clockfault). They are kept apart from
+// the arguments by a prefix no argument has.
+func WithEnv(vars ...string) Option {
+	return func(a *[]string) {
+		for _, v := range vars {
+			*a = append(*a, envPrefix+v)
+		}
+	}
+}
+
+// envPrefix marks an environment variable among an option's arguments.
+const envPrefix = "\x00env:"
 
 // WithAOF turns on the append-only file with appendfsync always, so a
 // restarted server keeps its keys.
@@ -147,12 +162,17 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 			t.Fatalf("redistest: no free port: %v", err)
 		}
 		s.port = port
-		extraHere := make([]string, len(extra))
-		for i, a := range extra {
+		extraHere := make([]string, 0, len(extra))
+		s.env = s.env[:0]
+		for _, a := range extra {
+			if v, ok := strings.CutPrefix(a, envPrefix); ok {
+				s.env = append(s.env, v)
+				continue
+			}
 			if a == portPlaceholder {
 				a = strconv.Itoa(port)
 			}
-			extraHere[i] = a
+			extraHere = append(extraHere, a)
 		}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port),
@@ -174,6 +194,9 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 
 func (s *Server) spawn(bin string) error {
 	cmd := exec.Command(bin, s.args...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err

@@ -31,7 +31,7 @@ func luaStrings(src string) []string {
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
-		"release-read", "release-write", "leave"}
+		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop}
 	command := regexp.MustCompile(`^[A-Z]+$`)
 	number := regexp.MustCompile(`^-?(inf|[0-9]+)$`)
 	for _, s := range scripts.All {

@@ -6,8 +6,9 @@
 -- acquires or the intent expires (a vanished writer blocks readers only
 -- that long). The hash's own TTL follows its latest expiry.
 -- KEYS[1] the hash; ARGV[1] op; ARGV[2] token.
---   "read"  ARGV[3] TTL ms: a read hold; 1, or 0 while a writer holds it
---           or another writer's intent stands.
+--   "read"  ARGV[3] TTL ms: a read hold; 1, 0 while a writer holds it, or
+--           2 while no writer holds it but a waiting writer's intent
+--           stands (the reader is turned away for the writer).
 --   "write" ARGV[3] TTL ms, ARGV[4] intent TTL ms, ARGV[5] the writer's
 --           id (the same for all attempts of one wait): the write hold;
 --           1, or 0 while another writer or any reader holds it (then the
@@ -77,6 +78,8 @@ if op == "read" then
 	if not writer and not intent then
 		redis.call("HSET", key, "r:" .. tok, now + tonumber(ARGV[3]))
 		result = 1
+	elseif not writer then
+		result = 2
 	end
 elseif op == "write" then
 	local id = ARGV[5]

@@ -84,8 +84,8 @@ var (
 	Multi = New("multi", -1, multiSrc)
 
 	// All lists every script, for loading them on a new connection.
-	All = []*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite,
-		Reentrant, RW, Multi}
+	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite,
+		Reentrant, RW, Multi}, metaAll()...)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
@@ -96,7 +96,8 @@ type Script struct {
 	src      string
 	sha      string
 	keyCount int
-	shaArg   any // the hash, boxed once for EVALSHA
+	shaArg   any     // the hash, boxed once for EVALSHA
+	inner    *Script // the script this one wraps (meta.go), or nil
 }
 
 // New returns a script taking keyCount keys.
