@@ -24,3 +24,5 @@ require (
 )
 
 replace github.com/quorumlock/quorumlock/goredis => ../goredis
+
+replace github.com/quorumlock/quorumlock/integration => ../integration

@@ -1,9 +1,7 @@
 // Command demo shows the Redlock quorum at work.
 //
-// With REDLOCK_MASTERS unset it starts five throwaway masters on 127.0.0.1
-// — Docker containers through the integration harness when a Docker engine
-// answers and a Redis image is at hand (see `make redis-image`), else
-// redis-server processes — and walks through: workers racing for one key,
+// With REDLOCK_MASTERS unset it starts five throwaway redis-server
+// processes on 127.0.0.1 and walks through: workers racing for one key,
 // a paused master and a killed master that locking survives, and a lost
 // majority that makes acquisition fail with a clear message. With
 // REDLOCK_MASTERS set (comma-separated host:port or redis:// URLs) it runs
@@ -15,13 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/internal/masters"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -37,10 +34,12 @@ func main() {
 		return
 	}
 
-	cl, stop := launch()
+	servers, stop := launch()
 	defer stop()
-	servers := cl.Masters
-	addrs := cl.Addrs()
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
 	fmt.Println("masters:", strings.Join(addrs, " "))
 	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(50*time.Millisecond))
 	if err != nil {
@@ -113,7 +112,7 @@ func race(c *redlock.Client, n int) {
 func timed(c *redlock.Client, what string) {
 	ctx := context.Background()
 	start := time.Now()
-	l, err := c.Acquire(ctx, "demo:key", redlock.WithTTL(5*time.Second))
+	l, err := c.Acquire(ctx, "demo:key", redlock.WithTTL(5*time.Second), redlock.WithWait(5*time.Second))
 	if err != nil {
 		fmt.Println("   acquire failed:", err)
 		return
@@ -122,23 +121,17 @@ func timed(c *redlock.Client, what string) {
 	fmt.Printf("   acquire+release %s: %v (release error: %v)\n", what, time.Since(start).Round(10*time.Microsecond), err)
 }
 
-// launch starts five masters: containers when Docker can run them, else
-// redis-server processes.
-func launch() (*cluster.Cluster, func()) {
-	if cluster.DockerAvailable() && os.Getenv(cluster.BackendEnv) != string(cluster.Process) {
-		fmt.Println("starting 5 throwaway Redis masters in Docker containers on 127.0.0.1 ...")
-		cl, stop, err := cluster.Launch(5, cluster.WithBackend(cluster.Docker))
-		if err == nil {
-			return cl, stop
-		}
-		fmt.Printf("Docker could not run them (%v)\nfalling back to redis-server processes\n", err)
-	}
+// launch starts five throwaway redis-server processes on 127.0.0.1. (The
+// Docker harness, integration/cluster, is a module of its own so that the
+// library's module does not require Docker's client; the demo needs only
+// processes it can pause and kill.)
+func launch() ([]*redistest.Server, func()) {
 	fmt.Println("starting 5 throwaway redis-server masters on 127.0.0.1 ...")
-	cl, stop, err := cluster.Launch(5, cluster.WithBackend(cluster.Process))
+	servers, stop, err := redistest.LaunchServers(5)
 	if err != nil {
 		log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
 	}
-	return cl, stop
+	return servers, stop
 }
 
 func must(err error) {
