@@ -22,7 +22,10 @@ import (
 // here; redlock.WithTimeout bounds each master's answer as usual. Keep
 // each client's ReadTimeout finite (go-redis's default of 3 s is): it
 // bounds how long a master that stopped answering holds its transport's
-// batch (see the package's documentation).
+// batch (see the package's documentation). A *redis.ClusterClient is one
+// member that is a Redis Cluster; with one, New turns on
+// redlock.WithClusterSlots (see cluster.go's notes in the package
+// documentation).
 func New(clients []redis.UniversalClient, opts ...redlock.Option) (*redlock.Client, error) {
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("goredis: %w: no go-redis clients given", redlock.ErrInvalid)
@@ -36,7 +39,7 @@ func New(clients []redis.UniversalClient, opts ...redlock.Option) (*redlock.Clie
 	for i, c := range clients {
 		ts[i] = NewTransport(c)
 	}
-	c, err := redlock.NewWithTransports(ts, opts...)
+	c, err := redlock.NewWithTransports(ts, withClusterSlots(clients, opts)...)
 	if err != nil {
 		for _, t := range ts {
 			_ = t.Close()

@@ -23,9 +23,9 @@
 // order, only when the master closed the connection and the lock allows
 // it.
 //
-// Each command ends at its deadline at the latest; a command that comes
-// without one (the redlock.Client gives an Ordered transport's commands
-// none: their late replies still count) at the client's ReadTimeout. A
+// Each command ends at its deadline at the latest (the redlock.Client
+// gives each one: a per-master timeout from its send); a command that
+// comes without one, at the client's ReadTimeout. A
 // batch stuck on a master that does not answer holds the writer until
 // go-redis gives up on it: the client's ReadTimeout, or the batch's
 // context when Options.ContextTimeoutEnabled is set. Commands queued meanwhile fail at

@@ -156,16 +156,22 @@ type lane struct {
 	exited chan struct{} // closed when the writer returns
 
 	loaded map[*script]bool // scripts the master is known to hold (the writer's)
+	// sharded: the client spreads commands over many nodes by key (a
+	// cluster, a ring; see sharded in cluster.go): a SCRIPT LOAD would
+	// reach one node only, so none is sent, and every NOSCRIPT is answered
+	// by EVAL on the node that gave it.
+	sharded bool
 }
 
 func newLane(client redis.UniversalClient, addr string) *lane {
 	l := &lane{
-		client: client,
-		addr:   addr,
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		exited: make(chan struct{}),
-		loaded: make(map[*script]bool),
+		client:  client,
+		addr:    addr,
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		exited:  make(chan struct{}),
+		loaded:  make(map[*script]bool),
+		sharded: sharded(client),
 	}
 	l.timer = time.AfterFunc(time.Hour, l.expire)
 	l.timer.Stop()
@@ -356,7 +362,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 			continue
 		}
 		r.sent = true
-		if s := r.script; s != nil && !r.eval && !l.loaded[s] && !loading[s] {
+		if s := r.script; s != nil && !r.eval && !l.sharded && !l.loaded[s] && !loading[s] {
 			if loading == nil {
 				loading = make(map[*script]bool)
 			}
@@ -402,7 +408,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 			}
 			if rerr != nil && r.script != nil && isNoScript(err) {
 				l.loaded[r.script] = false
-				if r.mayRunLate || lastSent(of[i+1:]) {
+				if r.mayRunLate || l.sharded || lastSent(of[i+1:]) {
 					r.eval = true
 					again = append(again, r)
 					continue

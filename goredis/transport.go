@@ -111,16 +111,16 @@ func (t *Transport) Ordered() bool { return t.ordered }
 // exactly once with the reply in redigo's shapes (see redlock.ReplyShape),
 // a redlock.ReplyError, or an error: at cmd.Deadline at the latest
 // (matching context.DeadlineExceeded), or at once when too much is queued
-// or the master is down and cmd is worthless late. A command without a
-// deadline (the redlock.Client gives none to an Ordered transport's
-// commands) is bounded by the client's ReadTimeout (5 s when it has none).
+// or the master is down and cmd is worthless late. A redlock.Client gives
+// every command a deadline (one per-master timeout from its send); a
+// command without one (built by other code) is bounded by the client's
+// ReadTimeout (5 s when it has none).
 func (t *Transport) Send(cmd *redlock.Command) {
 	deadline := cmd.Deadline
 	if deadline.IsZero() {
-		// The Client gives an Ordered transport's commands no deadline:
-		// their late replies still count. The transport's own bound is the
-		// client's ReadTimeout; past it the command fails and the master is
-		// taken for down (see lane.go).
+		// The transport's own bound is the client's ReadTimeout; past it
+		// the command fails and the master is taken for down (see
+		// lane.go).
 		deadline = time.Now().Add(t.bound)
 	}
 	r := &req{

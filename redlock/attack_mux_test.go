@@ -543,9 +543,9 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 			loads[fc]++
 		}
 		switch {
-		case fc.Index == 0 && script && loads[fc] == 3:
+		case fc.LockIndex == 0 && script && loads[fc] == 3:
 			return hostile.HangUp
-		case fc.Index == 1 && !script:
+		case fc.LockIndex == 1 && !script:
 			return hostile.HangUp
 		}
 		return hostile.Forward

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
@@ -31,6 +33,8 @@ type Client struct {
 	driftFactor float64
 	clock       clock.Clock
 	logger      *slog.Logger
+	obs         Observer          // nil: none (observe.go)
+	health      []masterHealth    // each master's state; nil without logger and observer
 	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
@@ -47,6 +51,13 @@ type Client struct {
 	allOrdered  bool
 	someOrdered bool     // at least one master's transport is Ordered
 	fin         finisher // retries of releases and rollbacks that masters missed
+	ident       identity // the masters' run_ids: two addresses of one server are refused
+	// live lists the rounds whose legs still run (under mu), for Close to
+	// complete what a transport left unanswered (abandon).
+	live *round
+	// abandoned: Close completed, itself, what the transports left
+	// unanswered after their Close; nothing is sent any more.
+	abandoned atomic.Bool
 }
 
 type master struct {
@@ -59,8 +70,13 @@ type master struct {
 // New returns a client for the masters behind pools, one pool per master.
 // The masters must be independent servers (not replicas of each other):
 // giving the same master twice would fake a quorum and is rejected, as are
-// an empty list and a nil pool. Masters are named in errors by the pool's
-// Addr method when it has one (pool.Addresser), else by their position.
+// an empty list and a nil pool. Two addresses of one server are found at
+// first contact, by the servers' run_ids: New does no network traffic, and
+// the first call that talks to the masters sends INFO server to each; once
+// two masters name the same run_id, every such call fails with an error
+// matching ErrInvalid that names both (docs/operations.md, "Two addresses,
+// one server"). Masters are named in errors by the pool's Addr method when
+// it has one (pool.Addresser), else by their position.
 //
 // A pool that can dial a connection of its own (pool.Dialer, as a
 // pool.RedisPool does, or a *redis.Pool through its DialContext or Dial
@@ -154,6 +170,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
 		logger:       cfg.logger,
+		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
 		releasing:    make(map[string]*round),
 		closing:      make(chan struct{}),
@@ -174,6 +191,9 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.addrs[i] = addr
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
+	}
+	if c.logger != nil || c.obs != nil {
+		c.health = make([]masterHealth, len(ts))
 	}
 	c.waker = newWaker(c)
 	c.fin.init(len(ts))
@@ -260,12 +280,26 @@ func (c *Client) valid() error {
 	return nil
 }
 
-// check rejects a Client New did not make and a nil context.
+// callStart is when a call starts (the zero time on a Client New did not
+// make, which check rejects).
+func (c *Client) callStart() time.Time {
+	if c == nil || c.clock == nil {
+		return time.Time{}
+	}
+	return c.clock.Now()
+}
+
+// check rejects a Client New did not make and a nil context, and, at
+// first contact and from then on, masters that are one server under two
+// addresses (identity.go).
 func (c *Client) check(ctx context.Context) error {
 	if err := c.valid(); err != nil {
 		return err
 	}
-	return checkCtx(ctx)
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	return c.identify(ctx)
 }
 
 // Close stops new work, gives the commands still in flight at most one
@@ -279,8 +313,12 @@ func (c *Client) check(ctx context.Context) error {
 // pools NewFromAddrs made. Locks not released before Close expire at their
 // TTL, as do keys whose release or rollback a master missed and the client
 // was still retrying (docs/design.md, "Finishing what a master missed"):
-// Close drops those retries. Close is idempotent; on a Client that New
-// did not make it returns an error matching ErrInvalid.
+// Close drops those retries. A transport that has not completed a command
+// one per-master timeout after its own Close (it breaks Transport's
+// contract) does not hold Close up: the client then fails the command
+// itself, with an error matching ErrClosed, and ignores a later
+// completion. Close is idempotent; on a Client that New did not make it
+// returns an error matching ErrInvalid.
 func (c *Client) Close() error {
 	if err := c.valid(); err != nil {
 		return err
@@ -297,24 +335,39 @@ func (c *Client) Close() error {
 		c.workers.Wait()
 		close(idle)
 	}()
-	grace := time.NewTimer(c.timeout)
-	select {
-	case <-idle:
-	case <-grace.C:
-	}
-	grace.Stop()
+	within(idle, c.timeout)
 	for _, m := range c.masters {
 		m.t.Close()
 	}
-	<-idle // what the connections carried is settled now
+	// A transport's Close completes what it still held. One that breaks
+	// that contract gets one more per-master timeout; then the client
+	// completes what is still unanswered itself (a late completion from
+	// the transport is ignored).
+	if !within(idle, c.timeout) {
+		c.abandon()
+		<-idle
+	}
 	for _, p := range c.owned {
 		p.Close()
 	}
 	return nil
 }
 
-// Acquire takes the lock on key, retrying until it succeeds, ctx ends, or
-// the wait bound (WithWait; by default the TTL) is spent. Between attempts
+// within waits for ch to close, at most d; it reports whether it did.
+func within(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Acquire takes the lock on key, retrying until it succeeds or ctx ends,
+// or, with WithWait(d), until d is spent (there is no bound by default:
+// give ctx a deadline or use WithWait; TryAcquire tries once). Between attempts
 // it waits for the key's release to be announced by a master (see
 // docs/design.md), and at most a jittered exponential backoff or, once
 // that is at its maximum and the announcements reach this client, a
@@ -322,6 +375,7 @@ func (c *Client) Close() error {
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	called := c.callStart()
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -329,45 +383,72 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
+	return c.acquire(ctx, called, key, &lc, c.plainKind(key, &lc))
 }
 
-// acquire is Acquire for a lock of any shape.
-func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh shape) (_ *Lock, err error) {
-	giveUp := c.clock.Now().Add(lc.wait)
-	var wt *waiting // set once the first attempt failed
-	var last *round // the latest attempt
+// acquire is Acquire for a lock of any kind. begun is when the caller's
+// call started, before the client's checks (which on its first call
+// identify the masters, waiting up to a per-master timeout): the wait
+// bound, Lock.Waited and the observer count from it. Zero: now.
+func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *lockConfig, k kind) (_ *Lock, err error) {
+	k = withHolderMeta(k, key, lc)
+	if begun.IsZero() {
+		begun = c.clock.Now()
+	}
+	giveUp := begun.Add(lc.wait) // with lc.waitSet
+	var wt *waiting              // set once the first attempt failed
+	var last *round              // the latest attempt
+	tries := 0
+	if c.obs != nil {
+		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, err) }()
+	}
 	defer func() {
 		if wt != nil {
-			wt.stop(err == nil, sh.shared())
+			wt.stop(err == nil, k.shared())
 		}
-		if sh.leaves() && err != nil && last != nil {
+		if k.leaves() && err != nil && last != nil {
 			// Give the place in the queue (or the writer's intent) up now
 			// rather than at its expiry: in the background, each master
 			// bounded, after the latest attempt's command on that master.
-			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, sh)
+			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, k, nil)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		l, r, err := c.attempt(ctx, key, lc, sh)
+		l, r, err := c.attempt(ctx, key, lc, k)
 		if r != nil {
 			last = r
+			tries++
 		}
-		if err == nil || ctx.Err() != nil || !isQuorumError(err) {
+		if err == nil {
+			l.waited, l.attempts = c.clock.Since(begun), tries
+			return l, nil
+		}
+		if !isQuorumError(err) {
 			return l, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			// ctx ended after the attempt's round was counted: the error
+			// matches ctx.Err() all the same, as documented.
+			var qe *QuorumError
+			if asQuorumError(err, &qe) && qe.ctxErr == nil {
+				qe.ctxErr = cerr
+			}
+			return nil, err
 		}
 		// The last attempt is made at the wait bound itself: a delay
 		// that would pass it is cut short.
-		left := giveUp.Sub(c.clock.Now())
-		if left <= 0 {
-			return nil, err
+		left := time.Duration(math.MaxInt64)
+		if lc.waitSet {
+			if left = giveUp.Sub(c.clock.Now()); left <= 0 {
+				return nil, err
+			}
 		}
 		if wt == nil {
-			wt = c.waker.wait(sh.keys(key))
+			wt = c.waker.wait(k.keys(key))
 		} else {
 			c.waker.revive()
 		}
-		delay := min(wt.delay(lc, attempt, sh.leaves(), err), left)
+		delay := min(wt.delay(lc, attempt, k.leaves(), err), left)
 		t := c.clock.NewTimer(delay)
 		select {
 		case <-t.C():
@@ -380,7 +461,7 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
 			attempt = -1
-			if len(c.masters) > 1 && sh.fair == nil {
+			if len(c.masters) > 1 && !k.queued() {
 				j := time.NewTimer(rand.N(wakeSpread))
 				select {
 				case <-j.C:
@@ -406,7 +487,9 @@ func (c *Client) acquire(ctx context.Context, key string, lc *lockConfig, sh sha
 // TryAcquire makes exactly one attempt to take the lock on key. On failure
 // the error matches ErrNotAcquired (see Acquire); a fair waiter
 // (WithFair) leaves the queue again, as Acquire's does when it gives up.
+// A WithWait among opts is ignored, as by every TryAcquire form.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	called := c.callStart()
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -414,8 +497,8 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	lc.wait = 0 // one attempt; acquire's clean-up leaves the queue
-	return c.acquire(ctx, key, &lc, shape{fair: c.fairness(key, &lc)})
+	lc.once() // acquire's clean-up leaves the queue
+	return c.acquire(ctx, called, key, &lc, c.plainKind(key, &lc))
 }
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
@@ -434,21 +517,21 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// attempt makes one acquisition attempt with a fresh token (a reentrant
-// lock's token is its owner); sh.fair, when not nil, is the waiter's place
-// in the key's queue.
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh shape) (*Lock, *round, error) {
+// attempt makes one acquisition attempt of a lock of kind k, with the
+// token k gives (a fresh one, or a reentrant lock's owner).
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind) (*Lock, *round, error) {
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
-	token := sh.token()
+	token := k.token()
 	start := c.clock.Now()
+	var fence *fencing
 	if lc.fencing {
-		sh.fence = &fencing{counter: FenceKey(key)}
+		fence = &fencing{counter: FenceKey(key)}
 	}
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, sh)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, k, fence)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -477,7 +560,8 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, sh sha
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		l.fence = token64
-		if sh.v != nil && sh.v.kind != kindMulti {
+		l.votes = t.votes
+		if k.renews() {
 			// A reentrant or read-write acquisition sets the expiry of a
 			// hold that exists: late, it may shorten a later extension.
 			l.track(r, &t, ttl)
@@ -530,12 +614,8 @@ func asQuorumError(err error, target **QuorumError) bool {
 	return ok
 }
 
-// logFailure reports one master's failure to the logger, if any.
+// logFailure records one master's failure outside a round (the wake-up
+// subscription): see masterFailed.
 func (c *Client) logFailure(op opKind, key string, m *master, err error) {
-	if c.logger == nil {
-		return
-	}
-	c.logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master failed",
-		slog.String("op", op.String()), slog.String("key", key),
-		slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err))
+	c.masterFailed(context.Background(), op, key, m, err)
 }

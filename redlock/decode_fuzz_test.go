@@ -35,7 +35,7 @@ func FuzzDecode(f *testing.F) {
 			reply = []any{[]byte(s), n}
 		}
 		o := opKind(op % 8)
-		want := expect(op / 8 % 4) // including 0, which nothing fits
+		want := expect(op / 8 % 6) // including 0, which nothing fits
 		var err error
 		if e, ok := reply.(redis.Error); ok {
 			reply, err = nil, e

@@ -1,10 +1,14 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -54,6 +58,13 @@ var (
 	// message names the problem. Nothing is sent to any master.
 	ErrInvalid = errors.New("redlock: invalid argument")
 
+	// ErrWriterWaiting is matched, besides ErrNotAcquired, by the error of
+	// a read acquisition (AcquireRead, TryAcquireRead) that masters turned
+	// away because a writer waits for the lock, not because one holds it:
+	// waiting writers go first (docs/kinds.md). QuorumError.WriterWaiting
+	// names those masters.
+	ErrWriterWaiting = errors.New("redlock: a writer is waiting")
+
 	// ErrClosed is returned by operations on a closed Client.
 	ErrClosed = errors.New("redlock: client closed")
 
@@ -62,7 +73,8 @@ var (
 	// taken with AcquireRead, say): kinds must not be mixed on one key
 	// (docs/kinds.md). The master's *NodeError says which kinds hold such
 	// a key. An acquisition that meets it on too many masters fails with
-	// ErrNotAcquired.
+	// ErrNotAcquired (Acquire waits for the key like any held key: use
+	// TryAcquire or WithWait to see it at once).
 	ErrWrongKind = scripts.ErrWrongKind
 
 	// ErrMasterTimeout is wrapped by the *NodeError of a master that did
@@ -112,6 +124,10 @@ type QuorumError struct {
 	Quorum    int   // how many had to agree
 	Succeeded int   // how many granted, extended or released
 	Refused   []int // indices of masters that answered "held by another token" (or, for extend and release, "not ours")
+	// WriterWaiting holds those of Refused that turned a reader away
+	// because a writer waits for the lock (no one holds it for writing);
+	// the error then matches ErrWriterWaiting.
+	WriterWaiting []int
 	// NoValidity is true when a quorum agreed but the time it took left no
 	// validity.
 	NoValidity bool
@@ -144,24 +160,17 @@ func (e *QuorumError) Error() string {
 	if e.NoValidity {
 		b.WriteString(", but no validity was left")
 	}
-	if len(e.Refused) > 0 {
+	if len(e.Refused) > len(e.WriterWaiting) {
 		if e.Op == "acquire" {
 			b.WriteString("; held by another token on ")
 		} else {
 			b.WriteString("; not held by this token on ")
 		}
-		for i, idx := range e.Refused {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("master ")
-			b.WriteString(strconv.Itoa(idx))
-			if idx >= 0 && idx < len(e.addrs) {
-				b.WriteString(" (")
-				b.WriteString(e.addrs[idx])
-				b.WriteString(")")
-			}
-		}
+		e.writeMasters(&b, e.Refused, e.WriterWaiting)
+	}
+	if len(e.WriterWaiting) > 0 {
+		b.WriteString("; a writer is waiting, readers wait behind it, on ")
+		e.writeMasters(&b, e.WriterWaiting, nil)
 	}
 	if e.Failed != nil {
 		for _, err := range e.Failed.Errors {
@@ -176,11 +185,37 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel, the caller's context error if any, and the
-// masters' failures, for errors.Is and errors.As.
+// writeMasters writes "master i (addr)" for each index of list, comma
+// separated, leaving out those in skip.
+func (e *QuorumError) writeMasters(b *strings.Builder, list, skip []int) {
+	first := true
+	for _, idx := range list {
+		if slices.Contains(skip, idx) {
+			continue
+		}
+		if !first {
+			b.WriteString(", ")
+		}
+		first = false
+		b.WriteString("master ")
+		b.WriteString(strconv.Itoa(idx))
+		if idx >= 0 && idx < len(e.addrs) {
+			b.WriteString(" (")
+			b.WriteString(e.addrs[idx])
+			b.WriteString(")")
+		}
+	}
+}
+
+// Unwrap returns the sentinel (and ErrWriterWaiting when a writer waits),
+// the caller's context error if any, and the masters' failures, for
+// errors.Is and errors.As.
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, 0, 3)
+	errs := make([]error, 0, 4)
 	errs = append(errs, e.sentinel)
+	if len(e.WriterWaiting) > 0 {
+		errs = append(errs, ErrWriterWaiting)
+	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)
 	}
@@ -214,6 +249,8 @@ func keyMessage(sentinel error, key string) string {
 		return prefix + "lock " + q + " not held"
 	case ErrNotReleased:
 		return prefix + "release of lock " + q + " not confirmed"
+	case ErrNoLeader:
+		return prefix + "no leader of " + q
 	}
 	return sentinel.Error() + ": " + q
 }
@@ -267,4 +304,63 @@ func (e *keyError) Unwrap() []error {
 		return []error{e.sentinel}
 	}
 	return []error{e.sentinel, e.cause}
+}
+
+// notTriedError fails a command that was not sent because its master was
+// already known down: its pipelined connection had a command unanswered
+// for over the per-master timeout, or its last dial failed moments ago.
+// The command failed at once; its message says so ("known down since
+// 15:04:05.000 (1.2s ago), not tried: …"), where "did not answer in time
+// (50ms)" would claim a wait that never happened. It matches
+// ErrMasterTimeout when the master was down for not answering, and
+// otherwise unwraps to the failure that made it down (a dial's error).
+type notTriedError struct {
+	since time.Time
+	ago   time.Duration // since, from when the master's error was named
+	why   string        // how it was known down, when the cause does not say
+	cause error
+}
+
+// named is e as a master's error states it, with the cause's credentials
+// removed and how long ago the master went down.
+func (e *notTriedError) named(cause error, now time.Time) *notTriedError {
+	return &notTriedError{since: e.since, ago: now.Sub(e.since), why: e.why, cause: cause}
+}
+
+func (e *notTriedError) Error() string {
+	var b strings.Builder
+	b.WriteString("known down since ")
+	b.WriteString(e.since.Format("15:04:05.000"))
+	if e.ago > 0 {
+		b.WriteString(" (")
+		b.WriteString(e.ago.Round(time.Millisecond).String())
+		b.WriteString(" ago)")
+	}
+	b.WriteString(", not tried: ")
+	if e.why != "" {
+		b.WriteString(e.why)
+		b.WriteString(": ")
+	}
+	b.WriteString(trimPrefix(e.cause.Error()))
+	return b.String()
+}
+
+// timeout reports whether the master was known down for not answering.
+func (e *notTriedError) timeout() bool {
+	var ne net.Error
+	return errors.Is(e.cause, context.DeadlineExceeded) || errors.Is(e.cause, ErrMasterTimeout) ||
+		(errors.As(e.cause, &ne) && ne.Timeout())
+}
+
+// Is matches ErrMasterTimeout for a master down for not answering.
+func (e *notTriedError) Is(target error) bool { return target == ErrMasterTimeout && e.timeout() }
+
+// Unwrap returns the failure that made the master down, unless that was
+// a timeout: context.DeadlineExceeded must match only the caller's own
+// context's end.
+func (e *notTriedError) Unwrap() error {
+	if e.timeout() {
+		return nil
+	}
+	return e.cause
 }

@@ -235,8 +235,8 @@ func ExampleClient_AcquireRead() {
 	ctx := context.Background()
 
 	r1, _ := client.AcquireRead(ctx, "catalog")
-	r2, _ := client.AcquireRead(ctx, "catalog") // readers share it
-	_, err = client.AcquireWrite(ctx, "catalog", redlock.WithWait(0))
+	r2, _ := client.AcquireRead(ctx, "catalog")     // readers share it
+	_, err = client.TryAcquireWrite(ctx, "catalog") // one attempt; its intent is withdrawn
 	fmt.Println("writer while two read:", errors.Is(err, redlock.ErrNotAcquired))
 	_ = r1.Release(ctx)
 	_ = r2.Release(ctx)
@@ -265,4 +265,47 @@ func ExampleClient_AcquireMulti() {
 	defer l.Release(ctx)
 	fmt.Println(l.Keys())
 	// Output: [{order:7}:items {order:7}:payment]
+}
+
+func ExampleClient_TryAcquireMulti() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	payment, err := client.TryAcquire(ctx, "{order:8}:payment")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// One attempt: one key is held, so neither is taken.
+	_, err = client.TryAcquireMulti(ctx, []string{"{order:8}:items", "{order:8}:payment"})
+	fmt.Println("while payment is held:", errors.Is(err, redlock.ErrNotAcquired))
+	_ = payment.Release(ctx)
+	l, err := client.TryAcquireMulti(ctx, []string{"{order:8}:items", "{order:8}:payment"})
+	fmt.Println("once it is free:", err == nil)
+	_ = l.Release(ctx)
+	// Output:
+	// while payment is held: true
+	// once it is free: true
+}
+
+func ExampleReentrant_TryAcquire() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	a, _ := client.NewReentrant("orders:8", "worker-a")
+	b, _ := client.NewReentrant("orders:8", "worker-b")
+	_ = a.TryAcquire(ctx)
+	_ = a.TryAcquire(ctx) // the owner again: at once
+	err = b.TryAcquire(ctx)
+	fmt.Println("worker-a holds", a.Count(), "times; worker-b refused:", errors.Is(err, redlock.ErrNotAcquired))
+	_ = a.Release(ctx)
+	_ = a.Release(ctx)
+	// Output: worker-a holds 2 times; worker-b refused: true
 }

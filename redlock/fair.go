@@ -3,24 +3,24 @@ package redlock
 import (
 	"github.com/google/uuid"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
-// fairness is a waiter's place in the queue of a fair lock's key.
+// fairness is the fair lock's kind (WithFair): a waiter's place in the
+// queue of the key, which every attempt refreshes and a waiter that gives
+// up leaves. Only the head of the queue can win.
 type fairness struct {
+	baseKind
 	queue, deadlines string // companion keys, in the lock key's hash slot
 	waiter           string // stable across the attempts of one Acquire
 	arrival          int64  // µs since the epoch: the queue's order
 	entryTTLms       int64  // an entry not refreshed for this long is dropped
 }
 
-// fairness returns the waiter's place for one Acquire of key, or nil for a
-// plain lock. The entry outlives the longest backoff several times over,
+// fairness returns the waiter's place for one Acquire of key. The entry outlives the longest backoff several times over,
 // since every attempt refreshes it.
 func (c *Client) fairness(key string, lc *lockConfig) *fairness {
-	if !lc.fair {
-		return nil
-	}
 	entry := c.entryTTL(lc)
 	return &fairness{
 		queue:      layout.QueueKey(key),
@@ -30,3 +30,30 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 		entryTTLms: entry.Milliseconds(),
 	}
 }
+
+var _ kind = (*fairness)(nil)
+
+func (f *fairness) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
+	key, token := r.key, r.token
+	switch op {
+	case opAcquire:
+		if r.fence != nil {
+			return scripts.FairFencedAcquire, "", append(dst, key, f.queue, f.deadlines, r.fence.counter, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
+		}
+		return scripts.FairAcquire, "", append(dst, key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
+	case opExtend:
+		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
+	case opRelease:
+		return scripts.FairRelease, "", append(dst, key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter)
+	case opRollback:
+		// Not announced (see plainKind); the waiter keeps its place in
+		// the queue.
+		return scripts.Release, "", append(dst, key, token, "")
+	default: // opLeave
+		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
+	}
+}
+
+func (f *fairness) holder() string { return "f:" + f.waiter }
+func (f *fairness) leaves() bool   { return true }
+func (f *fairness) queued() bool   { return true }

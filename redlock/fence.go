@@ -80,7 +80,7 @@ func (c *Client) commitFence(ctx context.Context, acq *round, t *tally, ttl time
 	// The commit goes to every master, each after the acquisition's own
 	// command there: a master that grants late still gets its counter
 	// raised, which costs nothing and may save the quorum.
-	r, err := c.startRound(ctx, opCommit, acq.key, acq.token, ttl, acq, shape{fence: f})
+	r, err := c.startRound(ctx, opCommit, acq.key, acq.token, ttl, acq, acq.k, f)
 	if err != nil {
 		return tally{}, nil, 0, err
 	}

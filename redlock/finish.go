@@ -85,6 +85,11 @@ type finisher struct {
 	// Client.mu.
 	owners  map[string]*round
 	sweepAt int
+
+	// sent holds the retries sent and not yet completed (under mu), for
+	// Close to complete them should a transport never do so
+	// (Client.abandon).
+	sent map[*finReq]struct{}
 }
 
 // finMaster is the finisher's state for one master.
@@ -154,7 +159,7 @@ func (f *finisher) init(masters int) {
 // rollback, or a release that frees the key (not a reentrant owner's
 // partial release, which only sets its count).
 func finishes(op opKind, r *round) bool {
-	return op == opRollback || (op == opRelease && (r.v == nil || r.v.kind != kindReentrant || r.v.count == 0))
+	return op == opRollback || (op == opRelease && !r.k.partial())
 }
 
 // newest records r as the newest round of the reentrant owner id and
@@ -444,8 +449,28 @@ func (f *finisher) send(c *Client, e *finEntry) {
 		q.busy = new(event)
 		r.fin.busy[e.i].Store(q.busy)
 	}
-	m.t.Send(&q.cmd)
+	f.mu.Lock()
+	if f.sent == nil {
+		f.sent = make(map[*finReq]struct{})
+	}
+	f.sent[q] = struct{}{}
+	f.mu.Unlock()
+	if c.abandoned.Load() {
+		q.complete(nil, errAbandoned, SendInfo{})
+	} else {
+		m.t.Send(&q.cmd)
+	}
 	f.gate.Unlock()
+}
+
+// unanswered appends the retries sent and not yet completed to dst.
+func (f *finisher) unanswered(dst []completer) []completer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for q := range f.sent {
+		dst = append(dst, q)
+	}
+	return dst
 }
 
 // finReq is a retry's command.
@@ -464,6 +489,9 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 	if q.completed.Swap(true) {
 		return
 	}
+	q.f.mu.Lock()
+	delete(q.f.sent, q)
+	q.f.mu.Unlock()
 	e := q.e
 	if q.busy != nil {
 		e.r.fin.busy[e.i].CompareAndSwap(q.busy, nil)

@@ -41,10 +41,11 @@ type MasterState struct {
 // Inspect reads what each master holds for key: the lock's kind, its
 // holders with their tokens and remaining TTLs, a reentrant owner's count,
 // a read-write lock's readers, writer and waiting writer, a fair lock's
-// queue and the fencing counter (layout.State). It only reads, with plain
-// commands (TIME, TYPE, PTTL, GET, GETRANGE, STRLEN, HLEN, HGETALL, HSCAN,
-// ZCARD, ZRANGE), in at most three round trips per master, and asks all
-// masters at once. It is meant for operators and tests (redlock status):
+// queue, the fencing counter and each holder's metadata (WithMetadata;
+// layout.State). It only reads, with plain commands (TIME, TYPE, PTTL,
+// GET, GETRANGE, STRLEN, HLEN, HGETALL, HSCAN, ZCARD, ZRANGE, EXISTS,
+// HMGET), in at most four round trips per master (three when no holder
+// has metadata), and asks all masters at once. It is meant for operators and tests (redlock status):
 // what it returns is a snapshot, and the lock may change while it is read.
 //
 // A master is read through its transport's Inspector ability (both
@@ -158,22 +159,25 @@ func roundTrip(ctx context.Context, conn redis.Conn, cmds []layout.Command) ([]a
 	if err := conn.Flush(); err != nil {
 		return nil, err
 	}
-	replies := make([]any, len(cmds))
-	for i := range cmds {
-		left := time.Until(deadline)
-		if left <= 0 {
-			// Past the deadline: a reply already buffered is still taken,
-			// else the read fails at once and breaks conn.
-			left = -time.Nanosecond
-		}
-		v, err := redis.ReceiveWithTimeout(conn, left)
-		if re, ok := err.(redis.Error); ok {
-			v, err = re, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		replies[i] = v
+	left := time.Until(deadline)
+	if left <= 0 {
+		// Past the deadline: replies already buffered are still taken,
+		// else the read fails at once and breaks conn.
+		left = -time.Nanosecond
 	}
-	return replies, nil
+	// One read of every reply, by redigo's Do(""), which counts them as
+	// read before it reads: when its parser panics on a hostile master (a
+	// pool this package did not make), the pool's Close of conn has no
+	// replies left to wait for. Received one by one, the replies after the
+	// panic stayed due, and Close waited for them without a deadline — for
+	// ever, on a master that sent no more.
+	v, err := redis.DoWithTimeout(conn, left, "")
+	if err != nil {
+		return nil, err
+	}
+	replies, ok := v.([]any)
+	if !ok || len(replies) != len(cmds) {
+		return nil, fmt.Errorf("inspection: %d commands, replies %T", len(cmds), v)
+	}
+	return replies, nil // an error reply in its place, as a redis.Error
 }

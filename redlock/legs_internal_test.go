@@ -59,13 +59,12 @@ func TestLegs_gaveUpCommitLegEndsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	sh := shape{fence: &fencing{counter: FenceKey("k")}}
-	acq, err := c.startRound(ctx, opAcquire, "k", "tok", time.Second, nil, sh)
+	acq, err := c.startRound(ctx, opAcquire, "k", "tok", time.Second, nil, plainKind{}, &fencing{counter: FenceKey("k")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := ht.take(t)
-	commit, err := c.startRound(ctx, opCommit, "k", "tok", time.Second, acq, shape{fence: &fencing{counter: FenceKey("k"), arg: "1"}})
+	commit, err := c.startRound(ctx, opCommit, "k", "tok", time.Second, acq, plainKind{}, &fencing{counter: FenceKey("k"), arg: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +106,12 @@ func TestLegs_commandsNameTheirScript(t *testing.T) {
 	}
 	defer c.Close()
 	fair := &fairness{waiter: "w", arrival: 1, entryTTLms: 1000, queue: "k:q", deadlines: "k:d"}
-	for _, sh := range []shape{{fence: &fencing{counter: FenceKey("k")}, fair: fair}, {fence: &fencing{counter: FenceKey("k")}}, {fair: fair}} {
-		r, err := c.startRound(context.Background(), opAcquire, "k", "tok", time.Second, nil, sh)
+	fence := &fencing{counter: FenceKey("k")}
+	for _, sh := range []struct {
+		k     kind
+		fence *fencing
+	}{{fair, fence}, {plainKind{}, fence}, {fair, nil}} {
+		r, err := c.startRound(context.Background(), opAcquire, "k", "tok", time.Second, nil, sh.k, sh.fence)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +120,7 @@ func TestLegs_commandsNameTheirScript(t *testing.T) {
 		cmd.Complete(int64(0), nil, SendInfo{Sent: true}) // before any Fatal: Close waits for it
 		r.decide(true)
 		if script == nil || name != "EVALSHA" {
-			t.Fatalf("fenced %v, fair %v: command %q without its script", sh.fence != nil, sh.fair != nil, name)
+			t.Fatalf("fenced %v, fair %v: command %q without its script", sh.fence != nil, sh.k == fair, name)
 		}
 		if got, want := nkeys, r.wireBuf.nkeys; got != want || script.SHA() != r.wireBuf.script.SHA() {
 			t.Fatalf("command: %d keys, script %s; want %d, %s", got, script.Name(), want, r.wireBuf.script.Name())

@@ -49,20 +49,29 @@ func (l *Lock) Err() error {
 
 // markLost records the first reason the lock was lost, ends its validity
 // and closes Lost.
-func (l *Lock) markLost(err error) {
+func (l *Lock) markLost(err error) { l.markLostCtx(context.Background(), err) }
+
+// markLostCtx is markLost with the context of the call that found the
+// loss, for the logger and the observer. It reports whether err was the
+// first reason (the loss, or the release, ended the lock).
+func (l *Lock) markLostCtx(ctx context.Context, err error) bool {
 	l.mu.Lock()
 	if l.lostErr != nil {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.lostErr = err
 	l.endValidity()
 	close(l.lost)
 	cb := l.onLost
 	l.mu.Unlock()
+	if err != ErrReleased {
+		l.reportLoss(ctx, err)
+	}
 	if cb != nil {
 		cb(err)
 	}
+	return true
 }
 
 // endValidity ends the lock's validity now, if it had not ended: a lost or
@@ -97,10 +106,18 @@ func (l *Lock) wakeMonitor() {
 // startMonitor starts the lock's monitor unless one runs or the lock is
 // already lost.
 func (l *Lock) startMonitor() {
+	if err := l.startMonitorLocked(); err != nil {
+		l.reportLoss(context.Background(), err) // outside l.mu: the observer may call the lock
+	}
+}
+
+// startMonitorLocked starts the monitor under l.mu; it returns the loss
+// it found instead (the client is closed).
+func (l *Lock) startMonitorLocked() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mon != nil || l.lostErr != nil || l.released {
-		return
+		return nil
 	}
 	c := l.c
 	c.mu.Lock()
@@ -109,13 +126,14 @@ func (l *Lock) startMonitor() {
 		l.lostErr = newKeyError(ErrLockLost, l.key, "", ErrClosed)
 		l.endValidity()
 		close(l.lost)
-		return
+		return l.lostErr
 	}
 	c.workers.Add(1)
 	c.mu.Unlock()
 	m := &monitor{stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	l.mon = m
 	go l.watch(m)
+	return nil
 }
 
 // stopMonitor stops the monitor, if one runs, and waits for it to exit.

@@ -8,8 +8,8 @@ import (
 )
 
 // Lock is a lock held on a quorum of masters, as returned by
-// Client.Acquire, Client.TryAcquire, Client.AcquireRead,
-// Client.AcquireWrite and Client.AcquireMulti (and held by a Reentrant,
+// Client.Acquire, Client.AcquireRead, Client.AcquireWrite and
+// Client.AcquireMulti and their TryAcquire forms (and held by a Reentrant,
 // Reentrant.Lock; Client.Do takes and releases one around its function).
 // It is valid until Until(); past that moment another client may hold the
 // same key.
@@ -36,6 +36,11 @@ type Lock struct {
 	maxHold    time.Duration
 	acquired   time.Time
 	lost       chan struct{} // closed when the lock can no longer be trusted
+	// The acquisition's story (Waited, Attempts, Granted): set before
+	// the lock is returned, read-only after.
+	waited   time.Duration
+	attempts int
+	votes    []vote // each master's vote in the attempt that took it
 
 	op sync.Mutex // serialises Extend and Release
 	// Expiry changes whose outcome on some master is not known
@@ -113,7 +118,7 @@ func (l *Lock) Until() time.Time {
 // After Release (or while one runs) it sends nothing and returns an error
 // matching ErrNotHeld, not ErrLockLost. On a Lock no acquisition returned
 // (nil or zero) it returns an error matching ErrInvalid.
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
@@ -126,6 +131,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer l.op.Unlock()
 
 	start := c.clock.Now()
+	var r *round
+	if c.obs != nil {
+		defer func() {
+			c.obs.OnExtend(ctx, ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: extendOutcome(err), Start: start,
+				Duration: c.clock.Since(start), TTL: ttl, Masters: r.results(), Err: err, Quorum: c.quorum})
+		}()
+	}
 	until, err := l.checkHeld("extend", start)
 	if err != nil {
 		return err
@@ -135,7 +147,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 
 	lim := l.limits()
-	r, err := c.startRound(ctx, opExtend, l.key, l.token, ttl, l.follow(), l.shape())
+	r, err = c.startRound(ctx, opExtend, l.key, l.token, ttl, l.follow(), l.kind(), nil)
 	if err != nil {
 		return err
 	}
@@ -155,7 +167,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	until = l.limitUntil(start.Add(ttl - c.drift(ttl)))
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
 		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
-		l.markLost(err)
+		l.markLostCtx(ctx, err)
 		return err
 	}
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
@@ -253,7 +265,7 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 // the answers. Each master's command is bounded by the per-master timeout.
 // On a Lock no acquisition returned (nil or zero) it returns an error
 // matching ErrInvalid.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) (err error) {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
@@ -272,9 +284,22 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.op.Lock()
 	defer l.op.Unlock()
-	defer l.markLost(ErrReleased)
+	start := c.clock.Now()
+	var r *round
+	defer func() {
+		wasLost := !l.markLostCtx(ctx, ErrReleased)
+		if c.obs != nil {
+			c.obs.OnRelease(ctx, ReleaseEvent{Key: l.key, Kind: l.kindName(), Outcome: releaseOutcome(err), Start: start,
+				Duration: c.clock.Since(start), Held: start.Sub(l.acquired), WasLost: wasLost,
+				Masters: r.results(), Err: err, Quorum: c.quorum})
+		}
+	}()
 	// The TTL bounds the retries on masters that miss it (finish.go).
-	r, err := c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), l.shape().withCount(0))
+	k := l.kind()
+	if rk := k.forRelease(); rk != nil {
+		k = rk
+	}
+	r, err = c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), k, nil)
 	if err != nil {
 		return err
 	}

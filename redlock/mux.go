@@ -40,9 +40,10 @@ import (
 // otherwise (a stall, a stray reply, Close) the master may still run what
 // it read, so nothing is re-sent and each fails as unknown.
 //
-// A connection whose oldest unanswered command has waited longer than the
-// per-master timeout is down: the master is hung or far behind, and
-// whatever is sent now waits behind that command. Acquisitions and
+// A connection whose master has been silent for longer than the
+// per-master timeout — a command awaits its reply, and the reader has read
+// none for that long (silence) — is down: the master is hung or far
+// behind, and whatever is sent now waits behind that command. Acquisitions and
 // extensions submitted meanwhile fail at once, unsent, as a timeout would
 // fail them (see muxConn.down); releases and rollbacks are still queued,
 // since they are worth running late. The connection is up again as soon
@@ -102,12 +103,12 @@ func (mx *mux) redialDelay() time.Duration {
 type muxReq struct {
 	cmd  string
 	args []any
-	want expect // what the reply may be, besides an error reply
 	// script, for an EVALSHA, is its script: a NOSCRIPT reply is answered
 	// by EVAL of its source when that keeps the order, or when late is
 	// set: the command may run after commands submitted after it (see
 	// noScript).
 	script *scripts.Script
+	want   expect // what the reply may be, besides an error reply
 	late   bool
 	// undo: it undoes a command submitted before it (a rollback, a
 	// leave); it may use the queue's room beyond muxQueue (muxUndo).
@@ -116,15 +117,15 @@ type muxReq struct {
 	// mux sends the request once more on the next one (resent then says
 	// so). Requests whose caller retries by itself leave it false.
 	resend, resent bool
-	sent           time.Time // when it was written (the writer's)
+	// drop: while the connection is down, fail it at once, unsent (its
+	// caller cannot use a late reply).
+	drop bool
+	sent time.Time // when it was written (the writer's)
 	// to receives the reply, exactly once, on the reader's goroutine (or
 	// whichever fails the request); it must not block. A round's requests
 	// are part of the round, and to is the round's own per-master state, so
 	// that sending a command allocates nothing.
 	to replier
-	// drop: while the connection is down, fail it at once, unsent (its
-	// caller cannot use a late reply).
-	drop bool
 }
 
 // replier receives a pipelined command's reply.
@@ -149,9 +150,11 @@ type muxConn struct {
 
 	// born is when the connection was made; oldest is when the command
 	// the reader waits for was written, as 1 + nanoseconds since born,
-	// or 0 while the reader waits for none.
+	// or 0 while the reader waits for none; heard is when the reader last
+	// read a reply, alike (0: never). See silence.
 	born   time.Time
 	oldest atomic.Int64
+	heard  atomic.Int64
 
 	// qmu orders closing with queueing: once closed, nothing joins the
 	// queue, so the reader finds all of it.
@@ -212,7 +215,7 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 		return nil, ErrClosed
 	}
 	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
-		return nil, mx.dialErr
+		return nil, &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
 	}
 	mx.wg.Add(1)
 	ch := make(chan struct{})
@@ -259,6 +262,10 @@ func (mx *mux) dialer(ch chan struct{}) {
 	close(ch)
 	if err == nil {
 		err = errMuxBusy
+	} else if err != ErrClosed {
+		// The backlog was never sent: its commands waited for this dial,
+		// maybe a moment, not the per-master timeout.
+		err = &notTriedError{since: time.Now(), why: "its dial failed", cause: err}
 	}
 	for _, r := range failed {
 		r.to.deliver(nil, err)
@@ -469,6 +476,7 @@ func (mc *muxConn) read() {
 			break
 		}
 		v, err := receive(mc.nc, left)
+		mc.heard.Store(1 + int64(time.Since(mc.born)))
 		if _, isReply := err.(redis.Error); isReply {
 			if r.script != nil && scripts.IsNoScript(err) {
 				err = mc.noScript(r, err)
@@ -618,14 +626,38 @@ func (mc *muxConn) settle(first *muxReq) {
 type downError struct{ d time.Duration }
 
 func (e *downError) Error() string {
-	return fmt.Sprintf("no reply for over %v to the oldest command on the connection: not sent", e.d)
+	return fmt.Sprintf("no reply on the connection for over %v while a command awaits one", e.d)
 }
 
 // Unwrap makes it a timeout (ErrMasterTimeout, once named by nodeError).
 func (e *downError) Unwrap() error { return context.DeadlineExceeded }
 
-// down fails (a downError) when the oldest command awaiting a reply has
-// waited longer than the per-master timeout. An acquisition sent now would
+// silence is how long the master has kept the reader waiting: since the
+// later of when the command the reader waits for was written and when the
+// reader last read a reply. It is 0 while the reader waits for no command
+// — it has not yet taken the next one written, say because this process
+// had no CPU for it — since then nothing is overdue on the master's
+// account.
+//
+// It is measured from the reader's last progress, not from when the
+// command now waited for was sent: under load a deep pipeline's oldest
+// command may have been sent long ago while the master answers steadily,
+// and a reader that this process's own scheduler kept from running (the
+// CPUs busy with other work, 64 goroutines ahead of it) is no sign of a
+// master that does not answer.
+func (mc *muxConn) silence() time.Duration {
+	o := mc.oldest.Load()
+	if o == 0 {
+		return 0
+	}
+	if h := mc.heard.Load(); h > o {
+		o = h
+	}
+	return time.Since(mc.born) - time.Duration(o-1)
+}
+
+// down fails (a downError) when the master has been silent (silence) for
+// longer than the per-master timeout. An acquisition sent now would
 // wait behind it, and its caller would have given up before the reply
 // came: when the master is hung (SIGSTOP), each would cost a write to a
 // socket that nobody reads and grow the pile of commands — each holding
@@ -634,14 +666,27 @@ func (e *downError) Unwrap() error { return context.DeadlineExceeded }
 // master that was only slow still runs them, where dropping one would
 // leave the key there until its TTL.
 func (mc *muxConn) down() error {
-	o := mc.oldest.Load()
-	if o == 0 {
-		return nil
-	}
-	if d := mc.mx.timeout; time.Since(mc.born)-time.Duration(o-1) > d {
-		return &downError{d}
+	d := mc.mx.timeout
+	if s := mc.silence(); s > d {
+		// down since the silence passed the timeout
+		return &notTriedError{since: time.Now().Add(d - s), cause: &downError{d}}
 	}
 	return nil
+}
+
+// silence is how long the master has kept its current connection's reader
+// waiting (muxConn.silence); with no connection (it is being dialed or
+// settled), the per-master timeout: no sign of the master answering.
+// collect asks it before it counts a master that did not answer in time
+// as failed (silencer).
+func (mx *mux) silence() time.Duration {
+	mx.mu.Lock()
+	mc := mx.cur
+	mx.mu.Unlock()
+	if mc == nil || mc.isClosed() {
+		return mx.timeout
+	}
+	return mc.silence()
 }
 
 // enqueue hands r to the connection: written at once by the caller when

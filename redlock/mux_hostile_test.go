@@ -128,7 +128,7 @@ func TestHostile_closeIsBoundedBehindASlowMaster(t *testing.T) {
 func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 	real := redistest.StartOne(t)
 	fm := hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
-		if !strings.EqualFold(cmd[0], "SCRIPT") {
+		if fc.LockIndex >= 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
 			sleepOr(200*time.Millisecond, fc.Quit())
 		}
 		return hostile.Forward
@@ -144,12 +144,12 @@ func TestHostile_oldestPendingCommandBreaksASlowConnection(t *testing.T) {
 			c.TryAcquire(ctx, fmt.Sprintf("k%d", i)) // fails: the master is too slow
 		}()
 	}
-	waitUntil(t, "the first connection is accepted", func() bool { return fm.Conn(0) != nil })
+	waitUntil(t, "the pipelined connection is accepted", func() bool { return fm.LockConn(0) != nil })
 	select {
-	case <-fm.Conn(0).Gone():
+	case <-fm.LockConn(0).Gone():
 		// 200 commands queued at 200 ms each would take 40 s to answer.
 	case <-time.After(6 * time.Second):
-		t.Fatalf("the connection was not broken; the master answered %d commands", len(fm.Conn(0).Commands()))
+		t.Fatalf("the connection was not broken; the master answered %d commands", len(fm.LockConn(0).Commands()))
 	}
 }
 
@@ -218,7 +218,7 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		key := fmt.Sprintf("k%d", round)
 		drop := make(chan struct{})
 		fm := hostile.NewProxy(t, reals[0].Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
-			if fc.Index == 0 && strings.EqualFold(cmd[0], "SET") && cmd[1] == key {
+			if fc.LockIndex == 0 && strings.EqualFold(cmd[0], "SET") && cmd[1] == key {
 				// Read the SET, then stop reading until told to hang up.
 				select {
 				case <-drop:
@@ -254,7 +254,7 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		close(drop)
 		<-bigDone
 		waitUntil(t, "the SET and the release reach a new connection", func() bool {
-			fc := fm.Conn(1)
+			fc := fm.LockConn(1)
 			if fc == nil {
 				return false
 			}
@@ -267,7 +267,7 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		})
 		if v, _ := redis.String(reals[0].Do("GET", key)); v != "" {
 			t.Fatalf("round %d: the released lock is left on master 0; it saw, on the new connection: %q",
-				round, fm.Conn(1).Commands())
+				round, fm.LockConn(1).Commands())
 		}
 	}
 }
@@ -283,7 +283,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 	for i := range fms {
 		real := redistest.StartOne(t)
 		fms[i] = hostile.NewProxy(t, real.Addr(), func(fc *hostile.Conn, cmd []string) hostile.Verdict {
-			if fc.Index == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
+			if fc.LockIndex == 0 && !strings.EqualFold(cmd[0], "SCRIPT") {
 				return hostile.Swallow // runs it, answers nothing
 			}
 			return hostile.Forward
@@ -300,7 +300,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 	wg.Wait()
 	for i, fm := range fms {
 		select {
-		case <-fm.Conn(0).Gone(): // broken after the stall bound (1 s)
+		case <-fm.LockConn(0).Gone(): // broken after the stall bound (1 s)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("master %d: the stalled connection was not broken", i)
 		}

@@ -52,6 +52,7 @@ type config struct {
 	driftFactor  float64
 	clock        clock.Clock
 	logger       *slog.Logger
+	observer     Observer
 	poolOptions  []pool.Option
 	pipelining   bool
 	clusterSlots bool
@@ -93,10 +94,15 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // WithClock replaces the real clock, for tests. The default is clock.Real().
 func WithClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk } }
 
-// WithLogger receives every failure of a single master (a timeout, a
-// refused connection, an error reply) at level Warn, with the master's
-// index and address. By default failures are only reported in the errors
-// the operations return.
+// WithLogger receives the failures of single masters (a timeout, a
+// refused connection, an error reply) and lost locks. A master's failure
+// is logged at level Warn, with its index and address, when it turns the
+// master failing; further failures are counted, not logged (a reminder
+// with the count at most once a minute), and the master's next answer is
+// logged at Info with that count. A lost lock is logged at Warn with its
+// cause. Records carry the caller's context where there is one (the
+// watchdog's have none). By default failures are only reported in the
+// errors the operations return.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithPipelining chooses how commands reach the masters. On (the
@@ -124,16 +130,17 @@ func WithPoolOptions(opts ...pool.Option) Option {
 
 // LockOption configures one lock: the call of Client.Acquire,
 // Client.TryAcquire, Client.Do, Client.AcquireRead, Client.AcquireWrite or
-// Client.AcquireMulti that takes it, or every acquisition of the
-// Reentrant that Client.NewReentrant makes with it. WithFair and
+// Client.AcquireMulti (or their TryAcquire forms) that takes it, or every
+// acquisition of the Reentrant that Client.NewReentrant makes with it
+// (Reentrant.TryAcquire ignores WithWait, as every TryAcquire does). WithFair and
 // WithFencing are for plain locks (Acquire, TryAcquire, Do) only; the
 // other kinds refuse them with ErrInvalid.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	ttl        time.Duration
-	wait       time.Duration
-	waitSet    bool
+	wait       time.Duration // with waitSet: how long Acquire keeps trying
+	waitSet    bool          // WithWait given; else Acquire waits until ctx ends
 	backoffMin time.Duration
 	backoffMax time.Duration
 	auto       bool          // extend automatically
@@ -141,6 +148,7 @@ type lockConfig struct {
 	maxHold    time.Duration // 0: no cap
 	fair       bool
 	fencing    bool
+	meta       string // holder metadata; "" for none
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole
@@ -148,9 +156,13 @@ type lockConfig struct {
 // acquisition took and the drift allowance. The default is DefaultTTL.
 func WithTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } }
 
-// WithWait bounds how long Acquire keeps trying: its last attempt starts
-// at the bound, or earlier if its ctx ends. Zero makes a single attempt.
-// The default is the lock's TTL.
+// WithWait bounds how long an acquisition of any kind (Acquire,
+// AcquireRead, AcquireWrite, AcquireMulti, Reentrant.Acquire, Do) keeps
+// trying, counted from the call: its last attempt starts at the bound, or earlier if its ctx
+// ends. Zero makes a single attempt, as the TryAcquire calls do. By
+// default there is no bound: the call waits until it gets the lock or ctx
+// ends, as sync.Mutex.Lock waits (and etcd's concurrency.Mutex.Lock): give
+// ctx a deadline, or WithWait a bound, to stop waiting.
 func WithWait(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.wait, c.waitSet = d, true }
 }
@@ -195,9 +207,6 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	for _, o := range opts {
 		o(&lc)
 	}
-	if !lc.waitSet {
-		lc.wait = lc.ttl
-	}
 	if key == "" {
 		return lc, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
@@ -229,6 +238,9 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	case lc.maxHold < 0:
 		return lc, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalid, lc.maxHold)
 	}
+	if err := checkMeta(&lc); err != nil {
+		return lc, err
+	}
 	return lc, nil
 }
 
@@ -257,3 +269,6 @@ func (c *Client) checkTTL(ttl time.Duration) error {
 func (c *Client) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftFactor) + expiryPrecision
 }
+
+// once makes lc's acquisition a single attempt (the TryAcquire calls).
+func (lc *lockConfig) once() { lc.wait, lc.waitSet = 0, true }

@@ -80,15 +80,23 @@ type round struct {
 	key   string
 	token string
 	ttlMS int64
-	fair  *fairness // nil for a plain lock
-	fence *fencing  // nil for a lock without fencing
-	v     *variant  // nil for a plain lock
+	k     kind     // what the lock's rounds send (kind.go)
+	fence *fencing // nil for a lock without fencing
 	// counters[i] is master i's fencing counter, from a fenced
 	// acquisition's reply; written before the reply is reported.
 	counters []uint64
-	chain    string    // the key in Client.chains this round is the newest of, or ""
-	deadline time.Time // when its commands stop being waited for
-	running  atomic.Int32
+	// writerWaits has bit i set when master i turned a reader away for a
+	// waiting writer (and not a holder); set before the reply is reported.
+	writerWaits atomic.Uint64
+	chain       string    // the key in Client.chains this round is the newest of, or ""
+	deadline    time.Time // when its commands stop being waited for
+	running     atomic.Int32
+
+	// ctx is the caller's, for the logger and the observer only (never
+	// for cancellation); seen, each master's answer for the observer
+	// (observe.go), nil without one.
+	ctx  context.Context
+	seen []MasterResult
 
 	replies chan reply
 
@@ -97,23 +105,73 @@ type round struct {
 	failed  bool
 	legs    []leg
 
-	// rb is a failed acquisition's rollback, built once it is decided.
-	rb *wireCmd
+	// rb is a failed acquisition's rollback, built once it is decided;
+	// rbq[i] is master i's rollback once sent (under mu), for Close to
+	// complete it should the transport never do so (Client.abandon).
+	rb  *wireCmd
+	rbq []*rollbackReq
+
+	// liveNext and livePrev link the rounds whose legs still run
+	// (Client.live, under Client.mu).
+	liveNext, livePrev *round
 
 	// fin: retries of its release or rollback that a master missed
 	// (finish.go).
 	fin roundFin
 
-	// The round's command and its legs, held here so that a round is one
-	// allocation.
+	// The round's command, held here so that a round and its legs are
+	// one allocation (newRound).
 	wireBuf wireCmd
 	argBuf  [12]any
-	legBuf  [inlineMasters]leg
 }
 
-// inlineMasters is how many masters' legs a round holds without a
-// further allocation.
-const inlineMasters = 7
+// A round and its legs are one allocation, of the smallest of these sizes
+// that holds every master's leg (a leg is some 300 bytes: holding seven
+// for five masters would cost two for nothing on every round). More than
+// seven masters take a second allocation for the legs.
+type (
+	round1 struct {
+		round
+		legs [1]leg
+	}
+	round3 struct {
+		round
+		legs [3]leg
+	}
+	round5 struct {
+		round
+		legs [5]leg
+	}
+	round7 struct {
+		round
+		legs [7]leg
+	}
+)
+
+// newRound returns a zero round whose legs are n zero legs.
+func newRound(n int) *round {
+	switch {
+	case n <= 1:
+		x := new(round1)
+		x.round.legs = x.legs[:n]
+		return &x.round
+	case n <= 3:
+		x := new(round3)
+		x.round.legs = x.legs[:n]
+		return &x.round
+	case n <= 5:
+		x := new(round5)
+		x.round.legs = x.legs[:n]
+		return &x.round
+	case n <= 7:
+		x := new(round7)
+		x.round.legs = x.legs[:n]
+		return &x.round
+	}
+	r := new(round)
+	r.legs = make([]leg, n)
+	return r
+}
 
 // leg is one master's share of a round.
 type leg struct {
@@ -143,12 +201,18 @@ type leg struct {
 }
 
 // event fires once; what waits for it runs then (on the goroutine that
-// fires it), or at once when it already has.
+// fires it), or at once when it already has. It is 24 bytes, two in every
+// leg: what waits is a list, made by then.
 type event struct {
 	mu    sync.Mutex
 	fired bool
-	ch    chan struct{} // made by wait, closed when it fires
-	fns   []func()
+	fns   *thenFn // the latest then first
+}
+
+// thenFn is one function waiting for an event.
+type thenFn struct {
+	f    func()
+	next *thenFn
 }
 
 // then runs f when e fires (at once if it has).
@@ -159,24 +223,12 @@ func (e *event) then(f func()) {
 		f()
 		return
 	}
-	e.fns = append(e.fns, f)
+	e.fns = &thenFn{f: f, next: e.fns}
 	e.mu.Unlock()
 }
 
-// wait returns a channel that closes when e fires.
-func (e *event) wait() <-chan struct{} {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ch == nil {
-		e.ch = make(chan struct{})
-		if e.fired {
-			close(e.ch)
-		}
-	}
-	return e.ch
-}
-
-// fire fires e, once, and runs what waited for it.
+// fire fires e, once, and runs what waited for it, in the order then was
+// called.
 func (e *event) fire() {
 	e.mu.Lock()
 	if e.fired {
@@ -186,12 +238,15 @@ func (e *event) fire() {
 	e.fired = true
 	fns := e.fns
 	e.fns = nil
-	if e.ch != nil {
-		close(e.ch)
-	}
 	e.mu.Unlock()
-	for _, f := range fns {
-		f()
+	var first *thenFn // fns reversed
+	for fns != nil {
+		next := fns.next
+		fns.next, first = first, fns
+		fns = next
+	}
+	for ; first != nil; first = first.next {
+		first.f()
 	}
 }
 
@@ -211,19 +266,17 @@ func (e *event) fire() {
 // token on the masters that were slow to delete it. The wait is bounded by
 // the round's own deadline; a leg that gave up still ends only after the
 // round it follows, so the chain holds through it.
-func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, sh shape) (*round, error) {
+func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing) (*round, error) {
 	n := len(c.masters)
-	r := &round{
-		c: c, op: op, key: key, token: token, ttlMS: ttl.Milliseconds(), fair: sh.fair, fence: sh.fence, v: sh.v,
-		replies: make(chan reply, n), deadline: time.Now().Add(c.timeout),
+	r := newRound(n)
+	r.c, r.op, r.key, r.token, r.ttlMS = c, op, key, token, ttl.Milliseconds()
+	r.k, r.fence = k, fence
+	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(c.timeout), ctx
+	if c.obs != nil {
+		r.seen = make([]MasterResult, n)
 	}
-	if sh.fence != nil && op == opAcquire {
+	if fence != nil && op == opAcquire {
 		r.counters = make([]uint64, n)
-	}
-	if n <= inlineMasters {
-		r.legs = r.legBuf[:n]
-	} else {
-		r.legs = make([]leg, n)
 	}
 	r.running.Store(int32(n))
 	c.mu.Lock()
@@ -232,13 +285,13 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
 	var older *round // a reentrant owner's previous round, whose retries this one ends
-	if sh.v != nil && sh.v.kind == kindReentrant {
-		older = c.fin.newest(c, chainID(key, token, sh), r, ttl)
+	if k.oneToken() {
+		older = c.fin.newest(c, chainID(key, token, k), r, ttl)
 	}
 	prev := after
 	if !c.allOrdered {
 		if op != opCommit {
-			r.chain = chainID(key, token, sh)
+			r.chain = chainID(key, token, k)
 			if last := c.chains[r.chain]; last != nil {
 				prev = last
 			}
@@ -256,8 +309,13 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 	}
 	// Every leg counts until it ends: Close gives them their grace, and
 	// an acquisition's legs end only once it is decided and, when it
-	// failed, rolled back.
+	// failed, rolled back. Close finds the round in c.live until then.
 	c.workers.Add(n)
+	r.liveNext = c.live
+	if c.live != nil {
+		c.live.livePrev = r
+	}
+	c.live = r
 	c.mu.Unlock()
 	if older != nil {
 		c.fin.supersede(older, r)
@@ -351,7 +409,9 @@ func (l *leg) expire() {
 	}
 	l.gaveUp, l.replied, l.vote = true, true, voteFail
 	r.mu.Unlock()
-	r.replies <- reply{index: l.i, vote: voteFail, err: l.errGaveUp()}
+	err := l.errGaveUp()
+	r.answered(l.i, r.op, voteFail, err)
+	r.replies <- reply{index: l.i, vote: voteFail, err: err}
 	l.answered.fire()
 }
 
@@ -359,11 +419,17 @@ func (l *leg) errGaveUp() error {
 	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
 }
 
+// send sends the leg's command, unless Close gave up on the transports
+// (Client.abandon): it then fails, unsent.
 func (l *leg) send() {
 	r := l.r
 	r.mu.Lock()
 	l.sent = true
 	r.mu.Unlock()
+	if r.c.abandoned.Load() {
+		l.complete(nil, errAbandoned, SendInfo{})
+		return
+	}
 	r.c.masters[l.i].t.Send(&l.cmd)
 }
 
@@ -378,8 +444,8 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	m := &r.c.masters[l.i]
 	if err != nil {
 		err = r.c.nodeError(m, err)
-		r.c.logFailure(r.op, r.key, m, err)
 	}
+	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
 	l.replied, l.vote = true, v
 	act := l.nextLocked()
@@ -480,6 +546,13 @@ func (l *leg) rollback() {
 	q := &rollbackReq{l: l}
 	r.rb.fill(&q.cmd, r)
 	q.cmd.to, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
+	r.mu.Lock()
+	r.rbq[l.i] = q
+	r.mu.Unlock()
+	if r.c.abandoned.Load() {
+		q.complete(nil, errAbandoned, SendInfo{})
+		return
+	}
 	r.c.masters[l.i].t.Send(&q.cmd)
 }
 
@@ -496,10 +569,11 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	}
 	l := q.l
 	r := l.r
-	if _, err := r.answer(l.i, opRollback, r.rb, res, err, info); err != nil {
-		m := &r.c.masters[l.i]
-		r.c.logFailure(opRollback, r.key, m, r.c.nodeError(m, err))
+	v, err := r.answer(l.i, opRollback, r.rb, res, err, info)
+	if err != nil {
+		err = r.c.nodeError(&r.c.masters[l.i], err)
 	}
+	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
 	l.ended = true
 	r.mu.Unlock()
@@ -512,24 +586,75 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 func (l *leg) end() {
 	r := l.r
 	l.done.fire()
-	if r.running.Add(-1) == 0 && !r.c.allOrdered {
+	if r.running.Add(-1) == 0 {
 		r.forget()
 	}
 	r.c.workers.Done()
 }
 
-// forget removes the round from the client's chains once its last leg
-// has ended.
+// forget removes the round from the client's live rounds and its chains
+// once its last leg has ended.
 func (r *round) forget() {
 	c := r.c
 	c.mu.Lock()
-	if c.releasing[r.key] == r {
-		delete(c.releasing, r.key)
+	if r.livePrev != nil {
+		r.livePrev.liveNext = r.liveNext
+	} else {
+		c.live = r.liveNext
 	}
-	if r.chain != "" && c.chains[r.chain] == r {
-		delete(c.chains, r.chain)
+	if r.liveNext != nil {
+		r.liveNext.livePrev = r.livePrev
+	}
+	r.liveNext, r.livePrev = nil, nil
+	if !c.allOrdered {
+		if c.releasing[r.key] == r {
+			delete(c.releasing, r.key)
+		}
+		if r.chain != "" && c.chains[r.chain] == r {
+			delete(c.chains, r.chain)
+		}
 	}
 	c.mu.Unlock()
+}
+
+// errAbandoned fails what Close completes itself: a command a transport
+// did not complete one per-master timeout after its Close, and any
+// command sent after that (Client.abandon).
+var errAbandoned = fmt.Errorf("%w: the transport did not answer by its Close and one per-master timeout", ErrClosed)
+
+// abandon completes, with errAbandoned, every command the transports
+// still hold unanswered — a transport that breaks its contract by not
+// completing even at Close — and makes every later send fail unsent, so
+// that Close is bounded. A late completion from the transport is then
+// ignored (complete-once). Completing a leg may end it and so let a leg
+// chained after it go on: that one then fails unsent.
+func (c *Client) abandon() {
+	c.abandoned.Store(true)
+	c.mu.Lock()
+	var rounds []*round
+	for r := c.live; r != nil; r = r.liveNext {
+		rounds = append(rounds, r)
+	}
+	c.mu.Unlock()
+	var pending []completer
+	for _, r := range rounds {
+		r.mu.Lock()
+		for i := range r.legs {
+			if l := &r.legs[i]; l.sent && !l.completed.Load() {
+				pending = append(pending, l)
+			}
+			if r.rbq != nil {
+				if q := r.rbq[i]; q != nil && !q.completed.Load() {
+					pending = append(pending, q)
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+	pending = c.fin.unanswered(pending)
+	for _, p := range pending {
+		p.complete(nil, errAbandoned, SendInfo{Sent: true})
+	}
 }
 
 // decide fixes the round's outcome. Each leg of a failed acquisition then
@@ -543,6 +668,9 @@ func (r *round) decide(failed bool) {
 	}
 	acts := make([]legAct, len(r.legs))
 	r.mu.Lock()
+	if failed && r.op == opAcquire {
+		r.rbq = make([]*rollbackReq, len(r.legs))
+	}
 	r.decided, r.failed = true, failed
 	for i := range r.legs {
 		acts[i] = r.legs[i].nextLocked()
@@ -581,13 +709,10 @@ func (r *round) legsEnded(votes []vote) <-chan struct{} {
 // owner), a fair waiter or a writer (stable across their attempts, whose
 // queue entry or intent each attempt refreshes and a leave removes), else
 // the token.
-func chainID(key, token string, sh shape) string {
-	id := "t:" + token
-	switch {
-	case sh.fair != nil:
-		id = "f:" + sh.fair.waiter
-	case sh.v != nil && sh.v.kind == kindWrite:
-		id = "w:" + sh.v.writer
+func chainID(key, token string, k kind) string {
+	id := k.holder()
+	if id == "" {
+		id = "t:" + token
 	}
 	return key + "\x00" + id
 }
@@ -608,12 +733,12 @@ type wireCmd struct {
 // choices (Command.Resend and the others).
 func (w *wireCmd) fill(cmd *Command, r *round) {
 	op := w.op
-	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w.args,
+	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w,
 		Resend: true,
 		// Run late (after commands submitted later, see muxConn.noScript), a
 		// release, rollback, extension or leave finds nothing, or its own
 		// token: no later round uses it, but a reentrant owner's do.
-		MayRunLate:   op != opAcquire && op != opCommit && (r.v == nil || r.v.kind != kindReentrant),
+		MayRunLate:   op != opAcquire && op != opCommit && !r.k.oneToken(),
 		Undo:         op == opRollback || op == opLeave, // never refused as busy (muxUndo)
 		DropWhenDown: op == opAcquire || op == opExtend,
 	}
@@ -633,14 +758,16 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 		*w = wireCmd{op: op, cmd: cmd, args: args, keysAnd: args, want: expectOf(nil)}
 		return
 	}
-	full := buf[:2+len(args)]
 	nkeys := r.nkeys(script)
-	if len(args) > 0 && &args[0] != &full[2] { // command outgrew buf
-		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), nkeys, args...)
-	} else {
+	var full []any
+	if len(args)+2 <= cap(buf) && (len(args) == 0 || &args[0] == &buf[:cap(buf)][2]) {
+		full = buf[:2+len(args)]
 		script.PrefixArgs(full, nkeys)
+	} else { // command outgrew buf
+		full = script.AppendArgsKeys(make([]any, 0, 2+len(args)), nkeys, args...)
 	}
-	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script)}
+	// A script wrapped to keep holder metadata replies as its own.
+	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script.Inner())}
 }
 
 // brokenConn reports whether err says the master closed the connection
@@ -655,36 +782,10 @@ func brokenConn(err error) bool {
 // command returns what op sends to a master: a script and its keys and
 // values, or a plain command and its arguments, appended to dst.
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
-	if r.v != nil {
-		return r.v.command(r, op, dst)
+	if op == opCommit { // the second phase of a fenced acquisition, of any kind that has one
+		return scripts.FenceCommit, "", append(dst, r.key, r.fence.counter, r.token, r.fence.arg)
 	}
-	key, token, f := r.key, r.token, r.fair
-	switch {
-	case op == opAcquire && f != nil && r.fence != nil:
-		return scripts.FairFencedAcquire, "", append(dst, key, f.queue, f.deadlines, r.fence.counter, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
-	case op == opAcquire && r.fence != nil:
-		return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
-	case op == opCommit:
-		return scripts.FenceCommit, "", append(dst, key, r.fence.counter, token, r.fence.arg)
-	case op == opAcquire && f != nil:
-		return scripts.FairAcquire, "", append(dst, key, f.queue, f.deadlines, token, r.ttlMS, f.waiter, f.arrival, f.entryTTLms)
-	case op == opAcquire:
-		return nil, "SET", append(dst, key, token, "NX", "PX", r.ttlMS)
-	case op == opExtend:
-		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
-	case op == opRelease && f != nil:
-		return scripts.FairRelease, "", append(dst, key, f.queue, f.deadlines, token, wakeChannel(key), f.waiter)
-	case op == opRelease:
-		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
-	case op == opRollback:
-		// Not announced: after a split vote every contender rolls back,
-		// and waking them all at once would split the vote again; their
-		// jittered backoff spreads the next attempts instead. A fair
-		// waiter keeps its place in the queue.
-		return scripts.Release, "", append(dst, key, token, "")
-	default: // opLeave
-		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
-	}
+	return r.k.command(r, op, dst)
 }
 
 // nkeys is how many of script's arguments are keys in this round.
@@ -692,7 +793,10 @@ func (r *round) nkeys(script *scripts.Script) int {
 	if n := script.KeyCount(); n >= 0 {
 		return n
 	}
-	return len(r.v.keys)
+	if script != script.Inner() { // wrapped for holder metadata: one more key
+		return len(r.k.keys(r.key)) + 1
+	}
+	return len(r.k.keys(r.key))
 }
 
 // expect is what a command's reply may be, besides an error reply (which
@@ -705,16 +809,19 @@ const (
 	expectFlag                      // the scripts that answer 1 or 0
 	expectCounter                   // a fenced acquisition: 0, or the counter as a decimal string
 	expectSHA                       // SCRIPT LOAD: a script's SHA1, 40 hex digits
+	expectRW                        // the read-write script: 1 or 0, or for a read acquisition 2 (a writer waits)
 )
 
 // expectOf returns what script's replies may be (nil: the plain SET).
 // See internal/scripts/*.lua.
 func expectOf(script *scripts.Script) expect {
 	switch script {
-	case nil:
+	case nil, scripts.Acquire: // SET NX PX, or it as a script (meta.go)
 		return expectSet
 	case scripts.FencedAcquire, scripts.FairFencedAcquire:
 		return expectCounter
+	case scripts.RW:
+		return expectRW
 	default:
 		return expectFlag
 	}
@@ -727,6 +834,8 @@ func (e expect) fits(v any) bool {
 		return v == nil || v == "OK"
 	case expectFlag:
 		return v == int64(0) || v == int64(1)
+	case expectRW:
+		return v == int64(0) || v == int64(1) || v == int64(2)
 	case expectCounter:
 		if v == int64(0) {
 			return true
@@ -772,6 +881,16 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 	switch {
 	case res == nil || res == int64(0):
 		return voteNo, nil
+	case res == int64(2): // only expectRW fits it
+		if op != opAcquire || i >= 64 {
+			return voteFail, &desyncError{cmd: op.String(), reply: describe(res)}
+		}
+		for { // a refusal, for a waiting writer
+			if w := r.writerWaits.Load(); r.writerWaits.CompareAndSwap(w, w|1<<i) {
+				break
+			}
+		}
+		return voteNo, nil
 	case want == expectCounter:
 		n, perr := strconv.ParseUint(string(res.([]byte)), 10, 64)
 		if perr != nil || n >= maxFence || r.counters == nil {
@@ -786,10 +905,18 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 // ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
 // true only when the caller's own context expired.
 func (c *Client) nodeError(m *master, err error) *NodeError {
+	if ne, ok := err.(*NodeError); ok && ne.Index == m.index {
+		return ne // named already: naming it again would say the master twice
+	}
+	if nt := (*notTriedError)(nil); errors.As(err, &nt) {
+		// Failed at once, unsent: say so, not "did not answer in time".
+		return &NodeError{Index: m.index, Addr: m.addr, Err: nt.named(m.redact(nt.cause), time.Now())}
+	}
 	err = m.redact(err)
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, c.timeout, err.Error())
+	if !errors.Is(err, ErrMasterTimeout) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
+		// The cause's text without its own "redlock: ": one prefix in all.
+		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, c.timeout, trimPrefix(err.Error()))
 	}
 	return &NodeError{Index: m.index, Addr: m.addr, Err: err}
 }
@@ -862,14 +989,19 @@ func (t *tally) add(rp reply) {
 }
 
 // collect gathers replies until the outcome is known: a quorum of yes, or
-// so many no and failures that a quorum is impossible. It never waits
-// longer than the per-master timeout, nor past ctx, and never for the
-// masters it does not need.
+// so many no and failures that a quorum is impossible. It waits the
+// per-master timeout, never past ctx, and never for the masters it does
+// not need. At the timeout, a master that did not answer counts as failed
+// unless this process, not the master, is why its answer was not read
+// (overdue): then collect waits on, up to one more per-master timeout
+// from when the timer fired.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n)}
 	timer := c.clock.NewTimer(c.timeout)
-	defer timer.Stop()
+	defer func() { timer.Stop() }()
+	due := c.clock.Now().Add(c.timeout)
+	var last time.Time // the latest an overdue wait may end: set when the timer first fires
 	for t.yes < c.quorum && t.no+t.fail <= n-c.quorum {
 		select {
 		case rp := <-r.replies:
@@ -883,6 +1015,18 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				default:
 					drained = true
 				}
+			}
+			if last.IsZero() {
+				// One more timeout from when this goroutine ran again,
+				// however late: a process that did not run for longer
+				// than the timeout gave its readers no chance either.
+				last = c.clock.Now().Add(c.timeout)
+			}
+			open := t.yes < c.quorum && t.no+t.fail <= n-c.quorum
+			if more := c.overdue(&t, due, last); open && more > 0 {
+				due = c.clock.Now().Add(more)
+				timer = c.clock.NewTimer(more)
+				continue
 			}
 			for i, v := range t.votes {
 				if v == 0 {
@@ -899,12 +1043,66 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	return t
 }
 
+// silencer is implemented by a transport whose replies are read by a
+// goroutine of this process (the mux): silence says how long the master
+// has kept that reader waiting, measured from the reader's last progress.
+type silencer interface {
+	silence() time.Duration
+}
+
+// overdue is asked by collect when the per-master timeout ends (due)
+// with masters unanswered: it returns how much longer to wait when this
+// process, not those masters, may be why their answers were not read, or
+// 0 to count them as failed now. A pipelined master's answer is read by a
+// goroutine of this process; when the CPUs are busy with other work, that
+// goroutine (and this one, whose timer fired late) may not have run for
+// longer than the timeout, while the master answered in time. So a
+// master is blamed only once it has been silent (silencer) for the whole
+// timeout, and a timer that fired late — this process did not run — first
+// gives the readers as long again (at least a millisecond) to catch up.
+// The wait never goes past last. The outcome stays as sound as before:
+// validity is counted from the round's start, and an answer taken later
+// counts as it would have on time. A timer that fires late (the process
+// did not run) measures how late, not the readers: so however late it
+// fired, the readers get up to one more timeout from then (last).
+func (c *Client) overdue(t *tally, due, last time.Time) time.Duration {
+	now := c.clock.Now()
+	room := last.Sub(now)
+	if room <= 0 {
+		return 0
+	}
+	var more time.Duration
+	if late := now.Sub(due); late > time.Millisecond {
+		more = min(late, c.timeout)
+	}
+	for i, v := range t.votes {
+		if v != 0 {
+			continue
+		}
+		s, ok := c.masters[i].t.(silencer)
+		if !ok {
+			continue
+		}
+		if left := c.timeout - s.silence(); left > more {
+			more = max(left, time.Millisecond)
+		}
+	}
+	return min(more, room)
+}
+
 // quorumError describes a round that did not succeed.
 func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool) *QuorumError {
 	qe := &QuorumError{
 		Op: r.op.String(), Key: r.key, Masters: len(c.masters), Quorum: c.quorum,
 		Succeeded: t.yes, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
+	}
+	if w := r.writerWaits.Load(); w != 0 {
+		for _, i := range t.refused {
+			if i < 64 && w&(1<<i) != 0 {
+				qe.WriterWaiting = append(qe.WriterWaiting, i)
+			}
+		}
 	}
 	if len(t.errs) > 0 {
 		qe.Failed = multierror.Append(nil, t.errs...)

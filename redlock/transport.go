@@ -145,6 +145,7 @@ var (
 			m[s.s] = s
 		}
 		m[scripts.FairFencedAcquire] = m[scripts.FairAcquire]
+		m[scripts.FairFencedAcquire.WithMeta()] = m[scripts.FairAcquire.WithMeta()]
 		return m
 	}()
 )
@@ -177,6 +178,9 @@ const (
 	// ReplySHA is SCRIPT LOAD's: a script's SHA1, 40 lower-case hex
 	// digits as a bulk string.
 	ReplySHA ReplyShape = ReplyShape(expectSHA)
+	// ReplyRW is the read-write lock script's: 1 or 0, or 2 when a read
+	// acquisition was turned away for a waiting writer.
+	ReplyRW ReplyShape = ReplyShape(expectRW)
 )
 
 // Fits reports whether v is a reply of this shape.
@@ -203,8 +207,6 @@ type Command struct {
 	// arguments. Values are strings, []byte or int64.
 	Args    []any
 	NumKeys int
-	// Reply is the shape the reply may have (see ReplyShape).
-	Reply ReplyShape
 	// Deadline is when the Client stops waiting for the reply. A
 	// transport that cannot keep the command's order past it (a pooled
 	// connection, which it then discards) fails the command at Deadline
@@ -212,6 +214,8 @@ type Command struct {
 	// (Ordered, pipelined) may deliver the reply later, which still
 	// counts (a late release still frees the key).
 	Deadline time.Time
+	// Reply is the shape the reply may have (see ReplyShape).
+	Reply ReplyShape
 
 	// What the command is, for a transport's choices. None of them makes
 	// a transport decide anything about the lock.
@@ -245,10 +249,11 @@ type Command struct {
 	// calls. A Client's commands leave it nil.
 	Done func(reply any, err error, info SendInfo)
 
-	// wire, when set by the Client, is the command as a redigo
-	// connection sends it (the script's hash and the key count first),
-	// built once per round and shared by its masters.
-	wire []any
+	// wire, when set by the Client, is the round's command, whose args
+	// are the command as a redigo connection sends it (the script's hash
+	// and the key count first), built once per round and shared by its
+	// masters.
+	wire *wireCmd
 	// to receives the outcome of a Client's command (Complete).
 	to completer
 	// mq is the pipelined redigo transport's request, held here so that
@@ -292,7 +297,7 @@ type completer interface {
 // them: for a script, its hash and key count first.
 func (c *Command) wireArgs() []any {
 	if c.wire != nil {
-		return c.wire
+		return c.wire.args
 	}
 	if c.Script == nil {
 		return c.Args
@@ -313,9 +318,10 @@ func (c *Command) deliver(v any, err error) {
 // trip, within ctx's deadline, and returns one reply per command, in
 // order, as redigo gives them (a status as a string, an integer as int64,
 // a bulk string as []byte, an array as []any, a null as nil, an error
-// reply as a value of type error in its place). Both transports New makes
-// have it; a transport without it cannot be inspected, and Inspect says so
-// for its master. The replies are untrusted: layout.Reader checks them.
+// reply as a value of type error in its place; a bulk string may come as
+// a string). Both transports New makes have it, and so has the go-redis
+// adapter (module goredis); a transport without it cannot be inspected,
+// and Inspect says so for its master. The replies are untrusted: layout.Reader checks them.
 type Inspector interface {
 	Inspect(ctx context.Context, cmds []layout.Command) ([]any, error)
 }

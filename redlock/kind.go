@@ -1,0 +1,155 @@
+package redlock
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// Lock kinds. Every kind — plain, fair, reentrant, read, write, multi-key —
+// is a type that implements kind: what each of its rounds sends (its
+// script or command per phase: acquire, extend, release, rollback, and a
+// waiter's leave), which token an attempt uses, which keys a waiter waits
+// for, and what a waiter that gives up leaves behind. Everything else —
+// the quorum, validity, the rollback of a failed attempt, extension,
+// auto-extension, loss and wake-up — is the same machinery for all of
+// them, which asks the kind and never switches on it. Each kind lives in
+// one file with the calls that take it: this one (plain), fair.go,
+// reentrant.go, rw.go (read and write) and multi.go.
+//
+// Fencing (WithFencing) is not a kind: it is a second phase of a plain or
+// fair acquisition (the counters' commit, fence.go), carried by the round
+// beside the kind.
+
+// kind is one lock kind. A kind value belongs to one acquisition (and the
+// rounds of the lock it returns) and is read-only once its first round
+// has started: rounds read it from the goroutines of their legs.
+type kind interface {
+	// command appends what op sends to a master in round r (its key,
+	// token, TTL and, for an acquisition, fencing) to dst: a script and
+	// its keys and values, or a plain command and its arguments.
+	// opCommit is the round's own (fence.go); opLeave is asked only of a
+	// kind that leaves something.
+	command(r *round, op opKind, dst []any) (script *scripts.Script, cmd string, args []any)
+	// token returns an attempt's token.
+	token() string
+	// keys returns the keys the lock holds — the ones a waiter waits to
+	// see released and Lock.Keys returns — given the lock's first key.
+	keys(key string) []string
+	// holder names the holder whose rounds must reach each master in the
+	// order they are started across its attempts (chainID), or "" when
+	// that holder is the attempt's token.
+	holder() string
+	// leaves reports whether a waiter that gives up leaves something to
+	// take back with opLeave (a fair queue entry, a writer's intent).
+	leaves() bool
+	// shared reports whether others may hold the lock along with this
+	// one (a reader): a waiter that gets it passes the wake-up on.
+	shared() bool
+	// queued reports whether waiters are served in order (only the
+	// head of a queue can win), so that woken waiters need no spread.
+	queued() bool
+	// oneToken reports whether every hold of one owner has the same token
+	// (a reentrant owner): each round supersedes the owner's previous
+	// one, and none may run late.
+	oneToken() bool
+	// renews reports whether an acquisition may set the expiry of a hold
+	// that exists (a reentrant owner's, a read-write hash's), so that a
+	// late one may shorten a later extension: its expiry is tracked.
+	renews() bool
+	// partial reports whether a release leaves the lock held (a
+	// reentrant owner giving back one of several holds): a master that
+	// misses it is not sent it again.
+	partial() bool
+	// forRelease returns the kind a Lock's release sends, or nil when it
+	// is this one.
+	forRelease() kind
+}
+
+// baseKind is what a kind is unless it says otherwise: a fresh random
+// token per attempt, one key, nothing left behind, held alone.
+type baseKind struct{}
+
+func (baseKind) token() string            { return uuid.NewString() }
+func (baseKind) keys(key string) []string { return []string{key} }
+func (baseKind) holder() string           { return "" }
+func (baseKind) leaves() bool             { return false }
+func (baseKind) shared() bool             { return false }
+func (baseKind) queued() bool             { return false }
+func (baseKind) oneToken() bool           { return false }
+func (baseKind) renews() bool             { return false }
+func (baseKind) partial() bool            { return false }
+func (baseKind) forRelease() kind         { return nil }
+
+// plainKind is the plain lock (Client.Acquire without WithFair): SET NX
+// PX, or with WithFencing the fenced acquisition's script.
+type plainKind struct{ baseKind }
+
+var _ kind = plainKind{}
+
+func (plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
+	key, token := r.key, r.token
+	switch op {
+	case opAcquire:
+		if r.fence != nil {
+			return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
+		}
+		return nil, "SET", append(dst, key, token, "NX", "PX", r.ttlMS)
+	case opExtend:
+		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
+	case opRelease:
+		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
+	default: // opRollback
+		// Not announced: after a split vote every contender rolls back,
+		// and waking them all at once would split the vote again; their
+		// jittered backoff spreads the next attempts instead.
+		return scripts.Release, "", append(dst, key, token, "")
+	}
+}
+
+// plainKind returns the kind of a lock taken by Acquire or TryAcquire:
+// fair (a waiter's place in the key's queue) or plain.
+func (c *Client) plainKind(key string, lc *lockConfig) kind {
+	if lc.fair {
+		return c.fairness(key, lc)
+	}
+	return plainKind{}
+}
+
+// kindConfig builds a lock's settings and rejects the options its kind
+// does not support.
+func (c *Client) kindConfig(kind string, key string, opts []LockOption) (lockConfig, error) {
+	lc, err := c.lockConfig(key, opts)
+	if err != nil {
+		return lc, err
+	}
+	if lc.fair || lc.fencing {
+		return lc, fmt.Errorf("%w: %s locks support neither WithFair nor WithFencing", ErrInvalid, kind)
+	}
+	return lc, nil
+}
+
+// Keys returns the locked keys: one, or those of AcquireMulti.
+func (l *Lock) Keys() []string {
+	if l == nil || l.acq == nil {
+		return nil // no acquisition returned it
+	}
+	return append([]string(nil), l.acq.k.keys(l.key)...)
+}
+
+// kind is the kind of the lock's later rounds: its acquisition's (whose
+// fencing only the acquisition commits).
+func (l *Lock) kind() kind { return l.acq.k }
+
+// entryTTL is how long a waiter's mark (a fair queue entry, a writer's
+// intent) lasts without a new attempt: several times the longest backoff.
+func (c *Client) entryTTL(lc *lockConfig) time.Duration {
+	entry := 4*lc.backoffMax + 2*c.timeout
+	if entry < 100*time.Millisecond {
+		entry = 100 * time.Millisecond
+	}
+	return entry
+}

@@ -1,0 +1,329 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// Reentrant locks: one Redis hash per key holding the owner and its hold
+// count (internal/scripts/reentrant.lua). The owner is the token of every
+// hold, so its rounds supersede each other (finish.go) and none may run
+// late.
+
+// Reentrant is a reentrant lock on one key for one owner: the owner may
+// take it again while holding it, and must release it as many times. Go
+// has no thread identity, so the owner is explicit: goroutines that share
+// a Reentrant act as one owner. The lock lives on each master as a hash
+// holding the owner and its hold count; counts are set, never
+// incremented, so a master that missed an update is put right by the next
+// one. Another owner (another Reentrant with another owner ID) is refused
+// while it is held. A Reentrant is safe for concurrent use: its Acquire,
+// TryAcquire and Release calls run one at a time (a call waiting for
+// another honours its ctx).
+type Reentrant struct {
+	c     *Client
+	key   string
+	owner string
+	lc    lockConfig
+
+	// op holds a value while an Acquire, TryAcquire or Release runs: they
+	// take turns, and one waiting for its turn honours its ctx.
+	op chan struct{}
+
+	mu    sync.Mutex // guards lock and count, which only a call holding op changes
+	lock  *Lock      // while held
+	count int64
+}
+
+// NewReentrant returns a reentrant lock on key for owner (a random owner
+// when empty). It sends nothing; opts apply to every acquisition. An owner
+// ID must be used by one Reentrant at a time: two handles with the same
+// owner count their holds separately.
+func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	lc, err := c.kindConfig("reentrant", key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		owner = uuid.NewString()
+	}
+	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1)}, nil
+}
+
+// Key returns the locked key ("" for a nil Reentrant).
+func (r *Reentrant) Key() string {
+	if r == nil {
+		return ""
+	}
+	return r.key
+}
+
+// Owner returns the owner ID ("" for a nil Reentrant).
+func (r *Reentrant) Owner() string {
+	if r == nil {
+		return ""
+	}
+	return r.owner
+}
+
+// Count returns how many holds the owner has not released.
+func (r *Reentrant) Count() int64 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// Lock returns the underlying lock while held (for Until, Lost, Err and
+// Extend), else nil.
+func (r *Reentrant) Lock() *Lock {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lock
+}
+
+// Acquire takes the lock, or takes it once more when the owner holds it
+// already: then it succeeds at once (one round, no waiting), sets the
+// hold count on the masters and renews the lock's validity for its TTL.
+// Taking it again sets the TTL like Lock.Extend: when no quorum confirms
+// it in time the lock's validity may shrink, and it is lost (ErrLockLost)
+// when none is left. The first hold waits like Client.Acquire: until it
+// gets the lock or ctx ends, or for the WithWait bound given to
+// NewReentrant. On failure the error matches ErrNotAcquired.
+func (r *Reentrant) Acquire(ctx context.Context) error {
+	return r.acquire(ctx, false)
+}
+
+// TryAcquire is Acquire with exactly one attempt at a first hold (taking
+// the lock again is one round anyway), as sync.Mutex.TryLock: it fails,
+// with an error matching ErrNotAcquired, when another owner holds the
+// lock, and also, without sending anything, while another call on this
+// Reentrant is under way.
+func (r *Reentrant) TryAcquire(ctx context.Context) error {
+	return r.acquire(ctx, true)
+}
+
+func (r *Reentrant) acquire(ctx context.Context, once bool) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
+	if once {
+		select {
+		case r.op <- struct{}{}:
+		default:
+			return newKeyError(ErrNotAcquired, r.key, "(another call of owner "+strconv.Quote(r.owner)+" is under way)", nil)
+		}
+	} else if err := r.turn(ctx); err != nil {
+		return newKeyError(ErrNotAcquired, r.key, "", err)
+	}
+	defer func() { <-r.op }()
+	held, count := r.held()
+	var lim []time.Duration // the lost hold's expiry changes still in flight
+	if held != nil {
+		if err := held.Err(); err != nil {
+			// Lost: start over.
+			lim = held.limitsBeforeNext()
+			r.set(nil, 0)
+			held = nil
+		}
+	}
+	if held == nil {
+		lc := r.lc
+		if once {
+			lc.once()
+		}
+		l, err := r.c.acquire(ctx, time.Time{}, r.key, &lc, &reentrantKind{owner: r.owner, count: 1})
+		if err != nil {
+			return err
+		}
+		if err := l.inherit(lim); err != nil {
+			_ = l.Release(context.WithoutCancel(ctx))
+			return err
+		}
+		r.set(l, 1)
+		return nil
+	}
+	if err := held.reenter(ctx, count+1); err != nil {
+		return err
+	}
+	r.set(held, count+1)
+	return nil
+}
+
+// Release gives one hold back. The last one deletes the lock on the
+// masters and wakes its waiters; the others set the count there. It
+// returns an error matching ErrNotHeld when the owner holds nothing, and
+// one matching ErrNotReleased and ctx.Err() when ctx ended while another
+// call on this Reentrant ran (nothing was sent then).
+func (r *Reentrant) Release(ctx context.Context) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
+	if err := r.turn(ctx); err != nil {
+		return newKeyError(ErrNotReleased, r.key, "", err)
+	}
+	defer func() { <-r.op }()
+	held, count := r.held()
+	if held == nil {
+		return fmt.Errorf("%w: release %q: owner %q holds no lock", ErrNotHeld, r.key, r.owner)
+	}
+	if count > 1 {
+		if err := held.setCount(ctx, count-1); err != nil {
+			return err
+		}
+		r.set(held, count-1)
+		return nil
+	}
+	r.set(nil, 0)
+	return held.Release(ctx)
+}
+
+// turn waits until no other call on r runs, or ctx ends.
+func (r *Reentrant) turn(ctx context.Context) error {
+	select {
+	case r.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Reentrant) held() (*Lock, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lock, r.count
+}
+
+func (r *Reentrant) set(l *Lock, count int64) {
+	r.mu.Lock()
+	r.lock, r.count = l, count
+	r.mu.Unlock()
+}
+
+// check rejects a nil or zero Reentrant and a nil context.
+func (r *Reentrant) check(ctx context.Context) error {
+	if r == nil || r.c == nil {
+		return fmt.Errorf("%w: this Reentrant was not made by Client.NewReentrant", ErrInvalid)
+	}
+	return checkCtx(ctx)
+}
+
+// reenter takes a held reentrant lock once more: the masters set the
+// count to n and renew the TTL; with a quorum in time the validity is
+// renewed, and without one it is limited as after a failed Extend.
+func (l *Lock) reenter(ctx context.Context, n int64) error {
+	return l.countRound(ctx, opAcquire, n, "acquire again")
+}
+
+// setCount gives back holds of a reentrant lock: the masters set the count
+// to n (n ≥ 1), keeping the TTL.
+func (l *Lock) setCount(ctx context.Context, n int64) error {
+	return l.countRound(ctx, opRelease, n, "release")
+}
+
+func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) error {
+	c := l.c
+	l.op.Lock()
+	defer l.op.Unlock()
+	start := c.clock.Now()
+	until, err := l.checkHeld(what, start)
+	if err != nil {
+		return err
+	}
+	var lim []time.Duration
+	if op == opAcquire {
+		lim = l.limits()
+	}
+	// Counts are set, so the rounds must reach each master in order.
+	r, err := c.startRound(ctx, op, l.key, l.token, l.ttl, l.follow(), mapKind(l.kind(), func(k kind) kind { return k.(*reentrantKind).withCount(n) }), nil)
+	if err != nil {
+		return err
+	}
+	l.chain = r
+	t := c.collect(ctx, r)
+	r.decide(false) // nothing to undo: the lock stays held either way
+	now := c.clock.Now()
+	if op == opAcquire {
+		// Taking it again sets the TTL: as an extension (see Extend).
+		l.track(r, &t, l.ttl)
+		held := heldTTL(lim, &t, l.ttl, c.quorum)
+		if newUntil := start.Add(held - c.drift(held)); t.ok(c.quorum) && now.Before(newUntil) {
+			return l.setUntil(what, newUntil)
+		}
+		until = l.limitUntil(start.Add(l.ttl - c.drift(l.ttl)))
+	} else if t.ok(c.quorum) {
+		return nil // a count set, the expiry untouched
+	}
+	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
+		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
+		l.markLost(err)
+		return err
+	}
+	sentinel := ErrNotReleased
+	if op == opAcquire {
+		sentinel = ErrNotAcquired
+	}
+	return c.quorumError(t, r, sentinel, false)
+}
+
+// reentrantKind is a reentrant owner's lock: the owner is its token, and
+// each round sets the hold count.
+type reentrantKind struct {
+	baseKind
+	owner     string // the owner, which is also the token
+	count     int64  // the hold count to set
+	releaseID string // the last release (count 0): the id it is announced by
+}
+
+var _ kind = (*reentrantKind)(nil)
+
+func (k *reentrantKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
+	key, tok := r.key, r.token
+	switch op {
+	case opAcquire:
+		return scripts.Reentrant, "", append(dst, key, "acquire", tok, r.ttlMS, k.count)
+	case opExtend:
+		return scripts.Reentrant, "", append(dst, key, "extend", tok, r.ttlMS)
+	case opRelease:
+		ch := ""
+		if k.count == 0 {
+			ch = wakeChannel(key)
+		}
+		return scripts.Reentrant, "", append(dst, key, "release", tok, k.count, ch, k.releaseID)
+	default: // opRollback of a first hold: nothing was held before
+		return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "")
+	}
+}
+
+func (k *reentrantKind) token() string    { return k.owner }
+func (k *reentrantKind) oneToken() bool   { return true }
+func (k *reentrantKind) renews() bool     { return true }
+func (k *reentrantKind) partial() bool    { return k.count != 0 }
+func (k *reentrantKind) forRelease() kind { return k.withCount(0) }
+
+// withCount returns k with the count set to n; the last release (n = 0)
+// gets an id of its own to be announced by, since every release of one
+// owner has the same token.
+func (k *reentrantKind) withCount(n int64) *reentrantKind {
+	v := *k
+	v.count = n
+	if n == 0 {
+		v.releaseID = uuid.NewString()[:8]
+	}
+	return &v
+}
