@@ -1,0 +1,41 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A master's timeout reads with one "redlock: " prefix in all, whatever
+// its cause's text starts with, and is named a timeout once.
+func TestNodeError_timeoutHasOnePrefix(t *testing.T) {
+	c := &Client{timeout: 50 * time.Millisecond}
+	m := &master{index: 2, addr: "127.0.0.1:7003", t: nil}
+	for _, cause := range []error{
+		context.DeadlineExceeded,
+		fmt.Errorf("redlock: inner: %w", context.DeadlineExceeded),
+		c.nodeError(m, context.DeadlineExceeded), // named already
+	} {
+		ne := c.nodeError(m, cause)
+		msg := ne.Error()
+		if !errors.Is(ne, ErrMasterTimeout) || errors.Is(ne, context.DeadlineExceeded) {
+			t.Errorf("%q: matches ErrMasterTimeout %v, DeadlineExceeded %v", msg, errors.Is(ne, ErrMasterTimeout), errors.Is(ne, context.DeadlineExceeded))
+		}
+		if strings.Contains(msg, "redlock:") || strings.Count(msg, "did not answer in time") != 1 ||
+			!strings.HasPrefix(msg, "master 2 (127.0.0.1:7003): did not answer in time (50ms)") {
+			t.Errorf("message %q", msg)
+		}
+	}
+	// Known down, not tried: said so, still a timeout, never the caller's
+	// DeadlineExceeded.
+	since := time.Now().Add(-1200 * time.Millisecond)
+	ne := c.nodeError(m, &notTriedError{since: since, cause: &downError{50 * time.Millisecond}})
+	msg := ne.Error()
+	if !errors.Is(ne, ErrMasterTimeout) || errors.Is(ne, context.DeadlineExceeded) ||
+		!strings.HasPrefix(msg, "master 2 (127.0.0.1:7003): known down since "+since.Format("15:04:05.000")+" (1.2s ago), not tried: no reply on the connection for over 50ms") {
+		t.Errorf("known down: %q", msg)
+	}
+}
