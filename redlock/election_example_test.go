@@ -1,0 +1,72 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func ExampleElection() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	e, err := client.NewElection("example:scheduler", redlock.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ld, err := e.Campaign(ctx, "10.0.0.7:8080") // blocks until elected
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Anyone can ask who leads, and for which term.
+	who, err := e.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", who.Value, "same term:", who.Term == ld.Term())
+
+	// Lead until ld.Lost() fires, writing with ld.Term() as a fencing
+	// token; then hand over at once.
+	if err := ld.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = e.Leader(ctx)
+	fmt.Println(err)
+	// Output:
+	// leader: 10.0.0.7:8080 same term: true
+	// redlock: no leader of "example:scheduler"
+}
+
+func ExampleWithMetadata() {
+	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	l, err := client.Acquire(ctx, "example:report", redlock.WithMetadata("host=web-3 pid=4711"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	in, err := client.Inspect(ctx, "example:report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range in.Masters {
+		if m.Err == nil && len(m.State.Holders) == 1 && m.State.Holders[0].Token == l.Token() {
+			fmt.Printf("held by %q\n", m.State.Holders[0].Meta) // from a master: %q escapes it
+			break
+		}
+	}
+	// Output:
+	// held by "host=web-3 pid=4711"
+}
