@@ -4,15 +4,14 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -63,36 +62,11 @@ func newClient(t *testing.T, path connPath, c *cluster.Cluster, opts ...redlock.
 	return client
 }
 
-// holders returns, per master, the value at key ("" when absent, "?" when
-// the master cannot be asked).
-func holders(c *cluster.Cluster, key string) []string {
-	vals := make([]string, len(c.Masters))
-	for i, m := range c.Masters {
-		if _, down, part := m.State(); down || part {
-			vals[i] = "?"
-			continue
-		}
-		v, err := redis.String(m.Do("GET", key))
-		switch {
-		case errors.Is(err, redis.ErrNil):
-		case err != nil:
-			vals[i] = "?"
-		default:
-			vals[i] = v
-		}
-	}
-	return vals
-}
-
-func count(vals []string, want string) int {
-	n := 0
-	for _, v := range vals {
-		if v == want {
-			n++
-		}
-	}
-	return n
-}
+// holders and count are the conformance package's, for the suites here.
+var (
+	holders = conformance.Holders
+	count   = conformance.Count
+)
 
 func must(t *testing.T, err error) {
 	t.Helper()

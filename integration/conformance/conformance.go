@@ -1,0 +1,256 @@
+// Package conformance is the conformance suite of quorumlock: every
+// public operation of a redlock.Client on N = 1, 3, 5 and 7 real masters,
+// run for any way of making a client — the two redigo paths (from package
+// integration's tests), the go-redis adapter (from module goredis's
+// tests), or a Transport of your own.
+//
+// Run starts the masters (package cluster: Docker or redis-server
+// processes) and runs every case; Cases runs them on masters the caller
+// started. The cases need a client per call of NewClient, for the masters
+// at addrs, with the options given (the suite's per-master timeout).
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// NewClient returns a new redlock.Client for the masters at addrs, in that
+// order, made with opts. The suite closes it, and NewClient should also
+// close it (and what it made for it) in t.Cleanup: Close is idempotent.
+type NewClient func(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Client
+
+// Timeout is the per-master timeout the suite gives its clients: generous,
+// as the suites run under -race on two cores beside a Docker engine.
+const Timeout = 300 * time.Millisecond
+
+// Run runs the suite on every backend (cluster.ForEachBackend) and on
+// N = 1, 3, 5 and 7 masters, for clients made by newClient.
+func Run(t *testing.T, newClient NewClient) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		for _, n := range []int{1, 3, 5, 7} {
+			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+				Cases(t, cluster.Start(t, n, cluster.WithBackend(b)), newClient)
+			})
+		}
+	})
+}
+
+// Cases runs every case of the suite as a subtest, on c's masters, for
+// clients made by newClient. The cases use keys named after themselves
+// and leave every master as they found it.
+func Cases(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	t.Run("lifecycle", func(t *testing.T) { lifecycle(t, c, newClient) })
+	t.Run("second acquirer is refused", func(t *testing.T) { exclusion(t, c, newClient) })
+	t.Run("foreign token cannot release or extend", func(t *testing.T) { foreign(t, c, newClient) })
+	t.Run("vanished holder frees the key at its TTL", func(t *testing.T) { vanished(t, c, newClient) })
+	t.Run("failed acquire leaves no key", func(t *testing.T) { noLeftovers(t, c, newClient) })
+}
+
+// open makes a client of c's masters with the suite's per-master timeout,
+// closed when t ends.
+func open(t *testing.T, newClient NewClient, c *cluster.Cluster) *redlock.Client {
+	t.Helper()
+	client := newClient(t, c.Addrs(), redlock.WithTimeout(Timeout))
+	if client == nil {
+		t.Fatal("conformance: NewClient returned nil")
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+func lifecycle(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	n := len(c.Masters)
+	client := open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	l, err := client.Acquire(ctx, k, redlock.WithTTL(3*time.Second))
+	must(t, err)
+	if v := time.Until(l.Until()); v <= 0 || v > 3*time.Second {
+		t.Errorf("validity %v from a 3s TTL", v)
+	}
+	must(t, l.Extend(ctx, 20*time.Second))
+	if v := time.Until(l.Until()); v < 19*time.Second {
+		t.Errorf("validity %v after extending to 20s", v)
+	}
+	waitHolders(t, c, k, l.Token(), n)
+	for i, m := range c.Masters {
+		if pttl, err := m.Do("PTTL", k); err != nil || pttl.(int64) < 15000 {
+			t.Errorf("master %d: PTTL %v, %v after extending to 20s", i, pttl, err)
+		}
+	}
+	must(t, l.Release(ctx))
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Errorf("second Release: %v, want ErrNotHeld", err)
+	}
+	client.Close() // every master has answered the release
+	if got := Count(Holders(c, k), ""); got != n {
+		t.Errorf("after release %d of %d masters are free: %q", got, n, Holders(c, k))
+	}
+}
+
+func exclusion(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	a, b := open(t, newClient, c), open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	l, err := a.Acquire(ctx, k)
+	must(t, err)
+	_, err = b.TryAcquire(ctx, k)
+	var qe *redlock.QuorumError
+	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.As(err, &qe) {
+		t.Fatalf("second acquirer: %v", err)
+	}
+	if qe.Succeeded >= qe.Quorum || qe.Failed != nil {
+		t.Errorf("second acquirer: %+v", qe)
+	}
+	_, err = b.Acquire(ctx, k, redlock.WithWait(200*time.Millisecond))
+	if !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("second acquirer with a wait: %v", err)
+	}
+	must(t, l.Release(ctx))
+	l2, err := b.Acquire(ctx, k, redlock.WithWait(5*time.Second))
+	must(t, err)
+	must(t, l2.Release(ctx))
+}
+
+func foreign(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	n := len(c.Masters)
+	client := open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	l, err := client.Acquire(ctx, k, redlock.WithTTL(10*time.Second))
+	must(t, err)
+	waitHolders(t, c, k, l.Token(), n)
+	for _, m := range c.Masters {
+		_, err := m.Do("SET", k, "foreign", "PX", 60000)
+		must(t, err)
+	}
+	if err := l.Extend(ctx, 10*time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Errorf("Extend over a foreign token: %v, want ErrLockLost", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Errorf("Release over a foreign token: %v, want ErrNotHeld", err)
+	}
+	client.Close()
+	if got := Count(Holders(c, k), "foreign"); got != n {
+		t.Errorf("the foreign holder's key survives on %d of %d masters", got, n)
+	}
+}
+
+func vanished(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	a, b := open(t, newClient, c), open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	_, err := a.Acquire(ctx, k, redlock.WithTTL(time.Second))
+	must(t, err)
+	a.Close() // the holder vanishes without releasing
+	start := time.Now()
+	l, err := b.Acquire(ctx, k, redlock.WithTTL(time.Second), redlock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("a vanished holder's lock never freed: %v", err)
+	}
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Errorf("acquired after %v, before the vanished holder's TTL ran out", el)
+	}
+	must(t, l.Release(ctx))
+}
+
+func noLeftovers(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	n := len(c.Masters)
+	q := n/2 + 1
+	k := key(t)
+	// Another holder owns the key on a bare quorum; our attempts are
+	// granted on the rest and must be undone there.
+	for i := 0; i < q; i++ {
+		_, err := c.Masters[i].Do("SET", k, "other", "PX", 60000)
+		must(t, err)
+	}
+	client := open(t, newClient, c)
+	for i := 0; i < 10; i++ {
+		if _, err := client.TryAcquire(context.Background(), k); !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+	// Also attempts cut short by the caller's deadline.
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i*50)*time.Microsecond)
+		_, err := client.TryAcquire(ctx, k)
+		cancel()
+		if !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("cut-short attempt %d: %v", i, err)
+		}
+	}
+	client.Close()
+	vals := Holders(c, k)
+	if Count(vals, "other") != q || Count(vals, "") != n-q {
+		t.Errorf("after failed attempts the masters hold %q", vals)
+	}
+}
+
+// waitHolders waits until want masters hold token at key: the masters not
+// needed for a quorum answer a moment after the call returns.
+func waitHolders(t *testing.T, c *cluster.Cluster, key, token string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for Count(Holders(c, key), token) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("masters hold %q, want %q on %d", Holders(c, key), token, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Holders returns, per master of c, the value at key ("" when absent, "?"
+// when the master is down, partitioned or cannot be asked).
+func Holders(c *cluster.Cluster, key string) []string {
+	vals := make([]string, len(c.Masters))
+	for i, m := range c.Masters {
+		if _, down, part := m.State(); down || part {
+			vals[i] = "?"
+			continue
+		}
+		v, err := redis.String(m.Do("GET", key))
+		switch {
+		case errors.Is(err, redis.ErrNil):
+		case err != nil:
+			vals[i] = "?"
+		default:
+			vals[i] = v
+		}
+	}
+	return vals
+}
+
+// Count returns how many of vals equal want.
+func Count(vals []string, want string) int {
+	n := 0
+	for _, v := range vals {
+		if v == want {
+			n++
+		}
+	}
+	return n
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func key(t *testing.T) string { return fmt.Sprintf("lock:%s", t.Name()) }
