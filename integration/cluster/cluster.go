@@ -34,6 +34,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/clockfault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -71,7 +72,11 @@ type config struct {
 	image   string
 	noPull  bool
 	aof     bool
+	clocks  bool
 	extra   []string
+	// portArgs, when set, gives a master's extra arguments once its
+	// published port is known (a cluster node announces it).
+	portArgs func(hostPort int) []string
 }
 
 // WithBackend chooses the backend; by default $QUORUMLOCK_BACKEND, else
@@ -91,6 +96,14 @@ func WithoutPull() Option { return func(c *config) { c.noPull = true } }
 // (appendonly yes, appendfsync always), so a killed and restarted master
 // keeps its locks. Without it a restarted master comes back empty.
 func WithAOF() Option { return func(c *config) { c.aof = true } }
+
+// WithClockFaults starts every master under a clock it can be made to run
+// fast or slow, or jump (Master.SetClockRate, Master.JumpClock): a preload
+// library that changes the process's wall clock only, which Redis expires
+// keys by (package internal/clockfault, docs/testing.md). It needs a C
+// compiler, to build that library once, and the process backend: with
+// Docker, Start fails saying so.
+func WithClockFaults() Option { return func(c *config) { c.clocks = true } }
 
 // WithConfig passes "--name values..." to every redis-server.
 func WithConfig(name string, values ...string) Option {
@@ -117,6 +130,7 @@ type node interface {
 	start() error
 	partition() error
 	heal() error
+	clock() *clockfault.Clock // nil without WithClockFaults
 }
 
 // Cluster is a set of independent masters started for one test.
@@ -131,23 +145,7 @@ type Cluster struct {
 func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	redistest.SkipShort(t)
-	cfg := config{backend: Backend(os.Getenv(BackendEnv)), image: os.Getenv(ImageEnv)}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.image == "" {
-		// The image `make redis-image` built, when there is one: no pull.
-		cfg.image = DefaultImage
-		if localImageExists() {
-			cfg.image = LocalImage
-		}
-	}
-	if cfg.backend == "" {
-		cfg.backend = Process
-		if DockerAvailable() {
-			cfg.backend = Docker
-		}
-	}
+	cfg := newConfig(opts)
 	c := &Cluster{backend: cfg.backend}
 	var nodes []node
 	var err error
@@ -174,6 +172,30 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 		c.Masters = append(c.Masters, m)
 	}
 	return c
+}
+
+// newConfig applies opts over the defaults: $QUORUMLOCK_BACKEND, else
+// Docker when an engine answers, else Process; $QUORUMLOCK_REDIS_IMAGE,
+// else LocalImage when built, else DefaultImage.
+func newConfig(opts []Option) config {
+	cfg := config{backend: Backend(os.Getenv(BackendEnv)), image: os.Getenv(ImageEnv)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.image == "" {
+		// The image `make redis-image` built, when there is one: no pull.
+		cfg.image = DefaultImage
+		if localImageExists() {
+			cfg.image = LocalImage
+		}
+	}
+	if cfg.backend == "" {
+		cfg.backend = Process
+		if DockerAvailable() {
+			cfg.backend = Docker
+		}
+	}
+	return cfg
 }
 
 // Launch is Start for a program (the demo): it returns the cluster and a
@@ -268,6 +290,14 @@ func (m *Master) String() string {
 	}
 	if part {
 		faults = append(faults, "partitioned")
+	}
+	if clk := m.node.clock(); clk != nil {
+		if r := clk.Rate(); r != 1 {
+			faults = append(faults, fmt.Sprintf("clock rate %g", r))
+		}
+		if off := clk.Offset(); off.Abs() >= time.Millisecond {
+			faults = append(faults, fmt.Sprintf("clock %+v", off.Round(time.Millisecond)))
+		}
 	}
 	s := fmt.Sprintf("master %d (%s)", m.index, m.Addr())
 	if len(faults) > 0 {
@@ -393,6 +423,66 @@ func (m *Master) Heal() error {
 	}
 	return m.startLocked()
 }
+
+// SetClockRate makes the master's wall clock run at rate times real speed
+// from now on (1.005: 0.5 % fast; 1.5: half as fast again), continuing
+// from its present reading. Redis expires keys by that clock, so a key
+// with a TTL of t lasts t/rate. It needs WithClockFaults, else it returns
+// ErrUnsupported. The clock keeps its rate and offset across restarts.
+func (m *Master) SetClockRate(rate float64) error {
+	clk := m.node.clock()
+	if clk == nil {
+		return m.wrap("set the clock of", errNoClock)
+	}
+	if err := clk.SetRate(rate); err != nil {
+		return m.wrap("set the clock of", err)
+	}
+	return nil
+}
+
+// JumpClock moves the master's wall clock by d at once (forward for
+// d > 0): keys whose expiry falls within the jump expire at once. It needs
+// WithClockFaults, else it returns ErrUnsupported.
+func (m *Master) JumpClock(d time.Duration) error {
+	clk := m.node.clock()
+	if clk == nil {
+		return m.wrap("jump the clock of", errNoClock)
+	}
+	if err := clk.Jump(d); err != nil {
+		return m.wrap("jump the clock of", err)
+	}
+	return nil
+}
+
+// ResetClock makes the master's wall clock real again (rate 1, no
+// offset). Without WithClockFaults it does nothing.
+func (m *Master) ResetClock() error {
+	if clk := m.node.clock(); clk != nil {
+		if err := clk.Reset(); err != nil {
+			return m.wrap("reset the clock of", err)
+		}
+	}
+	return nil
+}
+
+// ClockRate and ClockOffset return the master's clock rate (1 when real)
+// and how far its wall clock is ahead of the real one (negative: behind).
+func (m *Master) ClockRate() float64 {
+	if clk := m.node.clock(); clk != nil {
+		return clk.Rate()
+	}
+	return 1
+}
+
+// ClockOffset: see ClockRate.
+func (m *Master) ClockOffset() time.Duration {
+	if clk := m.node.clock(); clk != nil {
+		return clk.Offset()
+	}
+	return 0
+}
+
+var errNoClock = fmt.Errorf("%w: the cluster was not started WithClockFaults (process backend)", ErrUnsupported)
 
 func (m *Master) wrap(what string, err error) error {
 	return fmt.Errorf("cluster: %s master %d (%s): %w", what, m.index, m.node.addr(), err)

@@ -157,3 +157,59 @@ func waitPing(m *cluster.Master) error {
 	}
 	return err
 }
+
+func TestMaster_clockFaults(t *testing.T) {
+	c := cluster.Start(t, 2, cluster.WithBackend(cluster.Process), cluster.WithClockFaults())
+	m := c.Masters[0]
+	serverTime := func() time.Time {
+		t.Helper()
+		v, err := redis.Int64s(m.Do("TIME"))
+		if err != nil || len(v) != 2 {
+			t.Fatalf("TIME: %v %v", v, err)
+		}
+		return time.Unix(v[0], v[1]*1000)
+	}
+	if err := m.SetClockRate(2); err != nil {
+		t.Fatal(err)
+	}
+	m0, w0 := time.Now(), serverTime()
+	time.Sleep(500 * time.Millisecond)
+	m1, w1 := time.Now(), serverTime()
+	if r := float64(w1.Sub(w0)) / float64(m1.Sub(m0)); r < 1.9 || r > 2.1 {
+		t.Fatalf("measured rate %.3f on %v, want 2", r, m)
+	}
+	if _, err := m.Do("SET", "k", "v", "PX", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.JumpClock(6 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, m, "k") != "" {
+		t.Fatalf("a 5 s key outlived a 6 s jump on %v", m)
+	}
+	if !contains(m.String(), "clock rate 2") || m.ClockOffset() < 6*time.Second {
+		t.Fatalf("String() = %q, offset %v", m, m.ClockOffset())
+	}
+	// The clock survives a restart, as a machine's would; the other
+	// master's is untouched.
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if off := serverTime().Sub(time.Now()); off < 6*time.Second {
+		t.Fatalf("offset after a restart %v, want > 6s", off)
+	}
+	if err := m.ResetClock(); err != nil {
+		t.Fatal(err)
+	}
+	if off := serverTime().Sub(time.Now()); off.Abs() > 100*time.Millisecond {
+		t.Fatalf("offset after ResetClock %v", off)
+	}
+	if c.Masters[1].ClockRate() != 1 || c.Masters[1].ClockOffset().Abs() > time.Millisecond {
+		t.Fatalf("the other master's clock moved: %v", c.Masters[1])
+	}
+
+	plain := cluster.Start(t, 1, cluster.WithBackend(cluster.Process))
+	if err := plain.Masters[0].JumpClock(time.Second); !errors.Is(err, cluster.ErrUnsupported) {
+		t.Fatalf("JumpClock without WithClockFaults: %v, want ErrUnsupported", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
 
+	"github.com/quorumlock/quorumlock/internal/clockfault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -56,6 +57,9 @@ type dockerNode struct {
 
 func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 	t.Helper()
+	if cfg.clocks {
+		return nil, fmt.Errorf("cluster: WithClockFaults: %w: clock faults run on the process backend only (the image has no clock shim)", ErrUnsupported)
+	}
 	p, err := dockertest.NewPool("")
 	if err != nil {
 		return nil, fmt.Errorf("cluster: docker: %w", err)
@@ -104,13 +108,17 @@ func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 // runMaster starts one container with its port pinned to a free port of
 // 127.0.0.1, retrying with another port if that one was taken meanwhile.
 func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string, labels map[string]string, cfg *config) (*dockerNode, error) {
-	cmd := append([]string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
+	base := append([]string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
 		"--port", "6379", "--dir", "/data"}, cfg.redisArgs()...)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := redistest.FreePort()
 		if err != nil {
 			return nil, err
+		}
+		cmd := base
+		if cfg.portArgs != nil {
+			cmd = append(append([]string(nil), base...), cfg.portArgs(port)...)
 		}
 		res, err := p.RunWithOptions(&dockertest.RunOptions{
 			Repository: repo,
@@ -201,6 +209,10 @@ func ownerDead(pid string) bool {
 
 func (d *dockerNode) addr() string { return d.hostAddr }
 
+// clock: the image is FROM scratch with Debian's redis-server only; clock
+// faults run on the process backend.
+func (d *dockerNode) clock() *clockfault.Clock { return nil }
+
 func (d *dockerNode) pause() error  { return d.pool.Client.PauseContainer(d.res.Container.ID) }
 func (d *dockerNode) resume() error { return d.pool.Client.UnpauseContainer(d.res.Container.ID) }
 
@@ -271,4 +283,19 @@ func ping(addr string) error {
 	defer c.Close()
 	_, err = c.Do("PING")
 	return err
+}
+
+// ipIn returns the container's address on the cluster's network, as the
+// other containers reach it (it may change when the container restarts).
+func (d *dockerNode) ipIn() (string, error) {
+	c, err := d.pool.Client.InspectContainer(d.res.Container.ID)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range c.NetworkSettings.Networks {
+		if n.NetworkID == d.network.Network.ID && n.IPAddress != "" {
+			return n.IPAddress, nil
+		}
+	}
+	return "", fmt.Errorf("container %s has no address on network %s", d.res.Container.Name, d.network.Network.Name)
 }

@@ -3,17 +3,36 @@ package cluster
 import (
 	"testing"
 
+	"github.com/quorumlock/quorumlock/internal/clockfault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
-// processNode is a redis-server process on 127.0.0.1.
-type processNode struct{ s *redistest.Server }
+// processNode is a redis-server process on 127.0.0.1, with the clock it
+// runs under when the cluster has clock faults.
+type processNode struct {
+	s   *redistest.Server
+	clk *clockfault.Clock
+}
 
 func startProcesses(t testing.TB, n int, cfg *config) ([]node, error) {
 	t.Helper()
 	nodes := make([]node, n)
 	for i := range nodes {
-		nodes[i] = processNode{redistest.StartOne(t, redistest.WithArgs(cfg.redisArgs()...))}
+		opts := []redistest.Option{redistest.WithArgs(cfg.redisArgs()...)}
+		var clk *clockfault.Clock
+		if cfg.clocks {
+			var err error
+			if clk, err = clockfault.New(t.TempDir()); err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { clk.Close() })
+			env, err := clk.Env()
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, redistest.WithEnv(env...))
+		}
+		nodes[i] = processNode{redistest.StartOne(t, opts...), clk}
 	}
 	return nodes, nil
 }
@@ -26,3 +45,5 @@ func (p processNode) stop() error      { return p.s.Stop() }
 func (p processNode) start() error     { return p.s.Start() }
 func (p processNode) partition() error { return ErrUnsupported }
 func (p processNode) heal() error      { return ErrUnsupported }
+
+func (p processNode) clock() *clockfault.Clock { return p.clk }

@@ -1,0 +1,385 @@
+package goredis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/goredis"
+	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// clusterMembers starts k quorum members, each a Redis Cluster of s
+// primaries (redis-server processes), and returns one go-redis cluster
+// client per member, closed by t.Cleanup.
+func clusterMembers(t *testing.T, k, s int, opts ...cluster.Option) ([]*cluster.RedisCluster, []redis.UniversalClient) {
+	t.Helper()
+	members := cluster.StartRedisClusters(t, k, s, append([]cluster.Option{cluster.WithBackend(cluster.Process)}, opts...)...)
+	clients := make([]redis.UniversalClient, k)
+	for i, m := range members {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:        m.Seeds(),
+			DialTimeout:  time.Second,
+			ReadTimeout:  time.Second,
+			WriteTimeout: time.Second,
+			MaxRedirects: 8,
+		})
+		t.Cleanup(func() { cc.Close() })
+		clients[i] = cc
+	}
+	return members, clients
+}
+
+// keysOnEveryNode returns, for each primary of a member of s primaries,
+// a key (with a hash tag, as WithClusterSlots wants for fencing and fair
+// locks) whose slot that primary owns.
+func keysOnEveryNode(prefix string, s int) []string {
+	out := make([]string, s)
+	found := 0
+	for i := 0; found < s; i++ {
+		k := fmt.Sprintf("{%s%d}:lock", prefix, i)
+		shard := cluster.Slot(k) * s / cluster.Slots
+		if out[shard] == "" {
+			out[shard] = k
+			found++
+		}
+	}
+	return out
+}
+
+func TestNew_clusterMembers_everyLockKind(t *testing.T) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		testEveryLockKind(t, b)
+	})
+}
+
+func testEveryLockKind(t *testing.T, b cluster.Backend) {
+	_, clients := clusterMembers(t, 3, 3, cluster.WithBackend(b))
+	c, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	for _, key := range keysOnEveryNode(t.Name(), 3) {
+		t.Run(fmt.Sprintf("slot %d", cluster.Slot(key)), func(t *testing.T) {
+			t.Run("plain", func(t *testing.T) {
+				l, err := c.Acquire(ctx, key, redlock.WithTTL(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
+				}
+				if err := l.Extend(ctx, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				l2, err := c.TryAcquire(ctx, key)
+				if err != nil {
+					t.Fatalf("after release: %v", err)
+				}
+				_ = l2.Release(ctx)
+			})
+			t.Run("fenced", func(t *testing.T) {
+				var last uint64
+				for i := 0; i < 3; i++ {
+					l, err := c.Acquire(ctx, key, redlock.WithFencing())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if l.Fence() <= last {
+						t.Fatalf("fence %d after %d: tokens went backwards", l.Fence(), last)
+					}
+					last = l.Fence()
+					if err := l.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			t.Run("fair", func(t *testing.T) {
+				l, err := c.Acquire(ctx, key, redlock.WithFair())
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					l2, err := c.Acquire(ctx, key, redlock.WithFair(), redlock.WithWait(10*time.Second))
+					if err == nil {
+						err = l2.Release(ctx)
+					}
+					got <- err
+				}()
+				time.Sleep(100 * time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatalf("fair waiter: %v", err)
+				}
+			})
+			t.Run("read write", func(t *testing.T) {
+				r1, err := c.AcquireRead(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r2, err := c.AcquireRead(ctx, key)
+				if err != nil {
+					t.Fatalf("second reader: %v", err)
+				}
+				if _, err := c.AcquireWrite(ctx, key, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("writer beside readers = %v, want ErrNotAcquired", err)
+				}
+				for _, r := range []*redlock.Lock{r1, r2} {
+					if err := r.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w, err := c.AcquireWrite(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.AcquireRead(ctx, key, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("reader beside a writer = %v, want ErrNotAcquired", err)
+				}
+				if err := w.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Run("multi in one slot", func(t *testing.T) {
+				ks := []string{key + ":a", key + ":b"}
+				l, err := c.AcquireMulti(ctx, ks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.TryAcquire(ctx, ks[1]); !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("a held key of a multi-key lock was acquired: %v", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Run("reentrant", func(t *testing.T) {
+				r, err := c.NewReentrant(key, "owner-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 2; i++ {
+					if err := r.Acquire(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r.Count() != 2 {
+					t.Fatalf("count %d, want 2", r.Count())
+				}
+				if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("a held reentrant key was acquired: %v", err)
+				}
+				for i := 0; i < 2; i++ {
+					if err := r.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+
+	t.Run("multi across slots is refused", func(t *testing.T) {
+		ks := keysOnEveryNode("cross", 2)
+		_, err := c.AcquireMulti(ctx, ks)
+		if !errors.Is(err, redlock.ErrInvalid) {
+			t.Fatalf("AcquireMulti across slots = %v, want ErrInvalid", err)
+		}
+		for i, cl := range clients {
+			for _, k := range ks {
+				if n, err := cl.Exists(ctx, k).Result(); err != nil || n != 0 {
+					t.Errorf("member %d: %s left behind (%d, %v)", i, k, n, err)
+				}
+			}
+		}
+	})
+}
+
+// A waiter on a cluster member is woken by the holder's release notice:
+// a script's PUBLISH reaches every node of the cluster (the bus
+// broadcasts it), and the transport's subscription is on one of them.
+// The waiter's backoff is far longer than the wait it gets, so polling
+// cannot be what woke it.
+func TestNew_clusterMembers_releaseNoticeWakesWaiter(t *testing.T) {
+	_, clients := clusterMembers(t, 3, 3)
+	c, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, key := range keysOnEveryNode("wake", 3) {
+		l, err := c.Acquire(ctx, key, redlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			at  time.Time
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l2, err := c.Acquire(ctx, key, redlock.WithWait(20*time.Second), redlock.WithBackoff(5*time.Second, 5*time.Second))
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- result{time.Now(), err}
+		}()
+		time.Sleep(1500 * time.Millisecond) // the waiter tried, and subscribed
+		released := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("%s: waiter: %v", key, r.err)
+		}
+		if d := r.at.Sub(released); d > 2*time.Second {
+			t.Errorf("%s: waiter took %v after the release: woken by its poll, not by the notice", key, d)
+		} else {
+			t.Logf("%s (slot %d): waiter had the lock %v after the release", key, cluster.Slot(key), d.Round(time.Millisecond))
+		}
+	}
+}
+
+// Many first acquisitions at once on fresh cluster members: they share
+// batches, and the nodes have not seen the scripts yet. None may fail
+// for it (a NOSCRIPT from one node is not a refusal).
+func TestNew_clusterMembers_concurrentFirstUse(t *testing.T) {
+	_, clients := clusterMembers(t, 3, 3)
+	c, err := goredis.New(clients, redlock.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 40
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			key := fmt.Sprintf("{first%d}:lock", i)
+			opts := []redlock.LockOption{redlock.WithWait(0)}
+			if i%2 == 1 {
+				opts = append(opts, redlock.WithFencing())
+			}
+			l, err := c.Acquire(ctx, key, opts...)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", key, err)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// Restart amnesia with members that are clusters: a lock held on a bare
+// quorum (member 2's owning primary was down) whose owning primary in
+// member 1 crashes and comes back at once without persistence lets a
+// second client take the key — the hazard of docs/safety.md, which a
+// failover to a replica that had not received the lock is too. With AOF
+// appendfsync always the second client is refused.
+func TestNew_clusterMembers_restartAmnesia(t *testing.T) {
+	for _, persist := range []bool{false, true} {
+		name := "no persistence"
+		var opts []cluster.Option
+		if persist {
+			name = "AOF always"
+			opts = append(opts, cluster.WithAOF())
+		}
+		t.Run(name, func(t *testing.T) {
+			members, clients := clusterMembers(t, 3, 3, opts...)
+			a, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			const key = "{amnesia}:lock"
+			owner := func(m int) *cluster.Node {
+				t.Helper()
+				n, err := members[m].Owner(cluster.Slot(key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			settle := func(m int) {
+				t.Helper()
+				if err := members[m].WaitReady(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// Let the member's go-redis client drop its broken connections.
+				for i := 0; i < 3; i++ {
+					_ = clients[m].(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+						return c.Ping(ctx).Err()
+					})
+				}
+			}
+
+			// Member 2's owning primary is down while a takes the lock: a
+			// holds members 0 and 1, a bare quorum.
+			down := owner(2)
+			if err := down.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			la, err := a.Acquire(ctx, key, redlock.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := down.Start(); err != nil {
+				t.Fatal(err)
+			}
+			settle(2)
+			// Member 1's owning primary crashes and restarts.
+			if err := owner(1).Restart(); err != nil {
+				t.Fatal(err)
+			}
+			settle(1)
+
+			lb, err := b.TryAcquire(ctx, key, redlock.WithTTL(30*time.Second))
+			if !persist {
+				if err != nil {
+					t.Fatalf("without persistence member 1 forgot a's lock, so b should win members 1 and 2: %v", err)
+				}
+				t.Logf("hazard shown: a (valid for %v more) and b both hold %q", time.Until(la.Until()).Round(time.Second), key)
+				_ = lb.Release(ctx)
+				return
+			}
+			if !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Fatalf("with AOF always member 1 kept a's lock; b must be refused: %v", err)
+			}
+			if err := la.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
