@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/clockfault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -274,5 +277,89 @@ func TestDoctor_json(t *testing.T) {
 		if got := fmt.Sprint(doc.Summary[k]); got != v {
 			t.Errorf("summary %s = %v, want %s", k, got, v)
 		}
+	}
+}
+
+// doctor measures each master's clock rate against the local monotonic
+// clock: a master whose clock runs 50 % fast FAILs, one 0.5 % fast is
+// within the default drift factor (1 %) but not within 0.2 %.
+func TestDoctor_measuresClockRate(t *testing.T) {
+	redistest.SkipShort(t)
+	skewed := func(rate float64) *redistest.Server {
+		clk, err := clockfault.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { clk.Close() })
+		env, err := clk.Env()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := redistest.StartOne(t, redistest.WithAOF(), redistest.WithEnv(env...))
+		if err := clk.SetRate(rate); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	real, fast, slightly := redistest.StartOne(t, redistest.WithAOF()), skewed(1.5), skewed(1.005)
+	addrs := []string{real.Addr(), fast.Addr(), slightly.Addr()}
+
+	code, out, errOut := redlockRun(t, addrs, "doctor", "--rate-sample", "2s")
+	if code != exitFailure {
+		t.Errorf("exit %d:\n%s%s", code, out, errOut)
+	}
+	blocks := strings.Split(out, "\n127.0.0.1:")
+	if len(blocks) != 3 {
+		t.Fatalf("doctor:\n%s", out)
+	}
+	rate := regexp.MustCompile(`clock rate ([0-9.]+)% (fast|slow) against the local monotonic clock \(±([0-9.]+)%, sampled over 2s\)`)
+	// measured returns the rate difference in % and its error bound, which
+	// a loaded machine widens (slow round trips).
+	measured := func(block string) (float64, float64) {
+		t.Helper()
+		m := rate.FindStringSubmatch(block)
+		if m == nil {
+			t.Fatalf("no clock rate in:\n%s", block)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		if m[2] == "slow" {
+			v = -v
+		}
+		bound, _ := strconv.ParseFloat(m[3], 64)
+		return v, bound + 0.001
+	}
+	if v, bound := measured(blocks[0]); math.Abs(v) > bound {
+		t.Errorf("the real clock measured %.3f%% ± %.3f%% off", v, bound)
+	}
+	if !strings.Contains(blocks[0], "  OK") && !strings.Contains(blocks[0], "WARN: clock rate measured only to") {
+		t.Errorf("the real clock's master:\n%s", blocks[0])
+	}
+	if v, bound := measured(blocks[1]); math.Abs(v-50) > bound {
+		t.Errorf("the 50%% fast clock measured %.3f%% ± %.3f%%", v, bound)
+	}
+	if !strings.Contains(blocks[1], "% fast against the local monotonic clock: more than the drift factor 1% allows") {
+		t.Errorf("the 50%% fast master does not FAIL for its clock:\n%s", blocks[1])
+	}
+	if v, bound := measured(blocks[2]); math.Abs(v-0.5) > bound {
+		t.Errorf("the 0.5%% fast clock measured %.3f%% ± %.3f%%", v, bound)
+	}
+	if strings.Contains(blocks[2], "FAIL") {
+		t.Errorf("the 0.5%% fast master is not within the drift factor:\n%s", blocks[2])
+	}
+	if !strings.HasSuffix(out, "\n2 of 3 masters healthy; a quorum of 2 tolerates 0 more failures\n") {
+		t.Errorf("summary:\n%s", out)
+	}
+
+	// A tighter drift factor fails the slightly fast master too; --json
+	// carries the rate.
+	code, out, errOut = redlockRun(t, []string{slightly.Addr()}, "doctor", "--json", "--rate-sample", "2s", "--drift-factor", "0.002")
+	if code != exitFailure || !strings.Contains(out, `"clock_rate": 1.00`) || !strings.Contains(out, `"clock_rate_error": `) ||
+		!strings.Contains(out, "more than the drift factor 0.2% allows") {
+		t.Errorf("exit %d with --drift-factor 0.002:\n%s%s", code, out, errOut)
+	}
+	// --rate-sample 0 skips the check.
+	code, out, _ = redlockRun(t, []string{fast.Addr()}, "doctor", "--rate-sample", "0")
+	if code != exitOK || strings.Contains(out, "clock rate") {
+		t.Errorf("exit %d with --rate-sample 0:\n%s", code, out)
 	}
 }

@@ -36,7 +36,7 @@ func newExecFlags() *execFlags {
 	return &execFlags{
 		fs:    fs,
 		ttl:   fs.Duration("ttl", 30*time.Second, "the lock's time to live; it is extended every ttl/3 while the command runs"),
-		wait:  fs.Duration("wait", 0, "how long to wait for the lock (0: fail at once when it is held)"),
+		wait:  fs.Duration("wait", 0, "how long to wait for the lock; the default, 0, makes one attempt and exits 75 when it is held"),
 		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
 		fence: fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
 	}
@@ -50,22 +50,9 @@ func parseExec(args []string) (runner, error) {
 	if err := f.fs.Parse(args); err != nil {
 		return nil, err
 	}
-	rest := f.fs.Args()
-	if len(rest) > 0 && rest[0] == "--" { // "--" before KEY
-		rest = rest[1:]
-	}
-	switch {
-	case len(rest) == 0:
-		return nil, usageError{"no KEY and no COMMAND: give KEY -- COMMAND [ARGS...]"}
-	case len(rest) == 1:
-		return nil, usageError{fmt.Sprintf("no COMMAND after KEY %q: give KEY -- COMMAND [ARGS...]", rest[0])}
-	}
-	key, command := rest[0], rest[1:]
-	if command[0] == "--" {
-		command = command[1:]
-	}
-	if len(command) == 0 {
-		return nil, usageError{fmt.Sprintf("no COMMAND after %q --: give KEY -- COMMAND [ARGS...]", key)}
+	key, command, err := keyAndCommand(f.fs.Args())
+	if err != nil {
+		return nil, err
 	}
 	if *f.grace < 0 {
 		return nil, usageError{"--grace must not be negative"}
@@ -73,6 +60,28 @@ func parseExec(args []string) (runner, error) {
 	return func(ctx context.Context, e *env) int {
 		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence)
 	}, nil
+}
+
+// keyAndCommand splits what follows the flags of exec and elect: KEY, "--"
+// (also accepted before KEY), COMMAND [ARGS...].
+func keyAndCommand(rest []string) (key string, command []string, err error) {
+	if len(rest) > 0 && rest[0] == "--" { // "--" before KEY
+		rest = rest[1:]
+	}
+	switch {
+	case len(rest) == 0:
+		return "", nil, usageError{"no KEY and no COMMAND: give KEY -- COMMAND [ARGS...]"}
+	case len(rest) == 1:
+		return "", nil, usageError{fmt.Sprintf("no COMMAND after KEY %q: give KEY -- COMMAND [ARGS...]", rest[0])}
+	}
+	key, command = rest[0], rest[1:]
+	if command[0] == "--" {
+		command = command[1:]
+	}
+	if len(command) == 0 {
+		return "", nil, usageError{fmt.Sprintf("no COMMAND after %q --: give KEY -- COMMAND [ARGS...]", key)}
+	}
+	return key, command, nil
 }
 
 // cmdExec runs a command while holding the lock.
@@ -95,12 +104,22 @@ func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wai
 		}
 	}()
 
+	vars := []string{"QUORUMLOCK_KEY=" + key}
+	if fence {
+		vars = append(vars, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
+	}
+	return runHeld(ctx, e, l, "lock "+strconv.Quote(key)+" lost", command, vars, grace)
+}
+
+// runHeld runs command, with vars added to its environment, while l is
+// held: when l is lost it stops the command (SIGTERM, SIGKILL after grace)
+// and returns exitLost; else the command's own exit code. lost begins the
+// message printed on loss. (exec and elect)
+func runHeld(ctx context.Context, e *env, l *redlock.Lock, lost string, command, vars []string, grace time.Duration) int {
+	key := l.Key()
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
-	cmd.Env = append(os.Environ(), "QUORUMLOCK_KEY="+key)
-	if fence {
-		cmd.Env = append(cmd.Env, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
-	}
+	cmd.Env = append(os.Environ(), vars...)
 	// Its own process group, so that a kill reaches what it started too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -129,7 +148,7 @@ func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wai
 	case err := <-done:
 		return exitCode(err)
 	case <-l.Lost():
-		fmt.Fprintf(e.stderr, "redlock: lock %q lost while the command ran%s; stopping it\n", key, lostReason(l.Err(), key))
+		fmt.Fprintf(e.stderr, "redlock: %s while the command ran%s; stopping it\n", lost, lostReason(l.Err(), key))
 		stop()
 		return exitLost
 	case <-ctx.Done():

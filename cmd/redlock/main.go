@@ -1,7 +1,7 @@
 // Command redlock operates quorumlock locks from the shell.
 //
 //	redlock [global flags] exec [flags] KEY -- COMMAND [ARGS...]
-//	redlock [global flags] status KEY...
+//	redlock [global flags] status [--json] KEY...
 //	redlock [global flags] doctor [--json]
 //	redlock [global flags] bench [flags]
 //	redlock --version | --help | help [COMMAND]
@@ -15,6 +15,8 @@
 //
 // The masters come from --masters or REDLOCK_MASTERS: comma-separated
 // host:port or redis:// / rediss:// URLs. Passwords are never printed.
+// For status and doctor a member may be a Redis Cluster, given by its seed
+// nodes as cluster://HOST:PORT[+HOST:PORT...]; exec and bench refuse it.
 //
 // Exit codes: 0 success (exec: the command's own code is passed through;
 // 128+n when it died of signal n), 64 bad usage, 69 masters unusable,
@@ -66,7 +68,11 @@ const usage = `usage: redlock [--masters ADDRS] [--timeout D] [--tls-ca F [--tls
 commands:
   exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]
          run COMMAND while holding the lock on KEY
-  status KEY...
+  elect --value ID [--ttl D] [--grace D] KEY -- COMMAND [ARGS...]
+         campaign in the election on KEY; run COMMAND only while leader
+  leader [--json] KEY
+         the current leader of the election on KEY and its term
+  status [--json] KEY...
          per master: reachable, holder, remaining TTL, fence counter, holds
   doctor [--json]
          per master: version, role, persistence, eviction, clock, round trip
@@ -77,14 +83,13 @@ commands:
 
 masters: --masters or REDLOCK_MASTERS, comma-separated host:port or
 redis:// / rediss:// URLs. --tls-* flags (or rediss:// URLs) speak TLS;
-certificates are always verified.
+certificates are always verified. For status and doctor a member may be a
+Redis Cluster: cluster://HOST:PORT[+HOST:PORT...] (its seed nodes, no
+credentials); exec and bench refuse it.
 
 exit codes: 0 ok (exec: the command's own), 64 usage, 69 masters unusable,
 75 not acquired, 76 lock lost while the command ran, 1 other failure.
 `
-
-// statusUsage is status's help: status.go parses its own arguments.
-const statusUsage = "usage: redlock status KEY...\n\nper key and master: reachable, holder, remaining TTL, fence counter, holds.\n"
 
 // runner is a command whose arguments were parsed: it runs on the masters.
 type runner func(ctx context.Context, e *env) int
@@ -100,27 +105,20 @@ func (u usageError) Error() string { return u.msg }
 type command struct {
 	parse func(args []string) (runner, error)
 	usage func() string // the command's help, flags included
+	// cluster tells whether the command takes members that are Redis
+	// Clusters (cluster://...): status and doctor read them; the lock
+	// engine has no cluster transport on redigo yet.
+	cluster bool
 }
 
 func commands() map[string]command {
 	return map[string]command{
 		"exec":   {parse: parseExec, usage: execUsage},
-		"doctor": {parse: parseDoctor, usage: doctorUsage},
+		"elect":  {parse: parseElect, usage: electUsage},
+		"leader": {parse: parseLeader, usage: leaderUsage},
+		"doctor": {parse: parseDoctor, usage: doctorUsage, cluster: true},
 		"bench":  {parse: parseBench, usage: benchUsage},
-		"status": {
-			parse: func(args []string) (runner, error) {
-				for _, a := range args {
-					if a == "--" {
-						break
-					}
-					if a == "-h" || a == "-help" || a == "--help" {
-						return nil, flag.ErrHelp
-					}
-				}
-				return func(ctx context.Context, e *env) int { return cmdStatus(ctx, e, args) }, nil
-			},
-			usage: func() string { return statusUsage },
-		},
+		"status": {parse: parseStatus, usage: statusUsage, cluster: true},
 	}
 }
 
@@ -212,6 +210,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		tlsOpt = append(tlsOpt, pool.WithTLS(cfg))
 	}
+	if !c.cluster {
+		for _, a := range addrs {
+			if strings.HasPrefix(a, clusterScheme) {
+				fmt.Fprintf(stderr, "redlock %s: a member that is a Redis Cluster (%s...) is read by status and doctor only: the lock engine has no Redis Cluster transport on redigo yet; give each member as one primary (host:port)\n", name, clusterScheme)
+				return exitUsage
+			}
+		}
+	}
 	e, err := openEnv(addrs, *timeout, stdout, stderr, tlsOpt...)
 	if err != nil {
 		printErr(stderr, err)
@@ -262,7 +268,11 @@ func versionString(bi *debug.BuildInfo, ok bool) string {
 
 // env is what every command gets: the masters' pools and a client on them.
 type env struct {
-	pools   []*pool.RedisPool
+	// pools are the members' pools, in --masters order; nil for a member
+	// that is a Redis Cluster, which clusters holds at the same index.
+	pools    []*pool.RedisPool
+	clusters []*clusterMember
+	// client is a client on pools; nil when a member is a cluster.
 	client  *redlock.Client
 	timeout time.Duration
 	stdout  io.Writer
@@ -274,10 +284,21 @@ type env struct {
 
 func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, extra ...pool.Option) (*env, error) {
 	e := &env{timeout: timeout, stdout: stdout, stderr: stderr, isTerminal: isTerminal}
+	anyCluster := false
 	for _, a := range addrs {
 		var p *pool.RedisPool
 		var err error
 		opts := append([]pool.Option{pool.WithConnectTimeout(time.Second)}, extra...)
+		if strings.HasPrefix(a, clusterScheme) {
+			cm, err := parseClusterMember(a, opts)
+			if err != nil {
+				e.close()
+				return nil, err
+			}
+			e.pools, e.clusters = append(e.pools, nil), append(e.clusters, cm)
+			anyCluster = true
+			continue
+		}
 		if strings.Contains(a, "://") {
 			p, err = pool.NewFromURL(a, opts...)
 		} else {
@@ -287,7 +308,10 @@ func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, ex
 			e.close()
 			return nil, err
 		}
-		e.pools = append(e.pools, p)
+		e.pools, e.clusters = append(e.pools, p), append(e.clusters, nil)
+	}
+	if anyCluster {
+		return e, nil
 	}
 	c, err := redlock.New(e.poolList(), redlock.WithTimeout(timeout))
 	if err != nil {
@@ -302,9 +326,22 @@ func (e *env) close() {
 	if e.client != nil {
 		e.client.Close()
 	}
-	for _, p := range e.pools {
-		p.Close()
+	for i, p := range e.pools {
+		if p != nil {
+			p.Close()
+		}
+		if i < len(e.clusters) && e.clusters[i] != nil {
+			e.clusters[i].close()
+		}
 	}
+}
+
+// name is member i as --masters gave it (a cluster member's seeds).
+func (e *env) name(i int) string {
+	if e.clusters[i] != nil {
+		return e.clusters[i].spec
+	}
+	return e.pools[i].Addr()
 }
 
 // failCode maps a lock error to an exit code.

@@ -261,13 +261,31 @@ func TestStatus_showsHoldersPerMaster(t *testing.T) {
 	if !regexp.MustCompile(`[0-9.]+s\s+1\s`).MatchString(out) {
 		t.Errorf("status lacks the TTL and fence counter of job:\n%s", out)
 	}
-	// A master down is shown as such, and the exit code says so.
+	// A master down is shown as such, its error below the table, and a
+	// quorum still answered: a warning, exit 0.
 	if err := servers[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	code, out, _ = redlockRun(t, masters, "status", "job")
-	if code != exitUnavailable || !strings.Contains(out, servers[2].Addr()+"  no:") {
-		t.Errorf("exit %d, output:\n%s", code, out)
+	code, out, errOut = redlockRun(t, masters, "status", "job")
+	if code != exitOK || !strings.Contains(out, servers[2].Addr()+"  no (below)") ||
+		!strings.Contains(out, "did not answer (asked once, skipped for the keys after):\n  master 2 ("+servers[2].Addr()+"): ") ||
+		!strings.Contains(errOut, "warning: 1 of 3 masters did not answer") {
+		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
+	}
+	// The error does not widen the table: the header is as wide as with
+	// every master up.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "reachable") && len(line) > 80 {
+			t.Errorf("the table stretches to an error:\n%s", out)
+		}
+	}
+	// Two of three down: no quorum answered, the state is unknown: 69.
+	if err := servers[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = redlockRun(t, masters, "status", "job")
+	if code != exitUnavailable || !strings.Contains(out, "unknown: only 1 of 3 masters answered") {
+		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
 	}
 }
 

@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,73 +16,465 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	keyslot "github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// cmdStatus shows, per key and master, what the master holds, as
-// redlock's Client.Inspect reads it (package layout describes it).
-func cmdStatus(ctx context.Context, e *env, keys []string) int {
+// statusLine is status's usage line and description: status.go parses its
+// own arguments.
+const statusLine = `usage: redlock status [--json] [--] KEY...
+
+per key and master: reachable, kind, holder, remaining TTL, fence counter,
+holds; then whether the key is held on a quorum, free on one, or unknown.
+Masters that did not answer are named once, below the tables: a master
+that fails (did not answer in time, refused the connection) costs the first
+key at most two waits of 1s (or --timeout, if longer): the client's
+identity check at first contact and the read. It is skipped for the keys
+after.
+
+exit codes:
+  0   a quorum of the masters answered for every key (a master that did not
+      is a warning, printed below the tables and on stderr)
+  69  for some key fewer than a quorum answered: its state is unknown
+  64  bad usage
+
+A member that is a Redis Cluster (cluster://HOST:PORT[+HOST:PORT...]) is
+read on the node that owns the key's slot (CLUSTER SLOTS from a seed; a
+MOVED reply is followed once); the row names the slot and the node.
+
+--json prints one JSON object instead (fields: docs/operations.md).`
+
+// parseStatus parses status's arguments.
+func parseStatus(args []string) (runner, error) {
+	fs := statusFlags()
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	keys := fs.Args()
 	if len(keys) == 0 {
-		fmt.Fprintln(e.stderr, "usage: redlock status KEY...")
-		return exitUsage
+		return nil, usageError{"status needs at least one KEY"}
 	}
-	c := e.client
-	if e.timeout < statusTimeout {
-		// A look at the masters is no lock round: give each round trip
-		// more time than a lock's per-master timeout.
-		var err error
-		if c, err = redlock.New(e.poolList(), redlock.WithTimeout(statusTimeout)); err != nil {
-			printErr(e.stderr, err)
-			return exitUsage
+	for _, k := range keys {
+		if k == "" {
+			return nil, usageError{"an empty KEY"}
 		}
-		defer c.Close()
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	code := exitOK
+	asJSON := fs.Lookup("json").Value.(flag.Getter).Get().(bool)
+	return func(ctx context.Context, e *env) int { return cmdStatus(ctx, e, keys, asJSON) }, nil
+}
+
+func statusFlags() *flag.FlagSet {
+	fs := newFlagSet("status")
+	fs.Bool("json", false, "print one JSON object instead of text")
+	return fs
+}
+
+func statusUsage() string { return flagUsage(statusFlags(), statusLine) }
+
+// statusMaster is one master of status --json's "masters": keep the
+// names stable, docs/operations.md lists them.
+type statusMaster struct {
+	Addr     string `json:"address"`
+	Answered bool   `json:"answered"` // answered for every key
+	Error    string `json:"error,omitempty"`
+	// SkippedKeys are the keys it was not asked about because it had
+	// failed already.
+	SkippedKeys int `json:"skipped_keys"`
+}
+
+// statusKey is one key of status --json's "keys".
+type statusKey struct {
+	Key      string         `json:"key"`
+	Verdict  string         `json:"verdict"` // "held", "free", "split" or "unknown"
+	Holder   string         `json:"holder,omitempty"`
+	HeldOn   int            `json:"held_on"`
+	Answered int            `json:"answered"`
+	Quorum   int            `json:"quorum"`
+	Masters  []statusOnHost `json:"masters"`
+
+	text string // the holder as the table shows it
+}
+
+// statusOnHost is what one master holds for one key.
+type statusOnHost struct {
+	Addr        string         `json:"address"`
+	Node        string         `json:"cluster_node,omitempty"` // a cluster member's node that owns the key's slot
+	Slot        *int           `json:"slot,omitempty"`         // the key's hash slot, for a cluster member
+	Answered    bool           `json:"answered"`
+	Error       string         `json:"error,omitempty"` // this key's failure; a down master's is in "masters"
+	RoundTripUS int64          `json:"round_trip_us,omitempty"`
+	Kind        string         `json:"kind,omitempty"` // free, lock, reentrant, read-write, foreign
+	Type        string         `json:"type,omitempty"` // the Redis type, for kind foreign
+	Holder      string         `json:"holder,omitempty"`
+	Holders     []statusHolder `json:"holders,omitempty"`
+	WriterWait  string         `json:"waiting_writer,omitempty"`
+	TTLMS       *int64         `json:"ttl_ms,omitempty"` // -1: no expiry
+	Fence       *uint64        `json:"fence,omitempty"`
+	Truncated   bool           `json:"truncated,omitempty"`
+
+	text status        // the table's row
+	rtt  time.Duration // the table's round trip
+}
+
+type statusHolder struct {
+	Token string `json:"token"`
+	Mode  string `json:"mode"` // exclusive, reentrant, read, write
+	Count int64  `json:"count,omitempty"`
+	TTLMS int64  `json:"ttl_ms"`
+}
+
+// cmdStatus shows, per key and master, what the master holds, as
+// redlock's Client.Inspect reads it (package layout describes it). A
+// master that fails is asked once and skipped for the keys after it, so a
+// hung master costs one timeout, not one per key.
+func cmdStatus(ctx context.Context, e *env, keys []string, asJSON bool) int {
+	timeout := max(e.timeout, statusTimeout) // no lock round: more time per round trip
+	n := len(e.pools)
+	quorum := n/2 + 1
+	down := make([]error, n) // a master's failure, once it failed
+	masters := make([]statusMaster, n)
+	for i := range e.pools {
+		masters[i].Addr = e.name(i)
+	}
+	var (
+		c     *redlock.Client
+		cOn   []*pool.RedisPool // c's pools
+		cAt   []int             // c's masters, as indices into e.pools
+		out   []statusKey
+		short bool // some key had fewer than a quorum answering
+	)
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
 	for _, key := range keys {
-		in, err := c.Inspect(ctx, key)
-		if err != nil {
-			tw.Flush()
-			printErr(e.stderr, errors.New(display(err.Error())))
-			return failCode(err)
+		if err := ctx.Err(); err != nil {
+			printErr(e.stderr, fmt.Errorf("status interrupted: %w", err))
+			return exitFailure
 		}
-		fmt.Fprintf(tw, "%s\n", display(key))
-		fmt.Fprintln(tw, "  master\treachable\tkind\tholder\tttl\tfence\t")
-		holders := map[string]int{}
-		up := 0
-		for _, m := range in.Masters {
-			p := e.pools[m.Index]
-			if m.Err != nil {
-				fmt.Fprintf(tw, "  %s\tno: %s\t\t\t\t\t\n", display(m.Addr), display(p.RedactError(m.Err).Error()))
-				code = exitUnavailable
+		sk := statusKey{Key: key, Quorum: quorum, Masters: make([]statusOnHost, n)}
+		for i := range sk.Masters {
+			sk.Masters[i].Addr = masters[i].Addr
+		}
+		// Each member's pool for this key: a cluster member's is the
+		// node that owns the key's slot.
+		slot := keyslot.Slot(key)
+		var up []int
+		var on []*pool.RedisPool
+		for i := range e.pools {
+			if down[i] != nil {
 				continue
 			}
-			st := describe(m.State, p)
-			up++
-			holders[st.holder]++
-			fmt.Fprintf(tw, "  %s\tyes (%v)\t%s\t%s\t%s\t%s\t\n", display(m.Addr), m.RTT.Round(10*time.Microsecond),
-				st.kind, orDash(st.holder), st.ttl, orDash(st.fence))
+			p := e.pools[i]
+			if cm := e.clusters[i]; cm != nil {
+				s := slot
+				sk.Masters[i].Slot = &s
+				addr, err := cm.owner(ctx, timeout, slot)
+				sk.Masters[i].Node = addr
+				if err == nil && cm.failed[addr] != "" {
+					err = fmt.Errorf("node %s owns slot %d and did not answer (asked once, skipped for the keys after): %s", addr, slot, cm.failed[addr])
+				}
+				if err == nil {
+					p, err = cm.node(addr)
+				}
+				if err != nil {
+					if cm.slots == nil { // no seed answered
+						down[i] = err
+						masters[i].Error = err.Error()
+					} else {
+						sk.Masters[i].Error = err.Error()
+					}
+					continue
+				}
+				sk.Masters[i].Node = addr
+			}
+			up = append(up, i)
+			on = append(on, p)
 		}
-		quorum := len(in.Masters)/2 + 1
-		verdict := fmt.Sprintf("  free on a quorum (%d of %d masters answered)", up, len(in.Masters))
-		for h, n := range holders {
-			if h != "" && n >= quorum {
-				verdict = fmt.Sprintf("  held by %s on %d of %d masters (quorum %d)", h, n, len(in.Masters), quorum)
+		for i := range sk.Masters {
+			if down[i] != nil {
+				masters[i].SkippedKeys++
 			}
 		}
-		if up < quorum {
-			verdict = fmt.Sprintf("  unknown: only %d of %d masters answered (quorum %d)", up, len(in.Masters), quorum)
+		if !slices.Equal(on, cOn) && len(on) > 0 {
+			if c != nil {
+				c.Close()
+			}
+			ps := make([]pool.Pool, len(on))
+			for j, p := range on {
+				ps[j] = p
+			}
+			var err error
+			if c, err = redlock.New(ps, redlock.WithTimeout(timeout)); err != nil {
+				printErr(e.stderr, err)
+				return exitUsage
+			}
+			cOn, cAt = on, up
 		}
-		fmt.Fprintln(tw, verdict)
+		if len(up) > 0 {
+			in, err := c.Inspect(ctx, key)
+			if err != nil {
+				printErr(e.stderr, errors.New(display(err.Error())))
+				return failCode(err)
+			}
+			for _, m := range in.Masters {
+				i := cAt[m.Index]
+				p := cOn[m.Index]
+				if cm := e.clusters[i]; cm != nil && m.Err != nil {
+					// The slot moved since CLUSTER SLOTS was read:
+					// follow MOVED once, and read the slots again for
+					// the keys after.
+					if addr := moved(m.Err, slot); addr != "" && cm.dialable(addr) == nil {
+						cm.slots = nil
+						if mp, err := cm.node(addr); err == nil {
+							p = mp
+							m = inspectOne(ctx, mp, key, timeout, m)
+							sk.Masters[i].Node = addr
+						}
+					}
+				}
+				if m.Err != nil {
+					err := m.Err
+					if ne := (*redlock.NodeError)(nil); errors.As(err, &ne) {
+						// c may be a client of the masters still up: name
+						// the master by its place in --masters.
+						named := *ne
+						named.Index = i
+						err = &named
+					}
+					msg := p.RedactError(err).Error()
+					if cm := e.clusters[i]; cm != nil && unreachable(m.Err) {
+						// One node of the cluster: only the keys of
+						// its slots are skipped.
+						cm.failed[p.Addr()] = msg
+						sk.Masters[i].Error = msg
+						continue
+					}
+					if unreachable(m.Err) {
+						down[i] = m.Err
+						masters[i].Error = msg
+					} else {
+						sk.Masters[i].Error = msg
+					}
+					continue
+				}
+				h := onHost(masters[i].Addr, m, p)
+				h.Node, h.Slot = sk.Masters[i].Node, sk.Masters[i].Slot
+				sk.Masters[i] = h
+			}
+		}
+		holders := map[string]int{}
+		shown := map[string]string{}
+		free := 0
+		for _, h := range sk.Masters {
+			if !h.Answered {
+				continue
+			}
+			sk.Answered++
+			if h.Kind == "free" {
+				free++
+			} else {
+				holders[h.Kind+"\x00"+h.Holder]++
+				shown[h.Kind+"\x00"+h.Holder] = h.text.holder
+			}
+		}
+		switch {
+		case sk.Answered < quorum:
+			sk.Verdict = "unknown"
+			short = true
+		case free >= quorum:
+			sk.Verdict = "free"
+		default:
+			sk.Verdict = "split"
+			for h, k := range holders {
+				if k >= quorum {
+					sk.Verdict, sk.HeldOn = "held", k
+					sk.Holder, sk.text = h[strings.IndexByte(h, 0)+1:], shown[h]
+				}
+			}
+		}
+		out = append(out, sk)
 	}
-	tw.Flush()
+	failed := 0
+	for i := range masters {
+		masters[i].Answered = down[i] == nil
+		if down[i] != nil {
+			failed++
+		}
+	}
+	code := exitOK
+	if short {
+		code = exitUnavailable
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Masters []statusMaster `json:"masters"`
+			Keys    []statusKey    `json:"keys"`
+			Quorum  int            `json:"quorum"`
+			Failed  int            `json:"failed"`
+		}{masters, out, quorum, failed}); err != nil {
+			printErr(e.stderr, err)
+			return exitFailure
+		}
+		return code
+	}
+	printStatus(e, masters, out)
+	switch {
+	case short:
+		fmt.Fprintf(e.stderr, "redlock status: for some key fewer than a quorum (%d of %d) of masters answered: its state is unknown\n", quorum, n)
+	case failed > 0:
+		fmt.Fprintf(e.stderr, "redlock status: warning: %d of %d masters did not answer; a quorum (%d) did\n", failed, n, quorum)
+	}
 	return code
 }
 
+// inspectOne reads key on the one node p (where a MOVED reply sent
+// status), as Inspect reads a master; prev is the failed read, kept when
+// no client could be made.
+func inspectOne(ctx context.Context, p *pool.RedisPool, key string, timeout time.Duration, prev redlock.MasterState) redlock.MasterState {
+	c, err := redlock.New([]pool.Pool{p}, redlock.WithTimeout(timeout))
+	if err != nil {
+		return prev
+	}
+	defer c.Close()
+	in, err := c.Inspect(ctx, key)
+	if err != nil || len(in.Masters) != 1 {
+		return prev
+	}
+	m := in.Masters[0]
+	m.Index = prev.Index
+	return m
+}
+
+// unreachable reports whether a master's failure is the master's, not
+// the key's: it did not answer in time or could not be connected to. Such
+// a master is skipped for the keys after.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, redlock.ErrMasterTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// onHost is what a master that answered holds for the key: for --json
+// every string from the master with the pool's credentials removed, for
+// the table the same cut short and escaped.
+func onHost(addr string, m redlock.MasterState, p *pool.RedisPool) statusOnHost {
+	st := m.State
+	h := statusOnHost{Addr: addr, Answered: true, RoundTripUS: m.RTT.Microseconds(), Kind: st.Kind.String(),
+		Truncated: st.Truncated, text: describe(st, p), rtt: m.RTT}
+	if st.Kind == layout.KindForeign {
+		h.Type = p.Redact(st.Type)
+	}
+	for _, hd := range st.Holders {
+		h.Holders = append(h.Holders, statusHolder{Token: p.Redact(hd.Token), Mode: hd.Mode.String(), Count: hd.Count, TTLMS: ms(hd.TTL)})
+	}
+	switch st.Kind {
+	case layout.KindLock:
+		h.Holder = h.Holders[0].Token
+	case layout.KindReentrant:
+		owners := make([]string, len(h.Holders))
+		for i, o := range h.Holders {
+			owners[i] = o.Token + "×" + strconv.FormatInt(o.Count, 10)
+		}
+		h.Holder = strings.Join(owners, ",")
+	case layout.KindReadWrite:
+		if len(h.Holders) > 0 && st.Holders[0].Mode == layout.ModeWrite {
+			h.Holder = "writer " + h.Holders[0].Token
+		} else {
+			h.Holder = strconv.Itoa(len(h.Holders)) + " readers"
+		}
+	}
+	if st.Intent != nil {
+		h.WriterWait = p.Redact(st.Intent.Writer)
+	}
+	if st.Kind != layout.KindFree {
+		t := ms(st.TTL)
+		h.TTLMS = &t
+	}
+	if st.Fenced {
+		f := st.Fence
+		h.Fence = &f
+	}
+	return h
+}
+
+// ms is d in milliseconds; NoExpiry stays -1.
+func ms(d time.Duration) int64 {
+	if d == layout.NoExpiry {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+// printStatus prints one table per key, then the masters that did not
+// answer and the failures of single keys, each once: an error never
+// widens the table.
+func printStatus(e *env, masters []statusMaster, keys []statusKey) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	type keyErr struct{ key, msg string }
+	var keyErrs []keyErr
+	for _, sk := range keys {
+		fmt.Fprintf(tw, "%s\n", display(sk.Key))
+		fmt.Fprintln(tw, "  master\treachable\tkind\tholder\tttl\tfence\t")
+		for _, h := range sk.Masters {
+			if h.Slot != nil {
+				h.Addr += " slot " + strconv.Itoa(*h.Slot)
+				if h.Node != "" {
+					h.Addr += " on " + h.Node
+				}
+			}
+			switch {
+			case h.Answered:
+				st := h.text
+				fmt.Fprintf(tw, "  %s\tyes (%v)\t%s\t%s\t%s\t%s\t\n", display(h.Addr), h.rtt.Round(10*time.Microsecond),
+					st.kind, orDash(st.holder), orDash(st.ttl), orDash(st.fence))
+			case h.Error != "":
+				keyErrs = append(keyErrs, keyErr{sk.Key, h.Error})
+				fmt.Fprintf(tw, "  %s\terror (below)\t\t\t\t\t\n", display(h.Addr))
+			default:
+				fmt.Fprintf(tw, "  %s\tno (below)\t\t\t\t\t\n", display(h.Addr))
+			}
+		}
+		n := len(sk.Masters)
+		switch sk.Verdict {
+		case "held":
+			fmt.Fprintf(tw, "  held by %s on %d of %d masters (quorum %d)\n", sk.text, sk.HeldOn, n, sk.Quorum)
+		case "free":
+			fmt.Fprintf(tw, "  free on a quorum (%d of %d masters answered)\n", sk.Answered, n)
+		case "split":
+			fmt.Fprintf(tw, "  neither held nor free on a quorum (%d of %d masters answered, quorum %d)\n", sk.Answered, n, sk.Quorum)
+		default:
+			fmt.Fprintf(tw, "  unknown: only %d of %d masters answered (quorum %d)\n", sk.Answered, n, sk.Quorum)
+		}
+	}
+	tw.Flush()
+	var down []statusMaster
+	for _, m := range masters {
+		if m.Error != "" {
+			down = append(down, m)
+		}
+	}
+	if len(down) > 0 {
+		fmt.Fprintf(e.stdout, "\ndid not answer (asked once, skipped for the keys after):\n")
+		for _, m := range down {
+			fmt.Fprintf(e.stdout, "  %s\n", display(m.Error))
+		}
+	}
+	if len(keyErrs) > 0 {
+		fmt.Fprintf(e.stdout, "\nfailed for one key:\n")
+		for _, k := range keyErrs {
+			fmt.Fprintf(e.stdout, "  key %s: %s\n", display(k.key), display(k.msg))
+		}
+	}
+}
+
 // statusTimeout is the least time status gives each round trip to a
-// master.
+// master: a look at the masters is no lock round.
 const statusTimeout = time.Second
 
 // status is one master's row, ready to print: every string from the
@@ -94,22 +491,28 @@ type status struct {
 // anywhere) before it is cut short and escaped.
 func describe(st layout.State, p *pool.RedisPool) status {
 	show := func(s string) string { return short(p.Redact(s)) }
+	meta := func(h layout.Holder) string { // the holder's metadata, quoted: never a cell of its own
+		if h.Meta == "" {
+			return ""
+		}
+		return " " + strconv.Quote(p.Redact(h.Meta))
+	}
 	var row status
 	switch st.Kind {
 	case layout.KindFree:
 		row.kind = "free"
 	case layout.KindLock:
-		row.kind, row.holder = "lock", show(st.Holders[0].Token)
+		row.kind, row.holder = "lock", show(st.Holders[0].Token)+meta(st.Holders[0])
 	case layout.KindReentrant:
 		owners := make([]string, len(st.Holders))
 		for i, h := range st.Holders {
-			owners[i] = display(p.Redact(h.Token)) + "×" + strconv.FormatInt(h.Count, 10) // owner×holds
+			owners[i] = display(p.Redact(h.Token)) + "×" + strconv.FormatInt(h.Count, 10) + meta(h) // owner×holds
 		}
 		row.kind, row.holder = "reentrant", strings.Join(owners, ",")
 	case layout.KindReadWrite:
 		row.kind = "read-write"
 		if len(st.Holders) > 0 && st.Holders[0].Mode == layout.ModeWrite {
-			row.holder = "writer " + show(st.Holders[0].Token)
+			row.holder = "writer " + show(st.Holders[0].Token) + meta(st.Holders[0])
 			break
 		}
 		row.holder = strconv.Itoa(len(st.Holders)) + " readers"
