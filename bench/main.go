@@ -129,7 +129,7 @@ func main() {
 				filepath.Base(svgPath) + ")\n\n")
 			log.Printf("wrote %s", svgPath)
 		}
-		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])), 0o644); err != nil {
+		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])+keptTail(*out)), 0o644); err != nil {
 			log.Fatal(err)
 		}
 		log.Printf("wrote %s", *out)
@@ -179,6 +179,24 @@ func document(tables string, args []string) string {
 		runtime.Version(), redisVersion(), time.Now().UTC().Format("2006-01-02"))
 	b.WriteString(tables)
 	return b.String()
+}
+
+// keptMarker starts the part of the report file that is written by hand
+// (measurements made outside this program, such as the otel observer's
+// cost): a new report keeps it.
+const keptMarker = "<!-- Below: written by hand, kept when bench rewrites this file. -->"
+
+// keptTail returns the hand-written part of the report at path, from
+// keptMarker on, or "".
+func keptTail(path string) string {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(old), keptMarker); i >= 0 {
+		return "\n" + string(old[i:])
+	}
+	return ""
 }
 
 func cpuModel() string {
