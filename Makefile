@@ -9,15 +9,19 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz
+.PHONY: all test test-goredis test-otel unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
-## deps: install redis-server from Debian's packages when it is missing
+## deps: install redis-server from Debian's packages when it is missing, and a
+##   C compiler (gcc), which builds the clock-fault shim (internal/clockfault)
 deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v $${CC:-cc} >/dev/null 2>&1 || { \
+	  echo "installing gcc (builds the clock-fault shim) ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 
 ## redis-image: build $(REDIS_IMAGE) FROM scratch from Debian's redis-server (no registry needed)
 redis-image: deps
@@ -28,27 +32,51 @@ redis-image: deps
 ##   (every test whose behaviour depends on the connection path runs on both, as subtests)
 test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-goredis
+	$(MAKE) test-otel
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
-test-goredis: deps
+##   (with the integration conformance suite through goredis.New, on each backend)
+test-goredis: deps redis-image
 	cd goredis && $(GO) test -race -count=1 -timeout 10m ./...
 
-## unit: the tests outside integration/, without the race detector (faster)
+## test-otel: the OpenTelemetry observer's module (otel/), against real Redis masters
+test-otel: deps
+	cd otel && $(GO) test -race -count=1 -timeout 10m ./...
+
+## unit: the library module's tests (integration/ is a module of its own), without the race detector (faster)
 unit: deps
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+	$(GO) test -count=1 $(PKGS)
 
 ## short: the unit tests only (quorum logic on in-memory masters, the fake clock,
 ##   parsers), with the race detector; needs no redis-server or Docker: every test
 ##   that needs real Redis skips under -short, saying so
 short:
 	$(GO) test -race -short -count=1 $(PKGS)
+	cd integration && $(GO) test -race -short -count=1 ./...
 
 ## integration: the suites that kill, pause, restart and partition real masters
 ##   (NEMESIS=10m for a soak; QUORUMLOCK_BACKEND=docker|process for one backend)
+##   and masters whose clocks drift and jump (CLOCKS: the suite within the drift allowance)
 NEMESIS ?= 30s
+CLOCKS ?= 2m
+##   (-nemesis and -clocks are flags of the suites' own package only: the others' test binaries would reject them)
 integration: deps redis-image
-	$(GO) test -race -count=1 -timeout 60m -v ./integration/... -args -nemesis=$(NEMESIS) 2>&1 | \
+	cd integration && { $(GO) test -race -count=1 -timeout 60m -v . -args -nemesis=$(NEMESIS) -clocks=$(CLOCKS) && \
+	  $(GO) test -race -count=1 -timeout 30m -v $$($(GO) list ./... | grep -vx github.com/quorumlock/quorumlock/integration); } 2>&1 | \
+	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+	@# the nemesis on members that are Redis Clusters (slot migrations under load), go-redis adapter
+	cd goredis && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' . -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
+	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
+
+## soak: the nemesis with every fault kind the process backend makes (pauses, kills,
+##   clocks that drift and jump within the assumptions) for SOAK, N=5, 16 clients on
+##   4 keys, without the race detector; prints grants, faults by kind, overlaps, lost
+##   updates, stale-write refusals, tokens backwards. Not in CI.
+SOAK ?= 30m
+soak: deps
+	cd integration && $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' . -args -soak=$(SOAK) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## clean-containers: remove every container and network the suites made
@@ -59,16 +87,20 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet (the library, the bench/ and goredis/ modules), gofmt, and go.mod/go.sum tidy in all three
+## lint: go vet (the library, the bench/, goredis/, integration/ and otel/ modules), gofmt, and go.mod/go.sum tidy in all five
 lint: vet fmt tidy
 tidy:
 	$(GO) mod tidy -diff
 	cd bench && $(GO) mod tidy -diff
 	cd goredis && $(GO) mod tidy -diff
+	cd integration && $(GO) mod tidy -diff
+	cd otel && $(GO) mod tidy -diff
 vet:
 	$(GO) vet $(PKGS)
 	cd bench && $(GO) vet ./...
 	cd goredis && $(GO) vet ./...
+	cd integration && $(GO) vet ./...
+	cd otel && $(GO) vet ./...
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
@@ -76,9 +108,11 @@ fmt:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-## demo: the quorum at work on five throwaway local masters (or REDLOCK_MASTERS)
-demo: deps redis-image
+## demo: the quorum at work on five throwaway redis-server masters (or REDLOCK_MASTERS), then
+##   what the otel observer reports of a short run (its metrics, a trace with a frozen master)
+demo: deps
 	$(GO) run ./cmd/demo
+	cd otel && $(GO) run ./internal/demo
 
 ## fuzz: each fuzzer for FUZZTIME (URL parsing, the RESP framing guard, reply decoding, ACL error explanation, companion keys)
 FUZZTIME ?= 10s
