@@ -75,13 +75,12 @@ import (
 `
 
 // preambleImports are the packages every snippet may use without
-// importing them; the root module has them all, a nested module only
-// those of the library proper (the harness needs Docker's client).
-func preambleImports(nested bool) string {
+// importing them: the library proper, which every module of this
+// repository requires. A snippet using another module's package (the
+// harness, integration/cluster, is a module of its own) imports it and is
+// built in that module.
+func preambleImports() string {
 	imps := []string{"fence", "pool", "redlock"}
-	if !nested {
-		imps = append(imps, "integration/cluster")
-	}
 	out := ""
 	for _, p := range imps {
 		out += "\t\"github.com/quorumlock/quorumlock/" + p + "\"\n"
@@ -241,7 +240,7 @@ func TestSnippetsCompile(t *testing.T) {
 		dir := filepath.Join(mod.dir, "internal", "docsnippets", name)
 		src := filepath.Join(tmp, name+".go")
 		lines := strings.Count(s.code, "\n") - strings.Count(code, "\n")
-		text := fmt.Sprintf(preamble, preambleImports(mod.dir != root)+dedupe(extra, preambleImports(mod.dir != root))) + body + fmt.Sprintf("//line %s:%d\n", filepath.Join(root, s.file), s.line+lines) + code + "\treturn nil\n}\n"
+		text := fmt.Sprintf(preamble, preambleImports()+dedupe(extra, preambleImports())) + body + fmt.Sprintf("//line %s:%d\n", filepath.Join(root, s.file), s.line+lines) + code + "\treturn nil\n}\n"
 		if err := os.WriteFile(src, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
