@@ -71,12 +71,13 @@ integration: deps redis-image
 	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
 
 ## soak: the nemesis with every fault kind the process backend makes (pauses, kills,
-##   clocks that drift and jump within the assumptions) for SOAK, N=5, 16 clients on
-##   4 keys, without the race detector; prints grants, faults by kind, overlaps, lost
+##   clocks that drift and jump within the assumptions) for SOAK, N=5, 32 clients on
+##   8 keys (SOAK_KEYS), without the race detector; prints grants, faults by kind, overlaps, lost
 ##   updates, stale-write refusals, tokens backwards. Not in CI.
 SOAK ?= 30m
+SOAK_KEYS ?= 8
 soak: deps
-	cd integration && $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' . -args -soak=$(SOAK) 2>&1 | \
+	cd integration && $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' . -args -soak=$(SOAK) -soak-keys=$(SOAK_KEYS) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## clean-containers: remove every container and network the suites made

@@ -8,8 +8,12 @@ import (
 	"github.com/quorumlock/quorumlock/integration/cluster"
 )
 
-var soakDuration = flag.Duration("soak", 0,
-	"run TestSoak for this long (make soak); 0 skips it")
+var (
+	soakDuration = flag.Duration("soak", 0,
+		"run TestSoak for this long (make soak); 0 skips it")
+	soakKeys = flag.Int("soak-keys", 8,
+		"TestSoak's keys, each contended by 4 clients: a grant's rate is bound by each key's round trips, not the CPU, so more keys grant more")
+)
 
 // TestSoak is the nemesis with every fault kind the process backend can
 // make — pauses, kills with restarts, and clocks that drift within ±0.5 %
@@ -24,7 +28,7 @@ func TestSoak(t *testing.T) {
 	}
 	c := cluster.Start(t, 5, cluster.WithBackend(cluster.Process), cluster.WithAOF(), cluster.WithClockFaults())
 	r := runNemesis(t, c, "soak, N=5, process backend", nemesisConfig{
-		clients: 16, keys: 4, duration: *soakDuration,
+		clients: 4 * *soakKeys, keys: *soakKeys, duration: *soakDuration,
 		// Fewer and shorter paused holders than TestNemesis: each keeps
 		// the key until its TTL, and a soak should grant much.
 		staleEvery: 64, staleTTL: 400 * time.Millisecond,
