@@ -323,8 +323,16 @@ type DialError struct {
 	Err  error
 }
 
-// Error names the master and the reason.
-func (e *DialError) Error() string { return "pool: dial " + e.Addr + ": " + e.Err.Error() }
+// Error names the master and the reason, the address once: a net
+// package error names it already ("dial tcp 127.0.0.1:6379: connect:
+// connection refused").
+func (e *DialError) Error() string {
+	msg := e.Err.Error()
+	if strings.Contains(msg, e.Addr) {
+		return "pool: " + msg
+	}
+	return "pool: dial " + e.Addr + ": " + msg
+}
 
 // Unwrap returns the underlying error.
 func (e *DialError) Unwrap() error { return e.Err }

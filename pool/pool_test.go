@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,32 @@ func TestRedisPool_redactsEchoedCredentials(t *testing.T) {
 	}
 	if got := p.Redact("x " + secret + " y " + user + " users"); got != "x [redacted] y [redacted] users" {
 		t.Errorf("Redact = %q", got)
+	}
+}
+
+// A dial error names the master's address once.
+func TestDialError_namesTheAddressOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	p, err := pool.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	conn, err := p.GetContext(context.Background())
+	if err == nil {
+		conn.Close()
+		t.Skip("something listens on the freed port")
+	}
+	var de *pool.DialError
+	if !errors.As(err, &de) || de.Addr != addr {
+		t.Fatalf("error %v (%T) is not a DialError for %s", err, err, addr)
+	}
+	if n := strings.Count(err.Error(), addr); n != 1 {
+		t.Errorf("%q names %s %d times, want once", err, addr, n)
 	}
 }
