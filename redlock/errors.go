@@ -134,6 +134,12 @@ type QuorumError struct {
 	// Failed holds a *NodeError for each master that failed or did not
 	// answer in time; nil when none did.
 	Failed *multierror.Error
+	// Unanswered holds the indices of masters whose answers were not
+	// awaited: the outcome was settled without them (so many refused or
+	// failed that a quorum was out of reach), or the caller's ctx ended
+	// first. Their answers, when they come, are handled as the round's
+	// (a grant is rolled back).
+	Unanswered []int
 
 	sentinel error
 	ctxErr   error
@@ -176,6 +182,15 @@ func (e *QuorumError) Error() string {
 		for _, err := range e.Failed.Errors {
 			b.WriteString("; ")
 			b.WriteString(trimPrefix(err.Error()))
+		}
+	}
+	if len(e.Unanswered) > 0 {
+		b.WriteString("; not awaited: ")
+		e.writeMasters(&b, e.Unanswered, nil)
+		if e.ctxErr == nil && len(e.Unanswered) == 1 {
+			b.WriteString(" (a quorum was out of reach without its answer)")
+		} else if e.ctxErr == nil {
+			b.WriteString(" (a quorum was out of reach without their answers)")
 		}
 	}
 	if e.ctxErr != nil {

@@ -95,3 +95,76 @@ func TestMessages_hungAndKilledMasters(t *testing.T) {
 		}
 	})
 }
+
+// A round settled before every master answered — two of three refused, so
+// no quorum could come — says which masters it did not wait for, instead
+// of leaving them out of "0 of 3 masters agreed". The third master is
+// SIGSTOPped, so its answer cannot come in first: the other two, holding
+// the key for another client, refuse.
+func TestMessages_notAwaitedWhenTheQuorumIsOutOfReach(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	forEachPath(t, func(t *testing.T, path connPath) {
+		ctx := context.Background()
+		key := "not-awaited-" + path.name
+		holder, err := redlock.NewFromAddrs(addrs, path.Option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		warm, err := c.TryAcquire(ctx, key+"-warm-up") // the first call's run_id check, every master up
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l, err := holder.TryAcquire(ctx, key, redlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		// The holder returned at a quorum; wait until its grant is on
+		// every master, so that both of the others refuse.
+		for _, s := range servers {
+			for i := 0; ; i++ {
+				n, err := s.Do("EXISTS", key)
+				if err == nil && n == int64(1) {
+					break
+				}
+				if i == 500 {
+					t.Fatalf("the holder's key never reached %s: %v %v", s.Addr(), n, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if err := servers[2].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[2].Resume()
+		_, err = c.TryAcquire(ctx, key)
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) {
+			t.Fatalf("not a *QuorumError: %v", err)
+		}
+		if len(qe.Refused) != 2 || len(qe.Unanswered) != 1 || qe.Unanswered[0] != 2 || qe.Failed != nil {
+			t.Errorf("refused %v, unanswered %v, failed %v; want 2 refused, master 2 unanswered, none failed", qe.Refused, qe.Unanswered, qe.Failed)
+		}
+		t.Log(err)
+		want := "; not awaited: master 2 (" + addrs[2] + ") (a quorum was out of reach without its answer)"
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not say %q", err, want)
+		}
+		if err := servers[2].Resume(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

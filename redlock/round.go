@@ -1107,5 +1107,20 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 	if len(t.errs) > 0 {
 		qe.Failed = multierror.Append(nil, t.errs...)
 	}
+	for i, v := range t.votes {
+		if v == 0 && !failedAt(t.errs, i) {
+			qe.Unanswered = append(qe.Unanswered, i)
+		}
+	}
 	return qe
+}
+
+// failedAt reports whether errs hold master i's *NodeError.
+func failedAt(errs []error, i int) bool {
+	for _, err := range errs {
+		if ne, ok := err.(*NodeError); ok && ne.Index == i {
+			return true
+		}
+	}
+	return false
 }
