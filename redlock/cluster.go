@@ -391,7 +391,7 @@ func (s *clusterSend) handle(v any, err error) {
 		}
 		s.redirects++
 		if s.redirects > maxRedirects {
-			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (last: %s): the cluster's slots keep moving", maxRedirects, msg)})
+			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
 			return
 		}
 		if time.Now().After(s.deadline) {
