@@ -340,8 +340,15 @@ type clusterSend struct {
 	node         string // where the current try went
 	req          muxReq
 	redirects    int
+	tryAgain     bool // a try was answered TRYAGAIN
 	sent, resent bool
 }
+
+// errTryAgain fails a command whose tries were answered TRYAGAIN until its
+// redirections ran out: a script of many keys (a fenced, fair or
+// read-write lock) whose slot is being migrated, with its keys not all on
+// one side. Redis refuses such a command until the migration ends.
+var errTryAgain = errors.New("TRYAGAIN: the lock's keys are split by a slot migration under way; Redis runs no command of many keys in that slot until it ends")
 
 // send tries the command on the node at addr's pipelined connection.
 func (s *clusterSend) send(addr string) {
@@ -374,6 +381,9 @@ func (s *clusterSend) handle(v any, err error) {
 	if !isReply {
 		if err != nil && !errors.Is(err, ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
+			if ne := (*clusterNodeError)(nil); !errors.As(err, &ne) {
+				err = &clusterNodeError{node: s.node, err: err}
+			}
 		}
 		s.finish(v, err)
 		return
@@ -390,6 +400,10 @@ func (s *clusterSend) handle(v any, err error) {
 			return
 		}
 		s.redirects++
+		if s.redirects > maxRedirects && s.tryAgain {
+			s.finish(nil, &clusterNodeError{node: s.node, err: errTryAgain})
+			return
+		}
 		if s.redirects > maxRedirects {
 			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
 			return
@@ -409,6 +423,7 @@ func (s *clusterSend) handle(v any, err error) {
 		s.later(0, s.asking)
 		return
 	case strings.HasPrefix(msg, "TRYAGAIN"):
+		s.tryAgain = true
 		if time.Now().Add(tryAgainPause).Before(s.deadline) {
 			s.later(tryAgainPause, func() { s.send(s.ct.ownerOf(s.slot)) })
 			return
