@@ -182,11 +182,11 @@ func testCLIStatusAndDoctor(t *testing.T, b cluster.Backend) {
 		t.Errorf("doctor: exit %d:\n%s", code, out)
 	}
 
-	// exec and bench refuse cluster members: the engine has no cluster
-	// transport on redigo.
+	// exec locks on cluster members (the library's cluster transport):
+	// tok-cli holds the key on every member, so it is refused.
 	code, _, errOut = runRedlock(t, bin, members, "exec", key, "--", "true")
-	if code != 64 || !strings.Contains(errOut, "status and doctor only") {
-		t.Errorf("exec on cluster members: exit %d: %s", code, errOut)
+	if code != 75 || !strings.Contains(errOut, "held by another token") {
+		t.Errorf("exec on cluster members while tok-cli holds the key: exit %d: %s", code, errOut)
 	}
 }
 
