@@ -113,18 +113,24 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 			}
 			seen[p] = i
 		}
-		dial := dialerOf(p)
-		if cfg.pipelining && dial != nil {
-			mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout}
-			if r, ok := p.(pool.Redactor); ok {
-				mx.redact = r.RedactError
-			}
-			ts[i] = mx
-		} else {
-			ts[i] = &pooledTransport{addr: addr, pool: p, dial: dial}
-		}
+		ts[i] = transportOf(addr, p, cfg)
 	}
 	return newClient(ts, cfg)
+}
+
+// transportOf returns the transport New makes of the pool p of the master
+// named addr: pipelined when p can dial a connection of its own and
+// pipelining is on, else pooled.
+func transportOf(addr string, p pool.Pool, cfg config) Transport {
+	dial := dialerOf(p)
+	if cfg.pipelining && dial != nil {
+		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout}
+		if r, ok := p.(pool.Redactor); ok {
+			mx.redact = r.RedactError
+		}
+		return mx
+	}
+	return &pooledTransport{addr: addr, pool: p, dial: dial}
 }
 
 // NewWithTransports returns a client for the masters behind ts, one
@@ -217,21 +223,52 @@ func withoutCredentials(addr string) string {
 }
 
 // NewFromAddrs returns a client for the masters at addrs, each either
-// "host:port" or a URL as pool.NewFromURL takes it. It makes one pool per
-// master (configured by WithPoolOptions), which Close closes.
+// "host:port", a URL as pool.NewFromURL takes it, or a quorum member that
+// is a Redis Cluster, written cluster://HOST:PORT[+HOST:PORT...] with
+// some of its nodes as seeds (pool.ParseClusterURL). It makes one pool per
+// master, and per node of a cluster member (all configured by
+// WithPoolOptions: credentials, TLS and timeouts apply to every node of
+// a cluster), which Close closes.
+//
+// A cluster member's commands go to the node that owns the lock key's
+// slot, following MOVED, ASK and TRYAGAIN; it is pipelined (one
+// connection per node) whatever WithPipelining says. With any cluster
+// member, WithClusterSlots is on. See docs/operations.md, "Quorum members
+// that are Redis Clusters".
 func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
+	}
 	var owned []*pool.RedisPool
+	var clusters []*clusterTransport
 	closeAll := func() {
 		for _, p := range owned {
 			p.Close()
 		}
+		for _, ct := range clusters {
+			ct.Close()
+		}
 	}
-	pools := make([]pool.Pool, 0, len(addrs))
+	ts := make([]Transport, 0, len(addrs))
 	for i, a := range addrs {
+		if pool.IsClusterURL(a) {
+			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout)
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
+			}
+			clusters = append(clusters, ct)
+			ts = append(ts, ct)
+			cfg.clusterSlots = true
+			continue
+		}
 		var p *pool.RedisPool
 		var err error
 		if strings.Contains(a, "://") {
@@ -244,9 +281,9 @@ func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
 		}
 		owned = append(owned, p)
-		pools = append(pools, p)
+		ts = append(ts, transportOf(p.Addr(), p, cfg))
 	}
-	c, err := New(pools, opts...)
+	c, err := newClient(ts, cfg)
 	if err != nil {
 		closeAll()
 		return nil, err

@@ -3,9 +3,9 @@ package main
 // Quorum members that are Redis Clusters, for status and doctor.
 //
 // A member written cluster://HOST:PORT[+HOST:PORT...] is a Redis Cluster
-// reached through those seed nodes. The lock engine has no cluster
-// transport on redigo yet, so exec and bench refuse such a member; status
-// and doctor read it with plain commands: CLUSTER SLOTS (from the first
+// reached through those seed nodes. exec, elect, leader and bench lock
+// through the library's cluster transport (redlock.NewFromAddrs); status
+// and doctor, which report each node, read it with plain commands: CLUSTER SLOTS (from the first
 // seed that answers) says which node owns a key's slot, the key is read
 // there, and a MOVED reply (the slot moved meanwhile) is followed once.
 // Every reply is untrusted: its size is bounded by the pool's guard, and
@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,29 +28,24 @@ import (
 )
 
 // clusterScheme starts a member that is a Redis Cluster.
-const clusterScheme = "cluster://"
+const clusterScheme = pool.ClusterScheme
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
-const clusterSlots = 16384
-
-// maxSeeds bounds the seed list of one cluster member.
-const maxSeeds = 64
+const clusterSlots = pool.ClusterSlots
 
 // clusterMember is one quorum member that is a Redis Cluster. It is used
 // by one command at a time (not safe for concurrent use).
 type clusterMember struct {
-	spec  string        // as given, seeds joined with '+'
-	seeds []string      // host:port
-	opts  []pool.Option // for every node's pool (TLS, timeouts)
+	spec  string           // as given, seeds joined with '+'
+	cs    pool.ClusterSpec // its seeds, checked
+	seeds []string         // host:port (cs.Seeds)
+	opts  []pool.Option    // for every node's pool (TLS, timeouts)
 	nodes map[string]*pool.RedisPool
 	// failed are the nodes that did not answer status, by address: asked
 	// once, skipped for the keys after.
 	failed map[string]string
 	slots  []slotRange // CLUSTER SLOTS as last read; nil until read
 	from   string      // the node slots was read from
-	// loopback is set when every seed is a loopback address: then only
-	// loopback addresses the cluster names are dialed.
-	loopback bool
 }
 
 // slotRange is one range of CLUSTER SLOTS: its primary's address and ID.
@@ -61,86 +55,21 @@ type slotRange struct {
 	id     string
 }
 
-// parseClusterMember parses cluster://HOST:PORT[+HOST:PORT...].
+// parseClusterMember parses cluster://HOST:PORT[+HOST:PORT...]
+// (pool.ParseClusterURL, which the library's NewFromAddrs shares).
 func parseClusterMember(spec string, opts []pool.Option) (*clusterMember, error) {
-	rest, ok := strings.CutPrefix(spec, clusterScheme)
-	if !ok {
-		return nil, fmt.Errorf("member %q is not %sHOST:PORT[+HOST:PORT...]", spec, clusterScheme)
+	cs, err := pool.ParseClusterURL(spec)
+	if err != nil {
+		return nil, err
 	}
-	if strings.Contains(rest, "@") {
-		return nil, errors.New("a cluster member has '@' in it (not quoted here, in case it holds a password): cluster members take no credentials yet; give each seed as host:port")
-	}
-	parts := strings.Split(rest, "+")
-	if len(parts) > maxSeeds {
-		return nil, fmt.Errorf("cluster member %q: %d seeds, at most %d", spec, len(parts), maxSeeds)
-	}
-	m := &clusterMember{spec: spec, opts: opts, nodes: map[string]*pool.RedisPool{}, failed: map[string]string{}}
-	for _, s := range parts {
-		addr, err := checkAddr(s, "")
-		if err != nil {
-			return nil, fmt.Errorf("cluster member %q: seed %q: %w", spec, s, err)
-		}
-		m.seeds = append(m.seeds, addr)
-	}
-	m.loopback = true
-	for _, a := range m.seeds {
-		m.loopback = m.loopback && isLoopback(a)
-	}
-	return m, nil
-}
-
-// isLoopback reports whether host:port is on this machine's loopback.
-func isLoopback(addr string) bool {
-	host, _, _ := net.SplitHostPort(addr)
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
+	return &clusterMember{spec: spec, cs: cs, seeds: cs.Seeds, opts: opts,
+		nodes: map[string]*pool.RedisPool{}, failed: map[string]string{}}, nil
 }
 
 // dialable checks an address the cluster named (CLUSTER SLOTS, MOVED)
-// before it is dialed. A member given by loopback seeds is a cluster on
-// this machine: a node it announces elsewhere (a container's address,
-// cluster-announce-ip unset) is one its clients cannot count on reaching.
-// A member given by other seeds is on other machines: a node it announces
-// on this machine's loopback is no node of it (and could be any local
-// service). Neither is dialed.
-func (m *clusterMember) dialable(addr string) error {
-	switch {
-	case m.loopback && !isLoopback(addr):
-		return fmt.Errorf("node %s is announced off loopback while the seeds are on loopback: not dialed; set cluster-announce-ip (or cluster-announce-hostname) to an address clients dial", addr)
-	case !m.loopback && isLoopback(addr):
-		return fmt.Errorf("node %s is announced on loopback while the seeds are not: not dialed; set cluster-announce-ip (or cluster-announce-hostname) to an address clients dial", addr)
-	}
-	return nil
-}
-
-// hostRE is what a host in a seed or a reply may be: a DNS name or an IP
-// address (IPv6 as net.SplitHostPort leaves it).
-var hostRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,253}$`)
-
-// checkAddr checks host:port (from the command line or a node's reply)
-// and returns it in net.JoinHostPort's form. An empty host is the host of
-// sender, as CLUSTER SLOTS means it.
-func checkAddr(hostport, sender string) (string, error) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", errors.New("not host:port")
-	}
-	if host == "" && sender != "" {
-		host, _, _ = net.SplitHostPort(sender)
-	}
-	return checkHostPort(host, port)
-}
-
-func checkHostPort(host, port string) (string, error) {
-	if !hostRE.MatchString(host) {
-		return "", errors.New("not a host name or IP address")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return "", errors.New("port is not 1..65535")
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p)), nil
-}
+// before it is dialed (pool.ClusterSpec.Dialable: loopback seeds are
+// followed only to loopback, other seeds never to loopback).
+func (m *clusterMember) dialable(addr string) error { return m.cs.Dialable(addr) }
 
 // node returns the pool of the node at addr (checked), opening it once.
 func (m *clusterMember) node(addr string) (*pool.RedisPool, error) {
@@ -203,54 +132,16 @@ func (m *clusterMember) readSlots(ctx context.Context, timeout time.Duration, fr
 	return fmt.Errorf("cluster %s: no seed told the slots' owners: %w", m.spec, errors.Join(errs...))
 }
 
-// parseSlots checks a CLUSTER SLOTS reply from the node at sender. Each
-// entry is [lo, hi, [host, port, id, ...], replicas...]; only the primary
-// is kept.
+// parseSlots checks a CLUSTER SLOTS reply from the node at sender
+// (pool.ParseClusterSlots).
 func parseSlots(v any, sender string) ([]slotRange, error) {
-	entries, err := redis.Values(v, nil)
+	rs, err := pool.ParseClusterSlots(v, sender)
 	if err != nil {
-		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+		return nil, err
 	}
-	if len(entries) > clusterSlots {
-		return nil, fmt.Errorf("CLUSTER SLOTS: %d ranges, more than there are slots", len(entries))
-	}
-	out := make([]slotRange, 0, len(entries))
-	for i, e := range entries {
-		f, err := redis.Values(e, nil)
-		if err != nil || len(f) < 3 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: entry %d is not [start, end, primary, ...]", i)
-		}
-		lo, err1 := redis.Int(f[0], nil)
-		hi, err2 := redis.Int(f[1], nil)
-		if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi >= clusterSlots {
-			return nil, fmt.Errorf("CLUSTER SLOTS: entry %d: not a slot range", i)
-		}
-		p, err := redis.Values(f[2], nil)
-		if err != nil || len(p) < 2 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: entry %d: no primary [host, port, ...]", i)
-		}
-		host, err1 := redis.String(p[0], nil)
-		port, err2 := redis.Int(p[1], nil)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: entry %d: primary is not [host, port, ...]", i)
-		}
-		if host == "?" {
-			return nil, fmt.Errorf("CLUSTER SLOTS: slots %d-%d: the primary's endpoint is unknown (\"?\"): set cluster-announce-hostname or cluster-preferred-endpoint-type", lo, hi)
-		}
-		if host == "" {
-			host, _, _ = net.SplitHostPort(sender)
-		}
-		addr, err := checkHostPort(host, strconv.Itoa(port))
-		if err != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: slots %d-%d: primary %s: %w", lo, hi, strconv.Quote(display(short64(host))), err)
-		}
-		r := slotRange{lo: lo, hi: hi, addr: addr}
-		if len(p) >= 3 {
-			if id, err := redis.String(p[2], nil); err == nil && len(id) == 40 && strings.Trim(id, "0123456789abcdef") == "" {
-				r.id = id
-			}
-		}
-		out = append(out, r)
+	out := make([]slotRange, len(rs))
+	for i, r := range rs {
+		out[i] = slotRange{lo: r.Lo, hi: r.Hi, addr: r.Addr, id: r.ID}
 	}
 	return out, nil
 }
@@ -294,7 +185,7 @@ func moved(err error, slot int) string {
 	if sm == nil || sm[1] != strconv.Itoa(slot) {
 		return ""
 	}
-	addr, err := checkAddr(sm[2], "")
+	addr, err := pool.CheckNodeAddr(sm[2], "")
 	if err != nil {
 		return ""
 	}

@@ -100,18 +100,16 @@ func TestMoved(t *testing.T) {
 	}
 }
 
-// exec and bench lock through the redigo engine, which has no cluster
-// transport: they refuse a cluster member before dialing anything; a
-// cluster member that is not host:port seeds is bad usage for every
-// command.
+// A cluster member that is not host:port seeds is bad usage for every
+// command, before anything is dialed.
 func TestRun_clusterMembersRefused(t *testing.T) {
 	for _, tc := range []struct {
 		masters string
 		args    []string
 		want    string
 	}{
-		{"cluster://127.0.0.1:1", []string{"exec", "k", "--", "true"}, "status and doctor only"},
-		{"127.0.0.1:1,cluster://127.0.0.1:2+127.0.0.1:3", []string{"bench"}, "status and doctor only"},
+		{"cluster://127.0.0.1:1+127.0.0.1", []string{"exec", "k", "--", "true"}, "not host:port"},
+		{"127.0.0.1:1,cluster://127.0.0.1:2+127.0.0.1:0", []string{"bench"}, "port is not"},
 		{"cluster://127.0.0.1", []string{"status", "k"}, "not host:port"},
 		{"cluster://u:p@127.0.0.1:1", []string{"doctor"}, "no credentials"},
 	} {

@@ -112,7 +112,7 @@ func cmdLeader(ctx context.Context, e *env, key string, asJSON bool) int {
 	c := e.client
 	if e.timeout < statusTimeout {
 		var err error
-		if c, err = redlock.New(e.poolList(), redlock.WithTimeout(statusTimeout)); err != nil {
+		if c, err = e.newClient(statusTimeout); err != nil {
 			printErr(e.stderr, err)
 			return exitUsage
 		}

@@ -15,8 +15,10 @@
 //
 // The masters come from --masters or REDLOCK_MASTERS: comma-separated
 // host:port or redis:// / rediss:// URLs. Passwords are never printed.
-// For status and doctor a member may be a Redis Cluster, given by its seed
-// nodes as cluster://HOST:PORT[+HOST:PORT...]; exec and bench refuse it.
+// A member may be a Redis Cluster, given by its seed nodes as
+// cluster://HOST:PORT[+HOST:PORT...]: exec, elect, leader and bench lock on
+// the node that owns the key's slot (the library's cluster transport);
+// status and doctor report the nodes.
 //
 // Exit codes: 0 success (exec: the command's own code is passed through;
 // 128+n when it died of signal n), 64 bad usage, 69 masters unusable,
@@ -83,9 +85,9 @@ commands:
 
 masters: --masters or REDLOCK_MASTERS, comma-separated host:port or
 redis:// / rediss:// URLs. --tls-* flags (or rediss:// URLs) speak TLS;
-certificates are always verified. For status and doctor a member may be a
-Redis Cluster: cluster://HOST:PORT[+HOST:PORT...] (its seed nodes, no
-credentials); exec and bench refuse it.
+certificates are always verified. A member may be a Redis Cluster:
+cluster://HOST:PORT[+HOST:PORT...] (its seed nodes, no credentials in it;
+the --tls-* flags apply to every node).
 
 exit codes: 0 ok (exec: the command's own), 64 usage, 69 masters unusable,
 75 not acquired, 76 lock lost while the command ran, 1 other failure.
@@ -105,10 +107,6 @@ func (u usageError) Error() string { return u.msg }
 type command struct {
 	parse func(args []string) (runner, error)
 	usage func() string // the command's help, flags included
-	// cluster tells whether the command takes members that are Redis
-	// Clusters (cluster://...): status and doctor read them; the lock
-	// engine has no cluster transport on redigo yet.
-	cluster bool
 }
 
 func commands() map[string]command {
@@ -116,9 +114,9 @@ func commands() map[string]command {
 		"exec":   {parse: parseExec, usage: execUsage},
 		"elect":  {parse: parseElect, usage: electUsage},
 		"leader": {parse: parseLeader, usage: leaderUsage},
-		"doctor": {parse: parseDoctor, usage: doctorUsage, cluster: true},
+		"doctor": {parse: parseDoctor, usage: doctorUsage},
 		"bench":  {parse: parseBench, usage: benchUsage},
-		"status": {parse: parseStatus, usage: statusUsage, cluster: true},
+		"status": {parse: parseStatus, usage: statusUsage},
 	}
 }
 
@@ -210,14 +208,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		tlsOpt = append(tlsOpt, pool.WithTLS(cfg))
 	}
-	if !c.cluster {
-		for _, a := range addrs {
-			if strings.HasPrefix(a, clusterScheme) {
-				fmt.Fprintf(stderr, "redlock %s: a member that is a Redis Cluster (%s...) is read by status and doctor only: the lock engine has no Redis Cluster transport on redigo yet; give each member as one primary (host:port)\n", name, clusterScheme)
-				return exitUsage
-			}
-		}
-	}
 	e, err := openEnv(addrs, *timeout, stdout, stderr, tlsOpt...)
 	if err != nil {
 		printErr(stderr, err)
@@ -272,23 +262,28 @@ type env struct {
 	// that is a Redis Cluster, which clusters holds at the same index.
 	pools    []*pool.RedisPool
 	clusters []*clusterMember
-	// client is a client on pools; nil when a member is a cluster.
-	client  *redlock.Client
-	timeout time.Duration
-	stdout  io.Writer
-	stderr  io.Writer
+	// client is a client of the members: on pools, or when a member is a
+	// cluster, made by redlock.NewFromAddrs (with pools of its own).
+	client *redlock.Client
+	addrs  []string      // --masters
+	opts   []pool.Option // every pool's options
+	// anyCluster: a member is a Redis Cluster.
+	anyCluster bool
+	timeout    time.Duration
+	stdout     io.Writer
+	stderr     io.Writer
 	// isTerminal tells whether a writer is a terminal (bench draws its
 	// progress bar only there); tests replace it.
 	isTerminal func(io.Writer) bool
 }
 
 func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, extra ...pool.Option) (*env, error) {
-	e := &env{timeout: timeout, stdout: stdout, stderr: stderr, isTerminal: isTerminal}
+	opts := append([]pool.Option{pool.WithConnectTimeout(time.Second)}, extra...)
+	e := &env{timeout: timeout, stdout: stdout, stderr: stderr, isTerminal: isTerminal, addrs: addrs, opts: opts}
 	anyCluster := false
 	for _, a := range addrs {
 		var p *pool.RedisPool
 		var err error
-		opts := append([]pool.Option{pool.WithConnectTimeout(time.Second)}, extra...)
 		if strings.HasPrefix(a, clusterScheme) {
 			cm, err := parseClusterMember(a, opts)
 			if err != nil {
@@ -310,16 +305,25 @@ func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, ex
 		}
 		e.pools, e.clusters = append(e.pools, p), append(e.clusters, nil)
 	}
-	if anyCluster {
-		return e, nil
-	}
-	c, err := redlock.New(e.poolList(), redlock.WithTimeout(timeout))
+	e.anyCluster = anyCluster
+	c, err := e.newClient(timeout)
 	if err != nil {
 		e.close()
 		return nil, err
 	}
 	e.client = c
 	return e, nil
+}
+
+// newClient returns a client of the members with the per-master timeout
+// given: on the members' pools, or when a member is a Redis Cluster, made
+// by redlock.NewFromAddrs (its cluster transport follows the slots). The
+// caller closes it.
+func (e *env) newClient(timeout time.Duration) (*redlock.Client, error) {
+	if e.anyCluster {
+		return redlock.NewFromAddrs(e.addrs, redlock.WithTimeout(timeout), redlock.WithPoolOptions(e.opts...))
+	}
+	return redlock.New(e.poolList(), redlock.WithTimeout(timeout))
 }
 
 func (e *env) close() {

@@ -182,11 +182,11 @@ func testCLIStatusAndDoctor(t *testing.T, b cluster.Backend) {
 		t.Errorf("doctor: exit %d:\n%s", code, out)
 	}
 
-	// exec and bench refuse cluster members: the engine has no cluster
-	// transport on redigo.
+	// exec locks on cluster members (the library's cluster transport):
+	// tok-cli holds the key on every member, so it is refused.
 	code, _, errOut = runRedlock(t, bin, members, "exec", key, "--", "true")
-	if code != 64 || !strings.Contains(errOut, "status and doctor only") {
-		t.Errorf("exec on cluster members: exit %d: %s", code, errOut)
+	if code != 75 || !strings.Contains(errOut, "held by another token") {
+		t.Errorf("exec on cluster members while tok-cli holds the key: exit %d: %s", code, errOut)
 	}
 }
 
@@ -419,5 +419,80 @@ func TestRedlockCLI_statusHungNodeAskedOnce(t *testing.T) {
 	}
 	if k := st.Keys[len(hung)]; k.Verdict != "free" || k.Masters[0].Node != rc.Nodes[0].Addr() {
 		t.Errorf("key %s on the live node: %+v", k.Key, k)
+	}
+}
+
+// redlock exec on members that are Redis Clusters (issue 17): the lock is
+// taken on the node that owns the key's slot in every member, held while
+// the command runs (a second exec is refused, exit 75), released after;
+// --fence exports a fencing token.
+func TestRedlockCLI_execOnClusterMembers(t *testing.T) {
+	rcs := cluster.StartRedisClusters(t, 3, 3, cluster.WithBackend(cluster.Process))
+	members := clusterMembers(rcs)
+	bin := redlockCLI(t)
+	const key = "{cli-exec}:job"
+	slot := cluster.Slot(key)
+	holders := func() []string {
+		t.Helper()
+		out := make([]string, len(rcs))
+		for i, rc := range rcs {
+			o, err := rc.Owner(slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := redis.String(o.Do("GET", key))
+			if err != nil && !errors.Is(err, redis.ErrNil) {
+				t.Fatal(err)
+			}
+			out[i] = v
+		}
+		return out
+	}
+
+	// The first exec holds the lock while its command sleeps.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first := exec.CommandContext(ctx, bin, "--masters", strings.Join(members, ","), "--timeout", "500ms",
+		"exec", "--ttl", "10s", "--fence", key, "--", "/bin/sh", "-c", `echo "fence=$QUORUMLOCK_FENCE"; sleep 3`)
+	first.Env = []string{"PATH=/usr/bin:/bin"}
+	var out, errOut bytes.Buffer
+	first.Stdout, first.Stderr = &out, &errOut
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	held := false
+	for i := 0; i < 200 && !held; i++ {
+		n := 0
+		for _, v := range holders() {
+			if v != "" {
+				n++
+			}
+		}
+		held = n == len(rcs)
+		if !held {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatalf("the lock is not on every member's owner while exec runs: %q (stderr %s)", holders(), errOut.String())
+	}
+	code, _, errs := runRedlock(t, bin, members, "exec", key, "--", "/bin/true")
+	if code != 75 {
+		t.Errorf("second exec while the first holds the lock: exit %d (stderr %s), want 75", code, errs)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first exec: %v (stderr %s)", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "fence=") || strings.Contains(out.String(), "fence=\n") {
+		t.Errorf("no fencing token exported: %q", out.String())
+	}
+	for i, v := range holders() {
+		if v != "" {
+			t.Errorf("member %d still holds %s after exec: %q", i, key, v)
+		}
+	}
+	code, stdout, errs := runRedlock(t, bin, members, "exec", key, "--", "/bin/echo", "ran")
+	if code != 0 || strings.TrimSpace(stdout) != "ran" {
+		t.Errorf("exec after release: exit %d, stdout %q, stderr %s", code, stdout, errs)
 	}
 }
