@@ -29,12 +29,12 @@ func luaStrings(src string) []string {
 // keys, companion keys, channels) reaches the scripts through KEYS[] and
 // ARGV[], made by package layout.
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
-	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
+	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField, layout.TermPrefix}
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
 		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop}
 	command := regexp.MustCompile(`^[A-Z]+$`)
 	number := regexp.MustCompile(`^-?(inf|[0-9]+)$`)
-	for _, s := range scripts.All {
+	for _, s := range append(slices.Clip(scripts.All), scripts.LeaderRead) {
 		for _, lit := range luaStrings(s.Source()) {
 			if lit == "" || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(names, lit) {
 				continue

@@ -1,0 +1,236 @@
+// Issue 18 (attack18): Election.Leader paired a value with a term that was
+// not that leader's during a hand-over (the term was read from the fencing
+// counter before the new leader's commit, in another round trip than the
+// token). Leader now reads the token, the term recorded for it and its
+// value in one script step per master.
+
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// A third client reads Leader again and again while candidates hand over
+// many times: every (value, term) it reads is a leader's real pair (each
+// value campaigns once), and no term it reads is lower than one it read
+// before.
+func TestAttack18_LeaderDuringHandOver(t *testing.T) {
+	for _, n := range []int{1, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			forEachPath(t, func(t *testing.T, path connPath) { leaderDuringHandOver(t, path, n) })
+		})
+	}
+}
+
+func leaderDuringHandOver(t *testing.T, path connPath, n int) {
+	{
+		rs := startReal(t, n)
+		ctx := ctxT(t)
+		reader := newElection(t, rs.client(t, path), "ho")
+		var mu sync.Mutex
+		terms := map[string]uint64{} // value -> its Leadership's term
+		rctx, stop := context.WithCancel(ctx)
+		type read struct {
+			v string
+			t uint64
+		}
+		var reads []read
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for rctx.Err() == nil {
+				if ld, err := reader.Leader(rctx); err == nil {
+					reads = append(reads, read{ld.Value, ld.Term})
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		for w := range 3 {
+			e := newElection(t, rs.client(t, path), "ho", redlock.WithTTL(2*time.Second))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 15 {
+					v := string(rune('a'+w)) + "-" + string(rune('a'+i))
+					ld, err := e.Campaign(ctx, v)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					terms[v] = ld.Term()
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+					if err := ld.Resign(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		stop()
+		<-done
+		var last uint64
+		bad := 0
+		for _, r := range reads {
+			if want := terms[r.v]; r.t != want {
+				bad++
+				t.Errorf("Leader read %q with term %d; its term is %d", r.v, r.t, want)
+			}
+			if r.t < last {
+				t.Errorf("Leader read term %d after %d", r.t, last)
+			}
+			last = max(last, r.t)
+		}
+		t.Logf("%d reads, %d wrong pairs", len(reads), bad)
+		if len(reads) == 0 {
+			t.Error("Leader never found a leader")
+		}
+	}
+}
+
+// Leader while a minority master is frozen (SIGSTOP) and terms change
+// under it, then thawed with what it held when it froze: every (value,
+// term) read is a leader's real pair, terms never go back, Leader still
+// finds leaders while the master is frozen, and every call returns within
+// its ctx (with a generous allowance for a loaded machine).
+func TestAttack18_LeaderWithFrozenMaster(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 5)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		frozen := rs.servers[4]
+		t.Cleanup(func() { _ = frozen.Resume() })
+		reader := newElection(t, rs.client(t, path), "fz")
+
+		var mu sync.Mutex
+		terms := map[string]uint64{} // value -> its Leadership's term
+		won := func() int { mu.Lock(); defer mu.Unlock(); return len(terms) }
+		cctx, stopCampaigns := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for w := range 3 {
+			e := newElection(t, rs.client(t, path), "fz", redlock.WithTTL(2*time.Second))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; cctx.Err() == nil; i++ {
+					v := fmt.Sprintf("w%d-%d", w, i)
+					ld, err := e.Campaign(cctx, v)
+					if err != nil {
+						if cctx.Err() == nil {
+							t.Error(err)
+						}
+						return
+					}
+					mu.Lock()
+					terms[v] = ld.Term()
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+					if err := ld.Resign(ctx); err != nil {
+						t.Logf("%s resign: %v", v, err) // a release not confirmed by the frozen master is no fault here
+					}
+				}
+			}()
+		}
+
+		type read struct {
+			v      string
+			t      uint64
+			frozen bool
+		}
+		var reads []read
+		var isFrozen atomic.Bool
+		var late, errs int
+		rctx, stopReads := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; rctx.Err() == nil; i++ {
+				// Alternate a bound below the per-master timeout with one above it.
+				bound := 200 * time.Millisecond
+				if i%2 == 1 {
+					bound = 3 * time.Second
+				}
+				lctx, cancel := context.WithTimeout(rctx, bound)
+				start := time.Now()
+				ld, err := reader.Leader(lctx)
+				took := time.Since(start)
+				cancel()
+				if took > bound+2*time.Second {
+					late++
+					t.Errorf("Leader took %v with a ctx of %v", took, bound)
+				}
+				if err != nil {
+					errs++
+					continue
+				}
+				reads = append(reads, read{ld.Value, ld.Term, isFrozen.Load()})
+			}
+		}()
+		defer func() { // also when a wait fails: no goroutine outlives the test
+			stopCampaigns()
+			stopReads()
+			wg.Wait()
+			<-done
+		}()
+
+		waitLong(t, "three leaders before the freeze", func() bool { return won() >= 3 })
+		if err := frozen.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		isFrozen.Store(true)
+		before := won()
+		waitLong(t, "five leaders while a master is frozen", func() bool { return won() >= before+5 })
+		isFrozen.Store(false)
+		if err := frozen.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		before = won()
+		waitLong(t, "three leaders after the thaw", func() bool { return won() >= before+3 })
+		stopCampaigns()
+		wg.Wait()
+		stopReads()
+		<-done
+
+		var last uint64
+		bad, whileFrozen := 0, 0
+		for _, r := range reads {
+			if want, ok := terms[r.v]; !ok || r.t != want {
+				bad++
+				t.Errorf("Leader read %q with term %d; its term is %d", r.v, r.t, want)
+			}
+			if r.t < last {
+				t.Errorf("Leader read term %d after %d", r.t, last)
+			}
+			last = max(last, r.t)
+			if r.frozen {
+				whileFrozen++
+			}
+		}
+		t.Logf("%d leaders, %d reads (%d while frozen), %d errors, %d wrong pairs, %d late", len(terms), len(reads), whileFrozen, errs, bad, late)
+		if whileFrozen == 0 {
+			t.Error("Leader found no leader while a minority master was frozen")
+		}
+	})
+}
+
+// waitLong waits until cond holds, for at most 30 s (a machine under load
+// with a frozen master is slow).
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
