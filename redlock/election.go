@@ -28,11 +28,19 @@ import (
 // its watchdog could not extend it; a leader that froze or exited loses
 // the key at its TTL and a candidate takes it then).
 //
-// Leader reads the masters (Client.Inspect): the leader is the token that
-// a quorum of masters holds, its value that token's metadata, its term
-// the fencing counter of the masters that hold it (the commit of the
-// term reached a quorum of them, and no later term can be committed where
-// the token is still held). Observe reads it again and again.
+// An election's fencing commit also records the term beside the holder,
+// in the field layout.TermField(token) of the metadata hash, in the same
+// script step that raises the counter (scripts.FenceCommitTerm); an
+// election always keeps that hash, an empty value too. Leader reads each
+// master in one script step (scripts.LeaderRead): the token that holds the
+// key, the term recorded for that token and its metadata, so the three are
+// of one moment of the master. The leader is the token that a quorum of
+// masters holds with the same term recorded: that token's acquisition
+// chose the term and committed it to a quorum. The fencing counter alone
+// is never read for the term: it is raised a round trip after the grant,
+// and read beside the new holder it gave the old holder's term (issue 18;
+// docs/design.md, "Reading an election's leader"). Observe reads Leader
+// again and again.
 //
 // Election lives in package redlock, not a package of its own, because it
 // is one more way to use the lock: it takes the same LockOptions and its
