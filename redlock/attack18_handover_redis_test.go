@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -235,4 +238,50 @@ func waitLong(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// An election with an empty value keeps its term too (the metadata hash
+// is kept for it), and a resign leaves nothing but the fencing counter; a
+// fenced lock with metadata that is not an election records no term.
+func TestAttack18_EmptyValueTermAndNoTermOutsideElections(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		c := rs.client(t, path)
+		e := newElection(t, c, "ev")
+		ld, err := e.Campaign(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got redlock.Leader
+		waitUntil(t, "the leader read", func() bool {
+			got, err = e.Leader(ctx)
+			return err == nil
+		})
+		if got.Value != "" || got.Term != ld.Term() || got.Term == 0 {
+			t.Fatalf("Leader = %+v; want term %d and no value", got, ld.Term())
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A release returns at a quorum: the last master may follow a moment later.
+		waitUntil(t, "nothing but the fencing counter after the resign", func() bool {
+			for _, ks := range rs.keysOn(t) {
+				if len(ks) != 1 || ks[0] != redlock.FenceKey("ev") {
+					return false
+				}
+			}
+			return true
+		})
+		l, err := c.Acquire(ctx, "fm", redlock.WithFencing(), redlock.WithMetadata("m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		for i, s := range rs.servers {
+			if fields, err := redis.Strings(s.Do("HKEYS", layout.MetaKey("fm"))); err != nil || len(fields) > 1 {
+				t.Errorf("master %d: metadata fields %q, %v; want the holder's alone", i, fields, err)
+			}
+		}
+	})
 }
