@@ -151,6 +151,7 @@ func TestAttack18_LeaderWithFrozenMaster(t *testing.T) {
 		}
 		var reads []read
 		var isFrozen atomic.Bool
+		var frozenReads atomic.Int32 // leaders read while the master was frozen
 		var late, errs int
 		rctx, stopReads := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -177,7 +178,11 @@ func TestAttack18_LeaderWithFrozenMaster(t *testing.T) {
 					}
 					continue
 				}
-				reads = append(reads, read{ld.Value, ld.Term, isFrozen.Load()})
+				f := isFrozen.Load()
+				if f {
+					frozenReads.Add(1)
+				}
+				reads = append(reads, read{ld.Value, ld.Term, f})
 			}
 		}()
 		defer func() { // also when a wait fails: no goroutine outlives the test
@@ -193,7 +198,9 @@ func TestAttack18_LeaderWithFrozenMaster(t *testing.T) {
 		}
 		isFrozen.Store(true)
 		before := won()
-		waitLong(t, "five leaders while a master is frozen", func() bool { return won() >= before+5 })
+		waitLong(t, "five leaders and three leaders read while a master is frozen", func() bool {
+			return won() >= before+5 && frozenReads.Load() >= 3
+		})
 		isFrozen.Store(false)
 		if err := frozen.Resume(); err != nil {
 			t.Fatal(err)
