@@ -6,11 +6,14 @@
 -- Returns {} when KEYS[1] holds no token (missing, not a string, empty or
 -- longer than ARGV[1]); else {token, PTTL in ms, term or nil, metadata or
 -- nil}, the metadata cut at ARGV[2] bytes.
-if redis.call("TYPE", KEYS[1]).ok ~= "string" then
-	return {}
+-- GET by pcall: a key of another type answers WRONGTYPE, which is no
+-- token (no TYPE needed: one command fewer for an ACL to allow); any other
+-- error (an ACL refusal) is the reply, not hidden as "no leader".
+local tok = redis.pcall("GET", KEYS[1])
+if tok and type(tok) ~= "string" and not string.find(tok.err or "", "WRONGTYPE", 1, true) then
+	return tok -- the error, as the reply
 end
-local tok = redis.call("GET", KEYS[1])
-if not tok or #tok == 0 or #tok > tonumber(ARGV[1]) then
+if type(tok) ~= "string" or #tok == 0 or #tok > tonumber(ARGV[1]) then
 	return {}
 end
 local term = redis.call("HGET", KEYS[2], "term:" .. tok)

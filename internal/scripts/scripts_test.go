@@ -279,4 +279,21 @@ func TestFenceCommitTerm_recordsOnlyForHolder_andLeaderReadPairsThem(t *testing.
 	if v := read(); len(v) != 0 {
 		t.Fatalf("read of a hash: %q", v)
 	}
+	// A user whose ACL refuses GET gets the refusal, not "no token".
+	if _, err := c.Do("ACL", "SETUSER", "noget", "on", "nopass", "~*", "+@all", "-get"); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := redis.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Do("AUTH", "noget", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c2.Do("EVAL", scripts.LeaderRead.Source(), 2, "k", meta, 256, layout.MaxMeta); err == nil {
+		t.Fatalf("read refused GET by the ACL: %v, want the refusal", v)
+	} else {
+		t.Logf("refused: %v", err)
+	}
 }
