@@ -195,9 +195,9 @@ type Leader struct {
 // as a *NodeError. A master is read through its transport's Inspector
 // ability, within the per-master timeout (WithTimeout) and ctx.
 //
-// A leader elected by a version of this package before the term was
-// recorded (v0.x before issue 18's fix) has no term on the masters: Leader
-// reports a hand-over until a campaign of this version is elected.
+// A leader elected by an earlier version of this package, which recorded
+// no term, has none on the masters: Leader reports a hand-over until a
+// campaign of this version is elected.
 //
 // What it returns is a snapshot: the leader may be deposed the moment
 // after. Only a resource that checks the term can tell a current leader's
