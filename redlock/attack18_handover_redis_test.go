@@ -249,7 +249,8 @@ func waitLong(t *testing.T, what string, cond func() bool) {
 
 // An election with an empty value keeps its term too (the metadata hash
 // is kept for it), and a resign leaves nothing but the fencing counter; a
-// fenced lock with metadata that is not an election records no term.
+// fair election's term is read too; a fenced lock with metadata that is
+// not an election records no term.
 func TestAttack18_EmptyValueTermAndNoTermOutsideElections(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
@@ -280,6 +281,18 @@ func TestAttack18_EmptyValueTermAndNoTermOutsideElections(t *testing.T) {
 			}
 			return true
 		})
+		// A fair election records its term as well.
+		fe := newElection(t, c, "fair-ev", redlock.WithFair())
+		fld, err := fe.Campaign(ctx, "fair one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fe.Leader(ctx); err != nil || got.Value != "fair one" || got.Term != fld.Term() {
+			t.Fatalf("fair Leader = %+v, %v; want term %d", got, err, fld.Term())
+		}
+		if err := fld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
 		l, err := c.Acquire(ctx, "fm", redlock.WithFencing(), redlock.WithMetadata("m"))
 		if err != nil {
 			t.Fatal(err)
