@@ -106,6 +106,23 @@ func testEveryLockKind(t *testing.T, b cluster.Backend) {
 					}
 				}
 			})
+			t.Run("election", func(t *testing.T) { // issue 18: Leader's one-step read, routed to the key's node
+				e, err := c.NewElection(key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ld, err := e.Campaign(ctx, "node-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := e.Leader(ctx)
+				if err != nil || got.Value != "node-a" || got.Term != ld.Term() || got.Term == 0 {
+					t.Fatalf("Leader = %+v, %v; want node-a at term %d", got, err, ld.Term())
+				}
+				if err := ld.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
 			t.Run("fair", func(t *testing.T) {
 				l, err := c.Acquire(ctx, key, redlock.WithFair())
 				if err != nil {

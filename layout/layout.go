@@ -109,6 +109,15 @@ const MetaSuffix = ":meta"
 // MaxMeta is the most bytes of one holder's metadata.
 const MaxMeta = 1024
 
+// TermPrefix starts the field of an election's metadata hash that holds
+// a holder's term (its fencing token, in decimal); the holder's token
+// follows. Tokens never contain ':'.
+const TermPrefix = "term:"
+
+// TermField returns the field of an election's metadata hash that holds
+// the term of the holder with token.
+func TermField(token string) string { return TermPrefix + token }
+
 // MetaKey returns the key of the hash that holds the metadata of key's
 // holders.
 func MetaKey(key string) string { return keys.Companion(key, MetaSuffix) }

@@ -1,12 +1,16 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
@@ -24,11 +28,19 @@ import (
 // its watchdog could not extend it; a leader that froze or exited loses
 // the key at its TTL and a candidate takes it then).
 //
-// Leader reads the masters (Client.Inspect): the leader is the token that
-// a quorum of masters holds, its value that token's metadata, its term
-// the fencing counter of the masters that hold it (the commit of the
-// term reached a quorum of them, and no later term can be committed where
-// the token is still held). Observe reads it again and again.
+// An election's fencing commit also records the term beside the holder,
+// in the field layout.TermField(token) of the metadata hash, in the same
+// script step that raises the counter (scripts.FenceCommitTerm); an
+// election always keeps that hash, an empty value too. Leader reads each
+// master in one script step (scripts.LeaderRead): the token that holds the
+// key, the term recorded for that token and its metadata, so the three are
+// of one moment of the master. The leader is the token that a quorum of
+// masters holds with the same term recorded: that token's acquisition
+// chose the term and committed it to a quorum. The fencing counter alone
+// is never read for the term: it is raised a round trip after the grant,
+// and read beside the new holder it gave the old holder's term (issue 18;
+// docs/design.md, "Reading an election's leader"). Observe reads Leader
+// again and again.
 //
 // Election lives in package redlock, not a package of its own, because it
 // is one more way to use the lock: it takes the same LockOptions and its
@@ -63,7 +75,7 @@ func (c *Client) NewElection(key string, opts ...LockOption) (*Election, error) 
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
-	all := append(append([]LockOption{WithAutoExtend(0)}, opts...), WithFencing())
+	all := append(append([]LockOption{WithAutoExtend(0)}, opts...), WithFencing(), asElection())
 	lc, err := c.lockConfig(key, all)
 	if err != nil {
 		return nil, err
@@ -79,6 +91,10 @@ func (c *Client) NewElection(key string, opts ...LockOption) (*Election, error) 
 	poll := min(max(lc.ttl/10, 50*time.Millisecond), time.Second)
 	return &Election{c: c, key: key, opts: all, poll: poll}, nil
 }
+
+// asElection makes a lock an election's campaign: it always keeps holder
+// metadata, and its fencing commit records the term beside the holder.
+func asElection() LockOption { return func(c *lockConfig) { c.election = true } }
 
 // Key returns the election's key.
 func (e *Election) Key() string { return e.key }
@@ -162,11 +178,26 @@ type Leader struct {
 }
 
 // Leader reads who leads now: the value and term of the candidate that a
-// quorum of masters holds the key for. It only reads (Client.Inspect: a
-// few round trips per master, all masters at once). It returns an error
-// matching ErrNoLeader when no quorum holds the key, and another error
-// when so many masters could not be read that a leader might be hidden;
-// each master's failure is then in the error as a *NodeError.
+// quorum of masters holds the key for, with the same term recorded for it
+// on each of them. It only reads: one read-only script per master, all
+// masters at once, which reads the holder's token, the term its fencing
+// commit recorded beside it and its value in one step, so a reported
+// (Value, Term) pair is always one a candidate was granted, never one
+// leader's value with another's term (docs/design.md, "Reading an
+// election's leader").
+//
+// It returns an error matching ErrNoLeader when no quorum holds the key;
+// one matching ErrHandOver (which matches ErrNoLeader too) when a quorum
+// holds a new leader's key but fewer than a quorum have its term yet — a
+// hand-over is under way: Leader reads again a few times within ctx before
+// it says so; and another error when so many masters could not be read
+// that a leader might be hidden, each master's failure then in the error
+// as a *NodeError. A master is read through its transport's Inspector
+// ability, within the per-master timeout (WithTimeout) and ctx.
+//
+// A leader elected by an earlier version of this package, which recorded
+// no term, has none on the masters: Leader reports a hand-over until a
+// campaign of this version is elected.
 //
 // What it returns is a snapshot: the leader may be deposed the moment
 // after. Only a resource that checks the term can tell a current leader's
@@ -175,65 +206,231 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return Leader{}, err
 	}
-	in, err := e.c.Inspect(ctx, e.key)
-	if err != nil {
-		return Leader{}, err
+	for try := 1; ; try++ {
+		ld, err := leaderOf(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
+		if !errors.Is(err, ErrHandOver) || try == handOverReads {
+			return ld, err
+		}
+		t := time.NewTimer(handOverPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ld, err
+		case <-t.C:
+		}
 	}
-	return leaderOf(in, e.c.quorum)
 }
 
-// leaderOf finds the leader in what the masters hold.
-func leaderOf(in Inspection, quorum int) (Leader, error) {
-	type seen struct {
-		n     int
-		term  uint64
-		ttls  []time.Duration
-		votes map[string]int // metadata -> masters
+// ErrHandOver is matched by the error of Election.Leader when a quorum of
+// masters holds a leader's key but not yet a quorum its term: the new
+// leader's fencing commit is still under way (or the leader was elected
+// by an older version that records no term). It matches ErrNoLeader too:
+// no leader is settled.
+var ErrHandOver = fmt.Errorf("%w: hand-over in progress", ErrNoLeader)
+
+// How often Leader reads during a hand-over before it reports one, and
+// how long it waits between the reads: a commit follows its grant by one
+// round trip.
+const (
+	handOverReads = 4
+	handOverPause = 20 * time.Millisecond
+)
+
+// leaderRead is what one master holds for an election (leader_read.lua).
+type leaderRead struct {
+	token string // "" when the key holds no token
+	ttl   time.Duration
+	term  uint64 // 0 when no term is recorded for the token
+	value string
+	err   error // a *NodeError
+}
+
+// readLeader reads every master at once.
+func (c *Client) readLeader(ctx context.Context, key string) []leaderRead {
+	out := make([]leaderRead, len(c.masters))
+	var wg sync.WaitGroup
+	for i := range c.masters {
+		wg.Add(1)
+		go func(m *master) {
+			defer wg.Done()
+			out[m.index] = c.readLeaderOn(ctx, m, key)
+		}(&c.masters[i])
 	}
-	byToken := map[string]*seen{}
+	wg.Wait()
+	return out
+}
+
+// readLeaderOn reads one master in one round trip (scripts.LeaderRead),
+// within the per-master timeout and ctx.
+func (c *Client) readLeaderOn(ctx context.Context, m *master, key string) (lr leaderRead) {
+	fail := func(err error) leaderRead { return leaderRead{err: c.nodeError(m, err)} }
+	defer func() {
+		if p := recover(); p != nil { // redigo's parser on a pool that is not guarded
+			lr = fail(panicError(p))
+		}
+	}()
+	in, ok := m.t.(Inspector)
+	if !ok {
+		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a redlock.Inspector)", errors.ErrUnsupported))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s := scripts.LeaderRead
+	replies, err := in.Inspect(rctx, []layout.Command{{Name: "EVAL",
+		Args: []any{s.Source(), 2, key, layout.MetaKey(key), maxToken, layout.MaxMeta}}})
+	if err == nil && len(replies) != 1 {
+		err = fmt.Errorf("leader read: %d replies to 1 command", len(replies))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	lr, err = parseLeaderRead(replies[0])
+	if err != nil {
+		return fail(err)
+	}
+	return lr
+}
+
+// maxToken bounds the token a leader read sends back: the library's
+// tokens are 36 bytes, and a longer one is no leader's.
+const maxToken = 256
+
+// parseLeaderRead checks a leader read's reply, untrusted: {} or {token,
+// PTTL, term or nil, value or nil} within the bounds the script was given.
+func parseLeaderRead(v any) (leaderRead, error) {
+	if err, ok := v.(error); ok {
+		return leaderRead{}, fmt.Errorf("leader read: %w", err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 0 && len(a) != 4 {
+		return leaderRead{}, fmt.Errorf("%w: leader read replied %s", layout.ErrMalformed, replyShape(v))
+	}
+	var lr leaderRead
+	if len(a) == 0 {
+		return lr, nil
+	}
+	bad := func(what string) (leaderRead, error) {
+		return leaderRead{}, fmt.Errorf("%w: leader read: bad %s", layout.ErrMalformed, what)
+	}
+	tok, ok := bulkString(a[0])
+	if !ok || tok == "" || len(tok) > maxToken {
+		return bad("token")
+	}
+	pttl, ok := a[1].(int64)
+	if !ok || pttl < -2 {
+		return bad("TTL")
+	}
+	if pttl == -2 { // gone since it was read: cannot happen in one script step
+		return lr, nil
+	}
+	lr.token, lr.ttl = tok, layout.NoExpiry
+	if pttl >= 0 {
+		lr.ttl = time.Duration(pttl) * time.Millisecond
+	}
+	if a[2] != nil {
+		t, ok := bulkString(a[2])
+		if !ok {
+			return bad("term")
+		}
+		n, err := strconv.ParseUint(t, 10, 64)
+		if err != nil || n == 0 || n >= maxFence || t[0] == '0' {
+			return bad("term")
+		}
+		lr.term = n
+	}
+	if a[3] != nil {
+		m, ok := bulkString(a[3])
+		if !ok || len(m) > layout.MaxMeta {
+			return bad("value")
+		}
+		lr.value = m
+	}
+	return lr, nil
+}
+
+// bulkString returns a bulk string reply ([]byte, or a string as an
+// Inspector may give it) as a string.
+func bulkString(v any) (string, bool) {
+	switch v := v.(type) {
+	case []byte:
+		return string(v), true
+	case string:
+		return v, true
+	}
+	return "", false
+}
+
+// replyShape names a reply's shape, never its bytes.
+func replyShape(v any) string {
+	if a, ok := v.([]any); ok {
+		return "an array of " + strconv.Itoa(len(a)) + " elements"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// leaderOf finds the leader in what the masters hold: the token a quorum
+// holds with the same term recorded for it on each of them.
+func leaderOf(key string, reads []leaderRead, quorum int) (Leader, error) {
+	type pair struct {
+		token string
+		term  uint64
+	}
+	type seen struct {
+		ttls  []time.Duration
+		votes map[string]int // value -> masters
+	}
+	byPair := map[pair]*seen{}
+	holding := map[string]int{} // token -> masters holding it, with a term or not
 	var failed []error
-	for _, m := range in.Masters {
-		if m.Err != nil {
-			failed = append(failed, m.Err)
+	for _, r := range reads {
+		if r.err != nil {
+			failed = append(failed, r.err)
 			continue
 		}
-		st := m.State
-		if st.Kind != layout.KindLock || len(st.Holders) != 1 {
+		if r.token == "" {
 			continue
 		}
-		h := st.Holders[0]
-		s := byToken[h.Token]
+		holding[r.token]++
+		if r.term == 0 {
+			continue
+		}
+		p := pair{r.token, r.term}
+		s := byPair[p]
 		if s == nil {
 			s = &seen{votes: map[string]int{}}
-			byToken[h.Token] = s
+			byPair[p] = s
 		}
-		s.n++
-		s.votes[h.Meta]++
-		s.ttls = append(s.ttls, h.TTL)
-		if st.Fenced && st.Fence > s.term {
-			s.term = st.Fence
-		}
+		s.votes[r.value]++
+		s.ttls = append(s.ttls, r.ttl)
 	}
-	for _, s := range byToken {
-		if s.n < quorum || s.term == 0 {
+	for p, s := range byPair {
+		if len(s.ttls) < quorum {
 			continue
 		}
-		ld := Leader{Term: s.term}
+		ld := Leader{Term: p.term}
 		best := 0
-		for v, n := range s.votes {
+		for v, n := range s.votes { // one value per token, unless a master lies
 			if n > best || n == best && v < ld.Value {
 				ld.Value, best = v, n
 			}
 		}
-		sort.Slice(s.ttls, func(i, j int) bool { return s.ttls[i] > s.ttls[j] })
+		slices.SortFunc(s.ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
 		ld.TTL = s.ttls[quorum-1]
 		return ld, nil
 	}
-	if len(failed) > len(in.Masters)-quorum {
+	if len(failed) > len(reads)-quorum {
 		return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
-			in.Key, len(failed), len(in.Masters), errors.Join(failed...))
+			key, len(failed), len(reads), errors.Join(failed...))
 	}
-	return Leader{}, newKeyError(ErrNoLeader, in.Key, "", nil)
+	for _, n := range holding {
+		if n >= quorum {
+			return Leader{}, newKeyError(ErrHandOver, key, "", nil)
+		}
+	}
+	return Leader{}, newKeyError(ErrNoLeader, key, "", nil)
 }
 
 // maxObserved bounds the leaders Observe keeps for a receiver that does

@@ -266,6 +266,8 @@ func keyMessage(sentinel error, key string) string {
 		return prefix + "release of lock " + q + " not confirmed"
 	case ErrNoLeader:
 		return prefix + "no leader of " + q
+	case ErrHandOver:
+		return prefix + "no settled leader of " + q + " (hand-over in progress)"
 	}
 	return sentinel.Error() + ": " + q
 }

@@ -58,6 +58,11 @@ func TestKind_commandsPerPhase(t *testing.T) {
 		{"reentrant last", last, nil, opRelease, scripts.Reentrant, []any{"k", "release", "tok", int64(0), ch, last.releaseID}},
 		{"reentrant", re, nil, opRollback, scripts.Reentrant, []any{"k", "release", "tok", 0, ""}},
 		{"commit", plainKind{}, &fencing{counter: FenceKey("k"), arg: "9"}, opCommit, scripts.FenceCommit, []any{"k", FenceKey("k"), "tok", "9"}},
+		// A lock with metadata commits as before; an election's commit also records the term.
+		{"meta commit", &metaKind{kind: plainKind{}, meta: &holderMeta{key: "k:meta", value: "v"}},
+			&fencing{counter: FenceKey("k"), arg: "9"}, opCommit, scripts.FenceCommit, []any{"k", FenceKey("k"), "tok", "9"}},
+		{"election commit", &metaKind{kind: plainKind{}, meta: &holderMeta{key: "k:meta", term: true}},
+			&fencing{counter: FenceKey("k"), arg: "9"}, opCommit, scripts.FenceCommitTerm, []any{"k", FenceKey("k"), "k:meta", "tok", "9"}},
 	}
 	for _, tc := range rows {
 		r := &round{key: "k", token: "tok", ttlMS: 1000, k: tc.k, fence: tc.fence}

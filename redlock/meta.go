@@ -25,6 +25,9 @@ import (
 type holderMeta struct {
 	key   string // layout.MetaKey of the lock key
 	value string
+	// term: an election's campaign, whose fencing commit also records the
+	// term in the hash (scripts.FenceCommitTerm; election.go).
+	term bool
 }
 
 // metaKind is a lock of any kind that carries holder metadata: it sends
@@ -37,12 +40,14 @@ type metaKind struct {
 
 var _ kind = (*metaKind)(nil)
 
-// withHolderMeta returns k carrying the metadata of lc, if any.
+// withHolderMeta returns k carrying the metadata of lc, if any. An
+// election's campaign always carries it, "" too: its term is recorded in
+// the same hash, whose TTL the wrapped scripts keep.
 func withHolderMeta(k kind, key string, lc *lockConfig) kind {
-	if lc.meta == "" {
+	if lc.meta == "" && !lc.election {
 		return k
 	}
-	return &metaKind{kind: k, meta: &holderMeta{key: layout.MetaKey(key), value: lc.meta}}
+	return &metaKind{kind: k, meta: &holderMeta{key: layout.MetaKey(key), value: lc.meta, term: lc.election}}
 }
 
 // mapKind returns f(k), carrying k's metadata if it has any.

@@ -149,6 +149,7 @@ type lockConfig struct {
 	fair       bool
 	fencing    bool
 	meta       string // holder metadata; "" for none
+	election   bool   // an Election's campaign: metadata always kept, term recorded (election.go)
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole

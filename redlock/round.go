@@ -783,6 +783,9 @@ func brokenConn(err error) bool {
 // values, or a plain command and its arguments, appended to dst.
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
 	if op == opCommit { // the second phase of a fenced acquisition, of any kind that has one
+		if mk, ok := r.k.(*metaKind); ok && mk.meta.term { // an election's: the term recorded with the holder
+			return scripts.FenceCommitTerm, "", append(dst, r.key, r.fence.counter, mk.meta.key, r.token, r.fence.arg)
+		}
 		return scripts.FenceCommit, "", append(dst, r.key, r.fence.counter, r.token, r.fence.arg)
 	}
 	return r.k.command(r, op, dst)

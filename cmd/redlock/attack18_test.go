@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // elect: a deposed leader's command is stopped and redlock exits 76; a
@@ -117,5 +121,89 @@ func TestAttack18_LeaderJSON(t *testing.T) {
 	}
 	if c := <-done; c != 0 {
 		t.Fatalf("elect exit %d", c)
+	}
+}
+
+// Issue 18 from the shell: while candidates hand over again and again,
+// every answer of `redlock leader --json` is a leader's real (value, term)
+// pair, or null (between leaders, or a hand-over in progress).
+func TestAttack18_LeaderCLIPairsDuringHandOver(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	masters := addrsOf(servers)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	terms := map[string]uint64{}
+	var wg sync.WaitGroup
+	for w := range 3 {
+		c, err := redlock.NewFromAddrs(masters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		e, err := c.NewElection("svc", redlock.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				v := fmt.Sprintf("w%d-%d", w, i)
+				ld, err := e.Campaign(ctx, v)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				terms[v] = ld.Term()
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				if err := ld.Resign(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	type answer struct {
+		Value string `json:"value"`
+		Term  uint64 `json:"term"`
+	}
+	var answers []answer
+	campaigning := make(chan struct{})
+	go func() { wg.Wait(); close(campaigning) }()
+	for running := true; running; {
+		select {
+		case <-campaigning:
+			running = false
+		default:
+		}
+		code, out, errOut := redlockRun(t, masters, "leader", "--json", "svc")
+		switch {
+		case code == exitNotAcquired && strings.TrimSpace(out) == "null":
+		case code == exitOK:
+			var a answer
+			if err := json.Unmarshal([]byte(out), &a); err != nil {
+				t.Errorf("leader --json: %q: %v", out, err)
+				cancel() // the campaigns end; they are waited for below
+				running = false
+			}
+			answers = append(answers, a)
+		default:
+			t.Errorf("leader --json: exit %d, %q, %s", code, out, errOut)
+			cancel()
+			running = false
+		}
+	}
+	<-campaigning
+	for _, a := range answers {
+		if want := terms[a.Value]; a.Term != want {
+			t.Errorf("redlock leader said %q at term %d; its term is %d", a.Value, a.Term, want)
+		}
+	}
+	t.Logf("%d answers with a leader", len(answers))
+	if len(answers) == 0 {
+		t.Error("redlock leader never named a leader")
 	}
 }

@@ -125,6 +125,13 @@ func cmdLeader(ctx context.Context, e *env, key string, asJSON bool) int {
 	}
 	ld, err := el.Leader(ctx)
 	switch {
+	case errors.Is(err, redlock.ErrHandOver): // a new leader's term is not on a quorum yet: no pair to tell
+		if asJSON {
+			fmt.Fprintln(e.stdout, "null")
+		} else {
+			fmt.Fprintf(e.stdout, "no settled leader of %s (hand-over in progress)\n", display(key))
+		}
+		return exitNotAcquired
 	case errors.Is(err, redlock.ErrNoLeader):
 		if asJSON {
 			fmt.Fprintln(e.stdout, "null")

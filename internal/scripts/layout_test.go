@@ -24,19 +24,21 @@ func luaStrings(src string) []string {
 // The names the Lua scripts spell themselves are the layout package's:
 // every string literal of every script is a Redis command (upper case),
 // an op of the script's own protocol, a number, "" or a name of package
-// layout, and
+// layout (TermPrefix for an election's term), and
 // rw.lua spells every field of the read-write hash. Every other name (lock
 // keys, companion keys, channels) reaches the scripts through KEYS[] and
 // ARGV[], made by package layout.
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
+	spelled := append(slices.Clip(names), layout.TermPrefix) // the election's term field: fence_commit_term.lua, leader_read.lua
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
-		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop}
+		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop,
+		"string"} // a key's type, as TYPE names it (leader_read.lua)
 	command := regexp.MustCompile(`^[A-Z]+$`)
 	number := regexp.MustCompile(`^-?(inf|[0-9]+)$`)
-	for _, s := range scripts.All {
+	for _, s := range append(slices.Clip(scripts.All), scripts.LeaderRead) {
 		for _, lit := range luaStrings(s.Source()) {
-			if lit == "" || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(names, lit) {
+			if lit == "" || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(spelled, lit) {
 				continue
 			}
 			t.Errorf("%s.lua spells %q, which package layout does not name", s.Name(), lit)

@@ -33,6 +33,10 @@ var (
 	fencedAcquireSrc string
 	//go:embed fence_commit.lua
 	fenceCommitSrc string
+	//go:embed fence_commit_term.lua
+	fenceCommitTermSrc string
+	//go:embed leader_read.lua
+	leaderReadSrc string
 	//go:embed fenced_write.lua
 	fencedWriteSrc string
 	//go:embed reentrant.lua
@@ -69,6 +73,14 @@ var (
 	// FenceCommit raises the fencing counter KEYS[2] to ARGV[2] if KEYS[1]
 	// still holds the token ARGV[1]; see fence_commit.lua.
 	FenceCommit = New("fence_commit", 2, fenceCommitSrc)
+	// FenceCommitTerm is FenceCommit for an election: it also records the
+	// term beside the holder in the metadata hash KEYS[3]; see
+	// fence_commit_term.lua.
+	FenceCommitTerm = New("fence_commit_term", 3, fenceCommitTermSrc)
+	// LeaderRead reads an election's holder, its TTL, recorded term and
+	// metadata (KEYS[1], KEYS[2]) in one step; see leader_read.lua. It
+	// writes nothing.
+	LeaderRead = New("leader_read", 2, leaderReadSrc)
 	// FencedWrite stores a value only for a fencing token at least the
 	// highest seen; see fenced_write.lua.
 	FencedWrite = New("fenced_write", 2, fencedWriteSrc)
@@ -84,7 +96,7 @@ var (
 	Multi = New("multi", -1, multiSrc)
 
 	// All lists every script, for loading them on a new connection.
-	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FencedWrite,
+	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FenceCommitTerm, FencedWrite,
 		Reentrant, RW, Multi}, metaAll()...)
 )
 

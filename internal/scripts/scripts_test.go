@@ -200,3 +200,100 @@ func FuzzExplain(f *testing.F) {
 		}
 	})
 }
+
+// An election's commit records the term beside the holder only while the
+// lock holds the holder's token, in the same step as the counter, with the
+// hash following the lock key's TTL; the leader read returns the token, the
+// term recorded for that token (never another's) and its metadata.
+func TestFenceCommitTerm_recordsOnlyForHolder_andLeaderReadPairsThem(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	meta := layout.MetaKey("k")
+	commit := func(tok, fence string) int {
+		t.Helper()
+		n, err := redis.Int(scripts.FenceCommitTerm.Do(c, timeout, "k", layout.FenceKey("k"), meta, tok, fence))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	read := func() []any {
+		t.Helper()
+		v, err := redis.Values(c.Do("EVAL", scripts.LeaderRead.Source(), 2, "k", meta, 256, layout.MaxMeta))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if commit("a", "5") != 0 {
+		t.Fatal("commit without the lock")
+	}
+	if n, _ := redis.Int(c.Do("EXISTS", meta, layout.FenceKey("k"))); n != 0 {
+		t.Fatal("commit without the lock wrote something")
+	}
+	if v := read(); len(v) != 0 {
+		t.Fatalf("read of a free key: %q", v)
+	}
+	if _, err := c.Do("SET", "k", "a", "PX", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("HSET", meta, "a", "value-a"); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(); len(v) != 4 || string(v[0].([]byte)) != "a" || v[2] != nil || string(v[3].([]byte)) != "value-a" {
+		t.Fatalf("read before the commit: %q", v)
+	}
+	if commit("b", "5") != 0 {
+		t.Fatal("commit with a foreign token")
+	}
+	if commit("a", "7") != 1 {
+		t.Fatal("commit of the holder refused")
+	}
+	if term, _ := redis.String(c.Do("HGET", meta, layout.TermField("a"))); term != "7" {
+		t.Fatalf("term = %q, want 7", term)
+	}
+	if ttl, _ := redis.Int64(c.Do("PTTL", meta)); ttl <= 0 || ttl > 5000 {
+		t.Fatalf("meta PTTL = %d, want the lock's", ttl)
+	}
+	v := read()
+	if len(v) != 4 || string(v[0].([]byte)) != "a" || string(v[2].([]byte)) != "7" || string(v[3].([]byte)) != "value-a" {
+		t.Fatalf("read after the commit: %q", v)
+	}
+	if ttl, ok := v[1].(int64); !ok || ttl <= 0 || ttl > 5000 {
+		t.Fatalf("read PTTL %v", v[1])
+	}
+	// Another holder: a's term stays in the hash but is never read as b's.
+	if _, err := c.Do("SET", "k", "b", "PX", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(); string(v[0].([]byte)) != "b" || v[2] != nil || v[3] != nil {
+		t.Fatalf("read of b before its commit: %q", v)
+	}
+	// Not a string: nothing.
+	if _, err := c.Do("DEL", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("HSET", "k", "f", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(); len(v) != 0 {
+		t.Fatalf("read of a hash: %q", v)
+	}
+	// A user whose ACL refuses GET gets the refusal, not "no token".
+	if _, err := c.Do("ACL", "SETUSER", "noget", "on", "nopass", "~*", "+@all", "-get"); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := redis.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Do("AUTH", "noget", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c2.Do("EVAL", scripts.LeaderRead.Source(), 2, "k", meta, 256, layout.MaxMeta); err == nil {
+		t.Fatalf("read refused GET by the ACL: %v, want the refusal", v)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+}
