@@ -148,9 +148,10 @@ func (rc *RedisCluster) Primaries() ([]*Node, error) {
 	return out, nil
 }
 
-// replicaOf returns the first node that is up, not paused, and says it
-// replicates primary.
-func (rc *RedisCluster) replicaOf(primary *Node) (*Node, error) {
+// Replicas returns the nodes that are up, not paused, and say they
+// replicate primary.
+func (rc *RedisCluster) Replicas(primary *Node) ([]*Node, error) {
+	var out []*Node
 	for _, n := range rc.Nodes {
 		if n == primary {
 			continue
@@ -163,8 +164,21 @@ func (rc *RedisCluster) replicaOf(primary *Node) (*Node, error) {
 			return nil, err
 		}
 		if me.replica() && me.master == primary.id {
-			return n, nil
+			out = append(out, n)
 		}
+	}
+	return out, nil
+}
+
+// replicaOf returns the first node that is up, not paused, and says it
+// replicates primary.
+func (rc *RedisCluster) replicaOf(primary *Node) (*Node, error) {
+	rs, err := rc.Replicas(primary)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) > 0 {
+		return rs[0], nil
 	}
 	return nil, fmt.Errorf("cluster: member %d: primary %s has no replica that is up (start the cluster WithReplicas)", rc.index, primary.Addr())
 }
