@@ -362,7 +362,8 @@ func (rc *RedisCluster) ownerSeenBy(n *Node, slot int) (*Node, error) {
 // MigrateSlot moves slot from its owner to dst, with its keys, while
 // clients keep running: IMPORTING on dst, MIGRATING on the owner, then
 // (after hold, to keep the ASK window open under load) the slot's keys
-// moved with MIGRATE in batches, and the slot given to dst on every node.
+// moved with MIGRATE in batches, and the slot given to dst on every
+// primary (replicas learn it from theirs). dst must be a primary.
 // It returns once every node that is up names dst as the owner. Moving a
 // slot to its owner does nothing.
 func (rc *RedisCluster) MigrateSlot(ctx context.Context, slot int, dst *Node, hold time.Duration) error {
@@ -417,6 +418,11 @@ func (rc *RedisCluster) MigrateSlot(ctx context.Context, slot int, dst *Node, ho
 	for _, n := range order {
 		if paused, down, _ := n.State(); paused || down {
 			continue // it learns the new owner by gossip
+		}
+		if me, err := rc.self(n); err != nil {
+			return err
+		} else if me.replica() {
+			continue // replicas refuse SETSLOT; they learn from their primary
 		}
 		if _, err := n.Do("CLUSTER", "SETSLOT", slot, "NODE", dst.id); err != nil {
 			return rc.wrap(n, "CLUSTER SETSLOT NODE", err)
