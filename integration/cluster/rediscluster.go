@@ -249,8 +249,12 @@ func (rc *RedisCluster) String() string {
 	return fmt.Sprintf("member %d (cluster: %s)", rc.index, strings.Join(parts, "; "))
 }
 
-// WaitReady waits until every node that is up answers cluster_state:ok
-// and knows every node of the cluster, or ctx ends.
+// WaitReady waits until every node that is up answers cluster_state:ok,
+// knows every node of the cluster and every slot's owner, agrees with the
+// others on its own role and slots (a primary back from a pause or a
+// crash through which it was failed over has learnt that it is now a
+// replica), and, if a replica of a primary that is up, has its
+// replication link up — or ctx ends.
 func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 	var last error
 	for {
