@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,8 @@ var clusterNemesis = flag.Duration("cluster-nemesis", 8*time.Second, "how long T
 // its replica: coordinated (CLUSTER FAILOVER, the replica catches up
 // first), or, after the owner has been frozen or dead for the longest
 // TTL, with CLUSTER FAILOVER TAKEOVER — the failed-over member treated as
-// a restart without persistence, as docs/safety.md asks. Checked: no two
+// a restart without persistence, as docs/safety.md asks — or by Redis
+// Cluster itself, after cluster-node-timeout (3 s, at least the TTL). Checked: no two
 // holders inside their validity at once, no lost update of a counter the
 // lock guards, fencing tokens never backwards.
 func TestNew_clusterMembers_nemesis(t *testing.T) {
@@ -59,6 +61,8 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 		pauses     atomic.Int64
 		kills      atomic.Int64
 		failovers  atomic.Int64
+		// autoFailovers: failovers Redis Cluster made by itself
+		autoFailovers atomic.Int64
 	)
 	var wg sync.WaitGroup
 	for w := 1; w <= workers; w++ {
@@ -144,7 +148,18 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 			kills.Add(1)
 		case 4: // a failover of the owner to its replica
 			fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
-			switch rand.IntN(3) {
+			// takeover promotes the owner's replica, unless Redis Cluster
+			// already did (a machine so loaded that the pause outlasted
+			// cluster-node-timeout).
+			takeover := func() error {
+				if o, err := rc.Owner(slot); err == nil && o != owner {
+					autoFailovers.Add(1)
+					return nil
+				}
+				_, err := rc.Failover(fctx, slot, cluster.FailoverTakeover)
+				return err
+			}
+			switch rand.IntN(4) {
 			case 0: // coordinated: the replica catches up first
 				_, err = rc.Failover(fctx, slot, cluster.FailoverCoordinated)
 			case 1: // the owner freezes; its replica takes over after the longest TTL
@@ -152,7 +167,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 					t.Fatal(err)
 				}
 				time.Sleep(ttl + 200*time.Millisecond)
-				_, err = rc.Failover(fctx, slot, cluster.FailoverTakeover)
+				err = takeover()
 				if rerr := owner.Resume(); err == nil {
 					err = rerr
 				}
@@ -161,9 +176,29 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 					t.Fatal(err)
 				}
 				time.Sleep(ttl + 200*time.Millisecond)
-				_, err = rc.Failover(fctx, slot, cluster.FailoverTakeover)
+				err = takeover()
 				if serr := owner.Start(); err == nil {
 					err = serr
+				}
+			case 3: // the owner freezes until Redis Cluster fails it over by
+				// itself: after cluster-node-timeout (3 s >= the TTL, the rule
+				// of docs/safety.md) and a little more
+				if err := owner.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if o, oerr := rc.Owner(slot); oerr == nil && o != owner {
+						autoFailovers.Add(1)
+						break
+					}
+					if fctx.Err() != nil {
+						err = fmt.Errorf("no automatic failover of %s within 20 s", owner.Addr())
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				if rerr := owner.Resume(); err == nil {
+					err = rerr
 				}
 			}
 			fcancel()
@@ -183,8 +218,8 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 	wg.Wait()
 
 	t.Logf("cluster nemesis %v, 3 members x 3 primaries (1 replica each), %d workers: %d holds, %d failed acquisitions, "+
-		"%d slot migrations, %d pauses, %d kills, %d failovers; overlaps %d, lost updates %d, tokens backwards %d, windows past validity %d",
-		*clusterNemesis, workers, holds.Load(), failures.Load(), migrations.Load(), pauses.Load(), kills.Load(), failovers.Load(),
+		"%d slot migrations, %d pauses, %d kills, %d failovers (%d by Redis Cluster itself); overlaps %d, lost updates %d, tokens backwards %d, windows past validity %d",
+		*clusterNemesis, workers, holds.Load(), failures.Load(), migrations.Load(), pauses.Load(), kills.Load(), failovers.Load(), autoFailovers.Load(),
 		overlaps.Load(), holds.Load()-atomic.LoadInt64(&counter), backwards.Load(), overran.Load())
 	if lost := holds.Load() - atomic.LoadInt64(&counter); lost != 0 {
 		t.Errorf("%d lost updates", lost)
