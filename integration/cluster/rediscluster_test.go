@@ -334,3 +334,49 @@ func getOnReplica(t *testing.T, n *cluster.Node, key string) string {
 	}
 	return v
 }
+
+// FailoverForce with the owner paused: the other primaries vote, the
+// replica takes over with what it has, and the old primary, resumed,
+// becomes its replica.
+func TestRedisCluster_FailoverForce(t *testing.T) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		rc := cluster.StartRedisClusters(t, 1, 3, cluster.WithBackend(b), cluster.WithReplicas(1),
+			cluster.WithConfig("cluster-replica-no-failover", "yes"))[0]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		const key = "{force}:k"
+		slot := cluster.Slot(key)
+		old, err := rc.Owner(slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Do("SET", key, "v"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Do("WAIT", 1, 5000); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		np, err := rc.Failover(ctx, slot, cluster.FailoverForce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := get(t, np.Master, key); v != "v" {
+			t.Errorf("the promoted replica has %q, want the replicated %q", v, "v")
+		}
+		if err := old.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if role, err := rc.Role(old); err != nil || role != "replica" {
+			t.Errorf("the old primary, resumed, is a %q (%v), want a replica", role, err)
+		}
+		if ps, err := rc.Primaries(); err != nil || len(ps) != 3 {
+			t.Errorf("Primaries = %d (%v), want 3", len(ps), err)
+		}
+	})
+}
