@@ -74,9 +74,18 @@ type config struct {
 	aof     bool
 	clocks  bool
 	extra   []string
+	// replicas is the number of replicas per primary of a Redis Cluster
+	// (StartRedisClusters only).
+	replicas int
 	// portArgs, when set, gives a master's extra arguments once its
 	// published port is known (a cluster node announces it).
 	portArgs func(hostPort int) []string
+	// samePort makes a container listen on its published port, not 6379,
+	// so the port a cluster node announces reaches it both from
+	// 127.0.0.1 and from the other containers (a replica connects to its
+	// primary at the primary's address on the network and announced
+	// port).
+	samePort bool
 }
 
 // WithBackend chooses the backend; by default $QUORUMLOCK_BACKEND, else
@@ -104,6 +113,12 @@ func WithAOF() Option { return func(c *config) { c.aof = true } }
 // compiler, to build that library once, and the process backend: with
 // Docker, Start fails saying so.
 func WithClockFaults() Option { return func(c *config) { c.clocks = true } }
+
+// WithReplicas gives every primary of a Redis Cluster started by
+// StartRedisClusters r replicas (CLUSTER REPLICATE), each a node of its
+// own like a primary, with the same fault controls, announcing 127.0.0.1
+// as primaries do. RedisCluster.Failover promotes one. Start ignores it.
+func WithReplicas(r int) Option { return func(c *config) { c.replicas = r } }
 
 // WithConfig passes "--name values..." to every redis-server.
 func WithConfig(name string, values ...string) Option {

@@ -53,6 +53,7 @@ type dockerNode struct {
 	res      *dockertest.Resource
 	network  *dockertest.Network
 	hostAddr string // 127.0.0.1:port, pinned so it survives restarts
+	inner    int    // the port it listens on inside: 6379, or its published port
 }
 
 func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
@@ -117,9 +118,15 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			return nil, err
 		}
 		cmd := base
-		if cfg.portArgs != nil {
-			cmd = append(append([]string(nil), base...), cfg.portArgs(port)...)
+		inner := 6379
+		if cfg.samePort {
+			inner = port
+			cmd = append(append([]string(nil), cmd...), "--port", strconv.Itoa(inner))
 		}
+		if cfg.portArgs != nil {
+			cmd = append(append([]string(nil), cmd...), cfg.portArgs(port)...)
+		}
+		innerPort := dc.Port(strconv.Itoa(inner) + "/tcp")
 		res, err := p.RunWithOptions(&dockertest.RunOptions{
 			Repository: repo,
 			Tag:        tag,
@@ -128,9 +135,9 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			// By ID: RunWithOptions writes back into a *Network it is
 			// given, which would race between masters started at once.
 			NetworkID:    network.Network.ID,
-			ExposedPorts: []string{"6379/tcp"},
+			ExposedPorts: []string{string(innerPort)},
 			PortBindings: map[dc.Port][]dc.PortBinding{
-				"6379/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}},
+				innerPort: {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}},
 			},
 		}, func(hc *dc.HostConfig) {
 			hc.PublishAllPorts = false // only the binding above, on 127.0.0.1
@@ -144,7 +151,7 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			}
 			continue
 		}
-		nd := &dockerNode{pool: p, res: res, network: network, hostAddr: "127.0.0.1:" + strconv.Itoa(port)}
+		nd := &dockerNode{pool: p, res: res, network: network, hostAddr: "127.0.0.1:" + strconv.Itoa(port), inner: inner}
 		if err := nd.waitReady(); err != nil {
 			return nd, err
 		}

@@ -15,10 +15,19 @@ package cluster
 //
 // The nodes run with cluster-require-full-coverage no: a paused or killed
 // node makes only its own slots unavailable, as a lost master makes only
-// one member of a quorum unavailable. There are no replicas (yet): a
-// killed primary comes back on its address with its node ID and slots
-// (nodes.conf is kept in its directory) and, without WithAOF, without its
-// keys — the amnesia of docs/safety.md.
+// one member of a quorum unavailable. A killed primary comes back on its
+// address with its node ID and slots (nodes.conf is kept in its
+// directory) and, without WithAOF, without its keys — the amnesia of
+// docs/safety.md.
+//
+// With WithReplicas(r) every primary has r replicas. Failover promotes a
+// replica of a slot's owner (CLUSTER FAILOVER, coordinated, or FORCE or
+// TAKEOVER when the primary is paused or dead) and waits until the slot
+// map names it; DropReplicas cuts a primary's replication links, so a
+// write can be made that its replicas never receive — a failover then
+// forgets it, the failover form of the amnesia hazard. Redis Cluster also
+// fails over by itself once a primary has been unreachable for
+// cluster-node-timeout (3 s here) and a little more.
 //
 // MigrateSlot moves one hash slot from its owner to another node of the
 // same cluster while clients run, the way redis-cli --cluster reshard
@@ -48,13 +57,17 @@ const Slots = 16384
 
 // RedisCluster is one quorum member that is a Redis Cluster, started by
 // StartRedisClusters. Its nodes' fault controls are those of Master.
+// Nodes holds every node: the s primaries it was started with first, then
+// their replicas (those of the first primary, then of the second...);
+// after a failover a replica may be a primary and a primary a replica
+// (Primaries and Role ask the cluster).
 type RedisCluster struct {
 	index int
 	Nodes []*Node
 }
 
-// Node is one primary of a RedisCluster: a Master with the cluster's node
-// ID.
+// Node is one node of a RedisCluster, a primary or a replica: a Master
+// with the cluster's node ID.
 type Node struct {
 	*Master
 	id string
@@ -79,6 +92,9 @@ func (n *Node) ID() string { return n.id }
 // hostname — so CLUSTER SLOTS, MOVED and ASK never name a container
 // address, while the bus still uses the network's addresses (announcing
 // 127.0.0.1 as the node's IP would make every node gossip with itself).
+// Each container listens on its published port itself (not 6379), so a
+// replica reaches its primary at the primary's network address and
+// announced port.
 func StartRedisClusters(t testing.TB, k, s int, opts ...Option) []*RedisCluster {
 	t.Helper()
 	redistest.SkipShort(t)
@@ -104,28 +120,38 @@ func StartRedisClusters(t testing.TB, k, s int, opts ...Option) []*RedisCluster 
 	return members
 }
 
-// clusterArgs are every node's cluster settings.
+// clusterArgs are every node's cluster settings; WithConfig's come after
+// them, so it can change them (cluster-node-timeout, say).
 var clusterArgs = []string{
 	"--cluster-enabled", "yes",
 	"--cluster-config-file", "nodes.conf",
 	"--cluster-node-timeout", "3000",
 	"--cluster-require-full-coverage", "no",
 	"--cluster-allow-reads-when-down", "no",
+	// A replica's full synchronisation starts at once, not after 5 s,
+	// and its primary pings it every second, not every 10 (CLUSTER SLOTS
+	// lists a replica only once it has replicated something).
+	"--repl-diskless-sync-delay", "0",
+	"--repl-ping-replica-period", "1",
 }
 
 func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, error) {
 	t.Helper()
 	rc := &RedisCluster{index: index}
+	if cfg.replicas < 0 {
+		return nil, fmt.Errorf("cluster: member %d: %d replicas per primary", index, cfg.replicas)
+	}
+	total := s * (1 + cfg.replicas)
 	var nodes []node
 	var peers []func() (string, int, int, error)
 	switch cfg.backend {
 	case Process:
-		for i := 0; i < s; i++ {
+		for i := 0; i < total; i++ {
 			bus, err := redistest.FreePort()
 			if err != nil {
 				return nil, fmt.Errorf("cluster: no free port: %w", err)
 			}
-			args := append(append(cfg.redisArgs(), clusterArgs...), "--cluster-port", strconv.Itoa(bus))
+			args := append(append(append([]string(nil), clusterArgs...), cfg.redisArgs()...), "--cluster-port", strconv.Itoa(bus))
 			pn := processNode{s: redistest.StartOne(t, redistest.WithArgs(args...))}
 			nodes = append(nodes, pn)
 			peers = append(peers, func() (string, int, int, error) {
@@ -136,7 +162,8 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 		}
 	case Docker:
 		dcfg := cfg
-		dcfg.extra = append(append([]string(nil), cfg.extra...), clusterArgs...)
+		dcfg.extra = append(append([]string(nil), clusterArgs...), cfg.extra...)
+		dcfg.samePort = true
 		dcfg.portArgs = func(hostPort int) []string {
 			return []string{
 				"--cluster-port", "16379",
@@ -146,7 +173,7 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 				"--cluster-preferred-endpoint-type", "hostname",
 			}
 		}
-		ns, err := startDocker(t, s, &dcfg)
+		ns, err := startDocker(t, total, &dcfg)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +182,7 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 			nodes = append(nodes, d)
 			peers = append(peers, func() (string, int, int, error) {
 				ip, err := d.ipIn()
-				return ip, 6379, 16379, err
+				return ip, d.inner, 16379, err
 			})
 		}
 	default:
@@ -175,7 +202,7 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 		}
 		rc.Nodes = append(rc.Nodes, &Node{Master: m, id: id, peer: peers[i]})
 	}
-	for i, n := range rc.Nodes {
+	for i, n := range rc.Nodes[:s] {
 		lo, hi := i*Slots/s, (i+1)*Slots/s-1
 		if _, err := n.Do("CLUSTER", "SET-CONFIG-EPOCH", i+1); err != nil {
 			return nil, rc.wrap(n, "CLUSTER SET-CONFIG-EPOCH", err)
@@ -192,6 +219,9 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 		if _, err := rc.Nodes[0].Do("CLUSTER", "MEET", host, port, bus); err != nil {
 			return nil, rc.wrap(rc.Nodes[0], "CLUSTER MEET", err)
 		}
+	}
+	if err := rc.replicate(s, cfg.replicas); err != nil {
+		return nil, err
 	}
 	return rc, nil
 }
@@ -219,8 +249,12 @@ func (rc *RedisCluster) String() string {
 	return fmt.Sprintf("member %d (cluster: %s)", rc.index, strings.Join(parts, "; "))
 }
 
-// WaitReady waits until every node that is up answers cluster_state:ok
-// and knows every node of the cluster, or ctx ends.
+// WaitReady waits until every node that is up answers cluster_state:ok,
+// knows every node of the cluster and every slot's owner, agrees with the
+// others on its own role and slots (a primary back from a pause or a
+// crash through which it was failed over has learnt that it is now a
+// replica), and, if a replica of a primary that is up, has its
+// replication link up — or ctx ends.
 func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 	var last error
 	for {
@@ -237,6 +271,17 @@ func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 }
 
 func (rc *RedisCluster) ready() error {
+	views := make(map[*Node]map[string]nodeLine)
+	for _, n := range rc.Nodes {
+		if paused, down, _ := n.State(); paused || down {
+			continue
+		}
+		v, err := rc.view(n)
+		if err != nil {
+			return err
+		}
+		views[n] = v
+	}
 	for _, n := range rc.Nodes {
 		if paused, down, _ := n.State(); paused || down {
 			continue
@@ -253,6 +298,9 @@ func (rc *RedisCluster) ready() error {
 		}
 		if !strings.Contains(info, "cluster_slots_assigned:"+strconv.Itoa(Slots)+"\r") {
 			return rc.wrap(n, "CLUSTER INFO", errors.New("does not know every slot's owner yet"))
+		}
+		if err := rc.replicaReady(n, views); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -318,7 +366,8 @@ func (rc *RedisCluster) ownerSeenBy(n *Node, slot int) (*Node, error) {
 // MigrateSlot moves slot from its owner to dst, with its keys, while
 // clients keep running: IMPORTING on dst, MIGRATING on the owner, then
 // (after hold, to keep the ASK window open under load) the slot's keys
-// moved with MIGRATE in batches, and the slot given to dst on every node.
+// moved with MIGRATE in batches, and the slot given to dst on every
+// primary (replicas learn it from theirs). dst must be a primary.
 // It returns once every node that is up names dst as the owner. Moving a
 // slot to its owner does nothing.
 func (rc *RedisCluster) MigrateSlot(ctx context.Context, slot int, dst *Node, hold time.Duration) error {
@@ -373,6 +422,11 @@ func (rc *RedisCluster) MigrateSlot(ctx context.Context, slot int, dst *Node, ho
 	for _, n := range order {
 		if paused, down, _ := n.State(); paused || down {
 			continue // it learns the new owner by gossip
+		}
+		if me, err := rc.self(n); err != nil {
+			return err
+		} else if me.replica() {
+			continue // replicas refuse SETSLOT; they learn from their primary
 		}
 		if _, err := n.Do("CLUSTER", "SETSLOT", slot, "NODE", dst.id); err != nil {
 			return rc.wrap(n, "CLUSTER SETSLOT NODE", err)

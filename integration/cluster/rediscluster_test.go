@@ -173,3 +173,210 @@ func TestStartRedisClusters_announcesClientAddresses(t *testing.T) {
 		}
 	})
 }
+
+// Replicas and failover: every node a client is told about (replicas too)
+// is 127.0.0.1 and a published port; a coordinated failover keeps every
+// acknowledged write; a TAKEOVER after the primary's replication links
+// were cut (DropReplicas) and the primary killed forgets the writes made
+// since — the failover amnesia hazard — and the old primary, started
+// again, rejoins as a replica.
+func TestRedisCluster_Failover(t *testing.T) {
+	cluster.ForEachBackend(t, testFailover)
+}
+
+func testFailover(t *testing.T, b cluster.Backend) {
+	// No automatic failover (a replica would promote itself once its
+	// primary has been down for cluster-node-timeout): only the ones the
+	// test asks for.
+	rc := cluster.StartRedisClusters(t, 1, 2, cluster.WithBackend(b), cluster.WithReplicas(1),
+		cluster.WithConfig("cluster-replica-no-failover", "yes"))[0]
+	if len(rc.Nodes) != 4 {
+		t.Fatalf("%v: %d nodes, want 4", rc, len(rc.Nodes))
+	}
+	for i, n := range rc.Nodes {
+		role, err := rc.Role(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"primary", "primary", "replica", "replica"}[i]; role != want {
+			t.Errorf("node %d (%s) is a %s, want a %s", i, n.Addr(), role, want)
+		}
+	}
+	if ps, err := rc.Primaries(); err != nil || len(ps) != 2 {
+		t.Fatalf("Primaries = %d nodes (%v), want 2", len(ps), err)
+	}
+	// CLUSTER SLOTS lists a replica once the node has heard (by gossip)
+	// that it has replicated something.
+	var ranges []any
+	for i := 0; ; i++ {
+		var err error
+		ranges, err = redis.Values(rc.Nodes[0].Do("CLUSTER", "SLOTS"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		complete := true
+		for _, r := range ranges {
+			if f, _ := redis.Values(r, nil); len(f) != 4 {
+				complete = false
+			}
+		}
+		if complete {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("CLUSTER SLOTS %v: want a primary and one replica per range", ranges)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	seeds := strings.Join(rc.Seeds(), " ")
+	for _, r := range ranges {
+		f, _ := redis.Values(r, nil)
+		for _, e := range f[2:] {
+			p, _ := redis.Values(e, nil)
+			host, _ := redis.String(p[0], nil)
+			port, _ := redis.Int(p[1], nil)
+			if addr := fmt.Sprintf("%s:%d", host, port); !strings.Contains(seeds, addr) {
+				t.Errorf("CLUSTER SLOTS names %s, not one of the published addresses %s", addr, seeds)
+			}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key = "{failover}:k"
+	slot := cluster.Slot(key)
+	first, err := rc.Owner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Do("SET", key, "kept"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Coordinated: the replica catches up first, so the key survives.
+	second, err := rc.Failover(ctx, slot, cluster.FailoverCoordinated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("Failover returned the old primary")
+	}
+	if v := get(t, second.Master, key); v != "kept" {
+		t.Errorf("after a coordinated failover the new primary has %q, want %q", v, "kept")
+	}
+	if role, err := rc.Role(first); err != nil || role != "replica" {
+		t.Errorf("the old primary is a %q (%v), want a replica", role, err)
+	}
+
+	// Takeover after the replica lost its link: the write made since is
+	// lost.
+	if err := first.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.DropReplicas(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Do("SET", key, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	shortCtx, shortCancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = rc.Failover(shortCtx, slot, cluster.FailoverCoordinated)
+	shortCancel()
+	if err == nil {
+		t.Fatal("a coordinated failover succeeded with the primary down")
+	} else {
+		t.Logf("coordinated failover with the primary down: %v", err)
+	}
+	third, err := rc.Failover(ctx, slot, cluster.FailoverTakeover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third != first {
+		t.Fatalf("TAKEOVER promoted %s, want %s", third.Addr(), first.Addr())
+	}
+	if v := get(t, third.Master, key); v != "kept" {
+		t.Errorf("after the takeover the new primary has %q, want the last write it received, %q (amnesia of %q)", v, "kept", "lost")
+	}
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if role, err := rc.Role(second); err != nil || role != "replica" {
+		t.Errorf("the killed primary came back as a %q (%v), want a replica", role, err)
+	}
+	if v := getOnReplica(t, second, key); v != "kept" {
+		t.Errorf("the old primary, now a replica, has %q, want %q", v, "kept")
+	}
+}
+
+// getOnReplica reads key on a replica (READONLY, else it answers MOVED).
+func getOnReplica(t *testing.T, n *cluster.Node, key string) string {
+	t.Helper()
+	c, err := redis.Dial("tcp", n.Addr(), redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Do("READONLY"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := redis.String(c.Do("GET", key))
+	if err != nil && err != redis.ErrNil {
+		t.Fatalf("GET on replica %s: %v", n.Addr(), err)
+	}
+	return v
+}
+
+// FailoverForce with the owner paused: the other primaries vote, the
+// replica takes over with what it has, and the old primary, resumed,
+// becomes its replica.
+func TestRedisCluster_FailoverForce(t *testing.T) {
+	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
+		rc := cluster.StartRedisClusters(t, 1, 3, cluster.WithBackend(b), cluster.WithReplicas(1),
+			cluster.WithConfig("cluster-replica-no-failover", "yes"))[0]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		const key = "{force}:k"
+		slot := cluster.Slot(key)
+		old, err := rc.Owner(slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Do("SET", key, "v"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Do("WAIT", 1, 5000); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		np, err := rc.Failover(ctx, slot, cluster.FailoverForce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := get(t, np.Master, key); v != "v" {
+			t.Errorf("the promoted replica has %q, want the replicated %q", v, "v")
+		}
+		if err := old.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if role, err := rc.Role(old); err != nil || role != "replica" {
+			t.Errorf("the old primary, resumed, is a %q (%v), want a replica", role, err)
+		}
+		if ps, err := rc.Primaries(); err != nil || len(ps) != 3 {
+			t.Errorf("Primaries = %d (%v), want 3", len(ps), err)
+		}
+	})
+}
