@@ -12,8 +12,8 @@ import (
 )
 
 // Two go-redis clients of one server ("localhost:P" and "127.0.0.1:P")
-// would count it twice toward a quorum: since the adapter is an
-// Inspector, the client's run_id check at first contact refuses them, as
+// would count it twice toward a quorum: the client's run_id check at first
+// contact, INFO sent through the adapter as any command, refuses them, as
 // it does on the redigo paths, over RESP3 and RESP2.
 func TestAttack19_sameServerTwiceIsRefused(t *testing.T) {
 	for _, proto := range []int{3, 2} {

@@ -10,7 +10,7 @@
 //
 //	quorumlock.acquire.duration   histogram, s       an acquisition's wait, by outcome and kind
 //	quorumlock.acquire.attempts   histogram, {attempt} attempts per acquisition, by outcome and kind
-//	quorumlock.locks.active       up-down counter, {lock} locks held now, by kind
+//	quorumlock.locks.active       observable up-down counter, {lock} locks held now (validity not ended), by kind
 //	quorumlock.lock.hold.duration histogram, s       from acquisition to release, by kind
 //	quorumlock.extensions         counter, {extension} extensions, by outcome and kind
 //	quorumlock.releases           counter, {release} releases, by outcome and kind

@@ -49,9 +49,10 @@ const (
 type Option func(*config)
 
 type config struct {
-	mp      metric.MeterProvider
-	tp      trace.TracerProvider
-	keyAttr func(string) string
+	mp        metric.MeterProvider
+	tp        trace.TracerProvider
+	keyAttr   func(string) string
+	maxActive int
 }
 
 // WithMeterProvider sets where metrics go. The default is the global
@@ -81,7 +82,8 @@ type Observer struct {
 
 	acquireDur metric.Float64Histogram
 	attempts   metric.Int64Histogram
-	active     metric.Int64UpDownCounter
+	activeObs  metric.Int64ObservableUpDownCounter
+	active     *activeLocks
 	hold       metric.Float64Histogram
 	extensions metric.Int64Counter
 	releases   metric.Int64Counter
@@ -101,7 +103,7 @@ var _ redlock.Observer = (*Observer)(nil)
 // New returns an Observer that records with the meter and the tracer of
 // the providers set by opts.
 func New(options ...Option) (*Observer, error) {
-	cfg := config{}
+	cfg := config{maxActive: DefaultMaxActiveLocks}
 	for _, o := range options {
 		o(&cfg)
 	}
@@ -112,7 +114,7 @@ func New(options ...Option) (*Observer, error) {
 		cfg.tp = otelapi.GetTracerProvider()
 	}
 	m := cfg.mp.Meter(ScopeName)
-	o := &Observer{tracer: cfg.tp.Tracer(ScopeName), keyAttr: cfg.keyAttr,
+	o := &Observer{tracer: cfg.tp.Tracer(ScopeName), keyAttr: cfg.keyAttr, active: newActiveLocks(cfg.maxActive),
 		locks: make(map[lockID]*opts), masters: make(map[masterID]*masterSets), answers: make(map[answerID]*opts)}
 	durations := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 	var errs []error
@@ -125,9 +127,17 @@ func New(options ...Option) (*Observer, error) {
 		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50, 100),
 		metric.WithDescription("How many attempts an acquisition made."))
 	add(err)
-	o.active, err = m.Int64UpDownCounter("quorumlock.locks.active", metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks held now: acquired, and neither released nor lost."))
+	// Observed at collection: a lock whose validity ends leaves it with
+	// no event (its holder may have stopped).
+	o.activeObs, err = m.Int64ObservableUpDownCounter("quorumlock.locks.active", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks held now: acquired, neither released nor lost, and their validity not ended."))
 	add(err)
+	if err == nil {
+		_, err = m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+			return o.active.observe(ctx, obs, o.activeObs)
+		}, o.activeObs)
+		add(err)
+	}
 	o.hold, err = m.Float64Histogram("quorumlock.lock.hold.duration", metric.WithUnit("s"), durations,
 		metric.WithDescription("How long a lock was held, from its acquisition to its release."))
 	add(err)
@@ -178,13 +188,15 @@ const (
 
 // opts is one attribute set as the instruments take it.
 type opts struct {
+	set    attribute.Set
 	add    []metric.AddOption
 	record []metric.RecordOption
 }
 
 func newOpts(attrs ...attribute.KeyValue) *opts {
-	o := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	return &opts{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
+	set := attribute.NewSet(attrs...)
+	o := metric.WithAttributeSet(set)
+	return &opts{set: set, add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
 }
 
 // masterID names a master: one Observer may serve several clients.
@@ -303,7 +315,7 @@ func (o *Observer) OnAcquire(ctx context.Context, e redlock.AcquireEvent) {
 	o.acquireDur.Record(ctx, e.Wait.Seconds(), set.record...)
 	o.attempts.Record(ctx, int64(e.Attempts), set.record...)
 	if e.Outcome == redlock.AcquireAcquired {
-		o.active.Add(ctx, 1, o.lockOpts(mLock, e.Key, e.Kind, "", "").add...)
+		o.active.add(e.ID, e.Validity, o.lockOpts(mLock, e.Key, e.Kind, "", "").set)
 	}
 	if sp := o.start(ctx, "quorumlock acquire", e.Start); sp != nil {
 		sp.SetAttributes(KeyLockKey.String(e.Key), KeyLockKind.String(e.Kind), KeyAcquireOutcome.String(string(e.Outcome)),
@@ -312,9 +324,15 @@ func (o *Observer) OnAcquire(ctx context.Context, e redlock.AcquireEvent) {
 	}
 }
 
-// OnExtend records an extension by outcome, and its span.
+// OnExtend records an extension by outcome, the lock's new validity for
+// the active locks, and its span.
 func (o *Observer) OnExtend(ctx context.Context, e redlock.ExtendEvent) {
 	o.extensions.Add(ctx, 1, o.lockOpts(mExtend, e.Key, e.Kind, KeyExtendOutcome, string(e.Outcome)).add...)
+	if !o.active.update(e.ID, e.Validity) && e.Outcome == redlock.ExtendExtended {
+		// Dropped at its old validity's end while the extension ran,
+		// which made it valid again.
+		o.active.add(e.ID, e.Validity, o.lockOpts(mLock, e.Key, e.Kind, "", "").set)
+	}
 	if sp := o.start(ctx, "quorumlock extend", e.Start); sp != nil {
 		sp.SetAttributes(KeyLockKey.String(e.Key), KeyLockKind.String(e.Kind), KeyExtendOutcome.String(string(e.Outcome)),
 			KeyQuorum.Int(e.Quorum))
@@ -322,14 +340,13 @@ func (o *Observer) OnExtend(ctx context.Context, e redlock.ExtendEvent) {
 	}
 }
 
-// OnRelease records a release by outcome, the hold time and the active
-// locks (unless the lock had been lost, which counted it), and its span.
+// OnRelease records a release by outcome, the hold time (unless the lock
+// had been lost), the end of an active lock, and its span.
 func (o *Observer) OnRelease(ctx context.Context, e redlock.ReleaseEvent) {
 	o.releases.Add(ctx, 1, o.lockOpts(mRelease, e.Key, e.Kind, KeyReleaseOutcome, string(e.Outcome)).add...)
+	o.active.end(e.ID)
 	if !e.WasLost {
-		lock := o.lockOpts(mLock, e.Key, e.Kind, "", "")
-		o.active.Add(ctx, -1, lock.add...)
-		o.hold.Record(ctx, e.Held.Seconds(), lock.record...)
+		o.hold.Record(ctx, e.Held.Seconds(), o.lockOpts(mLock, e.Key, e.Kind, "", "").record...)
 	}
 	if sp := o.start(ctx, "quorumlock release", e.Start); sp != nil {
 		sp.SetAttributes(KeyLockKey.String(e.Key), KeyLockKind.String(e.Kind), KeyReleaseOutcome.String(string(e.Outcome)),
@@ -342,7 +359,7 @@ func (o *Observer) OnRelease(ctx context.Context, e redlock.ReleaseEvent) {
 // to the span in ctx, if any.
 func (o *Observer) OnLoss(ctx context.Context, e redlock.LossEvent) {
 	o.losses.Add(ctx, 1, o.lockOpts(mLoss, e.Key, e.Kind, KeyLossCause, string(e.Cause)).add...)
-	o.active.Add(ctx, -1, o.lockOpts(mLock, e.Key, e.Kind, "", "").add...)
+	o.active.end(e.ID)
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		sp.AddEvent("quorumlock lock lost", trace.WithAttributes(KeyLockKey.String(e.Key), KeyLossCause.String(string(e.Cause)),
 			KeyHeld.Float64(e.Held.Seconds())))

@@ -427,7 +427,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // call started, before the client's checks (which on its first call
 // identify the masters, waiting up to a per-master timeout): the wait
 // bound, Lock.Waited and the observer count from it. Zero: now.
-func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *lockConfig, k kind) (_ *Lock, err error) {
+func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *lockConfig, k kind) (got *Lock, err error) {
 	k = withHolderMeta(k, key, lc)
 	if begun.IsZero() {
 		begun = c.clock.Now()
@@ -437,7 +437,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	var last *round              // the latest attempt
 	tries := 0
 	if c.obs != nil {
-		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, err) }()
+		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
 	defer func() {
 		if wt != nil {

@@ -9,7 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlock/quorumlock/layout"
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -22,18 +23,21 @@ import (
 // Redis server has a run_id (INFO server), 40 hex digits drawn at start.
 //
 // The Client asks each master for it at first contact: the first call
-// that would talk to the masters (an acquisition, Do, Inspect) first sends
-// INFO server to every master at once, each bounded by the per-master
-// timeout, and waits for the answers; concurrent first calls wait for the
-// same probe. From then on, once two masters name the same run_id, every
-// such call fails at once with an error matching ErrInvalid that names
-// both masters. A master that did not answer the probe is asked again, at
-// most once per identifyRetry, in the background: a hung master does not
-// slow the calls down. A master whose transport cannot run the probe (no
-// Inspector ability), whose ACL refuses
-// INFO, or whose reply carries no well-formed run_id is not identified and
-// not asked again: it cannot be told apart. docs/operations.md says why
-// the check is made at first contact rather than in New.
+// that would talk to the masters (an acquisition, Do, Inspect) starts a
+// probe, INFO server sent to every master at once through its Transport
+// (Send, as the rounds' commands go: on the pipelined connection, the
+// pooled one, the go-redis adapter alike), each bounded by the per-master
+// timeout. The calls made while it runs wait for it, each at most until
+// its own ctx ends (it then returns an error matching ctx.Err(); the probe
+// goes on for the others) or the client is closed (the probe stops). From
+// then on, once two masters name the same run_id, every such call fails
+// at once with an error matching ErrInvalid that names both masters. A
+// master that did not answer the probe is asked again, at most once per
+// identifyRetry, in the background: a hung master does not slow the calls
+// down. A master whose ACL refuses INFO, or whose reply carries no
+// well-formed run_id, is not identified and not asked again: it cannot be
+// told apart. docs/operations.md says why the check is made at first
+// contact rather than in New.
 
 // identifyRetry spaces the probes of a master that did not answer.
 const identifyRetry = time.Second
@@ -42,101 +46,135 @@ const identifyRetry = time.Second
 // about 1.5 KB; a master sending more is not identified.
 const maxInfoReply = 64 << 10
 
+// probeGrace is how long past its deadline the probe waits for a
+// transport to complete a command (a pipelined one may deliver a reply
+// late); an answer later than that is not waited for.
+const probeGrace = 100 * time.Millisecond
+
 // identity is what the Client learned of its masters' run_ids.
 type identity struct {
 	settled atomic.Bool              // every master identified or known unidentifiable
 	retryAt atomic.Int64             // unix ns before which no master is due for a probe
 	dup     atomic.Pointer[dupError] // two masters are one server
 
-	mu      sync.Mutex // serialises the first probe; guards the fields below
-	started bool
-	ids     []string    // a master's run_id, "" while unknown
-	final   []bool      // identified, or cannot be
-	tried   []time.Time // the last probe's start
-	probing []bool      // a background probe runs
+	mu      sync.Mutex    // guards the fields below
+	first   chan struct{} // closed when the first probe ended; nil until it started
+	ids     []string      // a master's run_id, "" while unknown
+	final   []bool        // identified, or cannot be
+	tried   []time.Time   // the last probe's start
+	probing []bool        // a probe of the master runs
 }
 
 // dupError is two masters found to be one server.
 type dupError struct{ err error }
 
+// identWaitError is the error of a call whose ctx ended while it waited
+// for the first probe.
+type identWaitError struct{ err error }
+
+func (e *identWaitError) Error() string {
+	return "redlock: the call's context ended while the masters' identity check (first contact) ran: " + e.err.Error()
+}
+
+func (e *identWaitError) Unwrap() error { return e.err }
+
 // identify is the first-contact check of every call that talks to the
 // masters: it returns the duplicate-master error once one is known,
-// probes every master the first time, and starts background probes of
-// masters not yet identified.
+// starts the probe of every master the first time and waits for it (at
+// most until ctx ends), and starts background probes of masters not yet
+// identified.
 func (c *Client) identify(ctx context.Context) error {
-	if d := c.ident.dup.Load(); d != nil {
+	id := &c.ident
+	if d := id.dup.Load(); d != nil {
 		return d.err
 	}
-	if c.ident.settled.Load() || time.Now().UnixNano() < c.ident.retryAt.Load() {
+	if id.settled.Load() || time.Now().UnixNano() < id.retryAt.Load() {
 		return nil // nothing to ask, or nothing due: no lock on the hot path
 	}
-	id := &c.ident
 	id.mu.Lock()
-	if !id.started {
-		id.started = true
+	if id.first == nil {
 		n := len(c.masters)
 		id.ids, id.final, id.tried, id.probing = make([]string, n), make([]bool, n), make([]time.Time, n), make([]bool, n)
-		var wg sync.WaitGroup
-		results := make([]probeResult, n)
-		for i := range c.masters {
-			id.tried[i] = time.Now()
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				results[i] = c.probe(ctx, &c.masters[i])
-			}(i)
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
 		}
-		wg.Wait()
-		for i, r := range results {
-			c.recordLocked(i, r)
-		}
-		if ctxEnded(ctx) && !id.settled.Load() && id.dup.Load() == nil {
-			// The caller's ctx ended during the probe, not the masters'
-			// time: what did not answer was not really asked. The next
-			// call probes again in the foreground; else calls in the
-			// next identifyRetry would go unchecked.
-			id.started = false
+		first := make(chan struct{})
+		if !c.probe(all, func() { close(first) }) {
 			id.mu.Unlock()
-			return nil
+			return nil // closed: the call fails with ErrClosed
 		}
+		id.first = first
 	} else {
-		for i := range c.masters {
-			if id.final[i] || id.probing[i] || time.Since(id.tried[i]) < identifyRetry {
-				continue
+		select {
+		case <-id.first:
+			var due []int
+			for i := range c.masters {
+				if !id.final[i] && !id.probing[i] && time.Since(id.tried[i]) >= identifyRetry {
+					due = append(due, i)
+				}
 			}
-			c.mu.Lock()
-			closed := c.closed
-			if !closed {
-				c.workers.Add(1)
+			if len(due) > 0 {
+				c.probe(due, nil)
 			}
-			c.mu.Unlock()
-			if closed {
-				break
-			}
-			id.tried[i], id.probing[i] = time.Now(), true
-			go func(i int) {
-				defer c.workers.Done()
-				r := c.probe(context.Background(), &c.masters[i])
-				id.mu.Lock()
-				defer id.mu.Unlock()
-				id.probing[i] = false
-				c.recordLocked(i, r)
-			}(i)
+			id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
+		default: // the first probe runs
 		}
 	}
-	id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
+	first := id.first
 	id.mu.Unlock()
+	select {
+	case <-first:
+	default:
+		select {
+		case <-first:
+		case <-ctx.Done():
+			return &identWaitError{ctx.Err()}
+		case <-c.closing:
+			return nil // the call fails with ErrClosed
+		}
+	}
 	if d := id.dup.Load(); d != nil {
 		return d.err
 	}
 	return nil
 }
 
-// ctxEnded reports whether ctx has ended or its deadline has passed (a
-// transport may fail at the deadline before ctx.Err() says so).
-func ctxEnded(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+// probe starts probing masters idx in the background, then records what
+// they answered and calls done (if not nil). It reports false, starting
+// nothing, when the client is closed. id.mu is held.
+func (c *Client) probe(idx []int, done func()) bool {
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.workers.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		return false
+	}
+	id := &c.ident
+	now := time.Now()
+	for _, i := range idx {
+		id.tried[i], id.probing[i] = now, true
+	}
+	go func() {
+		defer c.workers.Done()
+		results := c.askRunIDs(idx)
+		id.mu.Lock()
+		for k, i := range idx {
+			id.probing[i] = false
+			c.recordLocked(i, results[k])
+		}
+		if done != nil {
+			id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
+		}
+		id.mu.Unlock()
+		if done != nil {
+			done()
+		}
+	}()
+	return true
 }
 
 // probeResult is one master's answer to the probe.
@@ -169,35 +207,76 @@ func (c *Client) recordLocked(i int, r probeResult) {
 	id.settled.Store(settled)
 }
 
-// probe asks master m for its run_id, within the per-master timeout.
-func (c *Client) probe(ctx context.Context, m *master) (r probeResult) {
-	in, ok := m.t.(Inspector)
-	if !ok {
-		return probeResult{final: true} // cannot ask
+// probeAnswer is master i's completion of the probe.
+type probeAnswer struct {
+	i     int
+	reply any
+	err   error
+}
+
+// probeCompleter receives a probe command's outcome (completer). A
+// transport that completes a command twice (it breaks its contract) is
+// heard once.
+type probeCompleter struct {
+	i    int
+	ch   chan<- probeAnswer
+	done atomic.Bool
+}
+
+func (p *probeCompleter) complete(reply any, err error, _ SendInfo) {
+	if p.done.Swap(true) {
+		return
 	}
-	defer func() {
-		if p := recover(); p != nil { // redigo's parser on a pool that is not guarded
-			r = probeResult{final: true}
+	p.ch <- probeAnswer{p.i, reply, err} // buffered, one per command: never blocks
+}
+
+// askRunIDs sends INFO server to masters idx through their transports and
+// returns what each answered (results[k] is idx[k]'s), waiting at most
+// the per-master timeout (and probeGrace), or until the client closes.
+func (c *Client) askRunIDs(idx []int) []probeResult {
+	ch := make(chan probeAnswer, len(idx))
+	deadline := time.Now().Add(c.timeout)
+	pos := make(map[int]int, len(idx))
+	for k, i := range idx {
+		pos[i] = k
+		cmd := &Command{Name: "INFO", Args: []any{"server"}, Deadline: deadline, Reply: ReplyInfo,
+			Resend: true, DropWhenDown: true, to: &probeCompleter{i: i, ch: ch}}
+		c.masters[i].t.Send(cmd)
+	}
+	results := make([]probeResult, len(idx))
+	t := time.NewTimer(time.Until(deadline) + probeGrace)
+	defer t.Stop()
+	for range idx {
+		select {
+		case a := <-ch:
+			results[pos[a.i]] = probeAnswerResult(a.reply, a.err)
+		case <-t.C:
+			return results // the rest did not answer: asked again later
+		case <-c.closing:
+			return results
 		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	replies, err := in.Inspect(ctx, []layout.Command{{Name: "INFO", Args: []any{"server"}}})
+	}
+	return results
+}
+
+// probeAnswerResult reads a master's answer to INFO server (untrusted).
+func probeAnswerResult(reply any, err error) probeResult {
 	if err != nil {
+		var re redis.Error
+		var rpe ReplyError
 		var pe *pool.ProtocolError
-		if errors.As(err, &pe) {
-			// It answered, with bytes no server sends (a reply over the
-			// guard's limits): not identified, not asked again.
+		var de *desyncError
+		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, ErrPanic) {
+			// It answered: an error reply (an ACL without INFO), or bytes
+			// no server sends. Not identified, not asked again.
 			return probeResult{final: true}
 		}
 		return probeResult{} // did not answer: ask again later
 	}
-	if len(replies) != 1 {
+	if !ReplyInfo.Fits(reply) {
 		return probeResult{final: true}
 	}
-	// An error reply (an ACL without INFO) is a value of type error in its
-	// place: no run_id, not asked again.
-	return probeResult{runID: runID(replies[0]), final: true}
+	return probeResult{runID: runID(reply), final: true}
 }
 
 // runID returns the run_id of an INFO server reply, or "" when the reply

@@ -3,11 +3,13 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -94,4 +96,154 @@ func TestClient_identityProbeIsBounded(t *testing.T) {
 			t.Errorf("a later call took %v: the hung master's probe is not in the background", took)
 		}
 	})
+}
+
+// Issue 15: the first call waits for the identity probe only as long as
+// its own ctx allows; the probe goes on for the calls that can wait, and
+// Close ends it at once. One master SIGSTOPped, the per-master timeout
+// long, so that the probe outlasts the impatient caller's ctx.
+func TestIdentity_firstCallHonoursCtx_pausedMaster(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[2].Resume()
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
+	const timeout = 5 * time.Second
+	forEachPath(t, func(t *testing.T, path connPath) {
+		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// A patient caller starts the probe and waits for it.
+		patient := make(chan error, 1)
+		go func() {
+			l, err := c.TryAcquire(context.Background(), "ctx-k")
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			patient <- err
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = c.TryAcquire(ctx, "ctx-k2")
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("an impatient first call: %v, want an error matching context.DeadlineExceeded", err)
+		}
+		if took > timeout-time.Second {
+			t.Errorf("the impatient call took %v: it waited for the probe, not for its ctx", took)
+		}
+		select {
+		case err := <-patient:
+			t.Fatalf("the patient call returned (%v) before the probe could end", err)
+		default:
+		}
+		// The probe went on: the patient call gets its lock from the two
+		// masters that answer.
+		if err := <-patient; err != nil {
+			t.Fatalf("the patient call: %v", err)
+		}
+	})
+}
+
+// Close during the probe of a SIGSTOPped master: the waiting call returns
+// at once (the client is closed), and Close is bounded as documented (the
+// paused master's dial or pooled command get one per-master timeout), not
+// held up by the probe.
+func TestIdentity_closeDuringProbe_pausedMaster(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[2].Resume()
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
+	const timeout = 3 * time.Second
+	forEachPath(t, func(t *testing.T, path connPath) {
+		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := make(chan error, 1)
+		go func() {
+			_, err := c.TryAcquire(context.Background(), "close-k")
+			waiting <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // the probe runs, the call waits
+		start := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			c.Close()
+			close(closed)
+		}()
+		select {
+		case err := <-waiting:
+			if !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("the waiting call: %v, want an error matching ErrClosed", err)
+			}
+			if took := time.Since(start); took > timeout-time.Second {
+				t.Errorf("the waiting call returned %v after Close began", took)
+			}
+		case <-time.After(2 * timeout):
+			t.Fatal("the call waiting for the probe did not return at Close")
+		}
+		select {
+		case <-closed:
+		case <-time.After(3*timeout + 2*time.Second):
+			t.Fatal("Close hangs")
+		}
+	})
+}
+
+// Pools of the user's own: the probe goes over the transport the rounds
+// use (the client's own pipelined connection when the pool can dial), so
+// the user's pool lends nothing; one server under two addresses is still
+// refused, naming both.
+func TestIdentity_userPools_probeOverTransport(t *testing.T) {
+	servers := redistest.Start(t, 2)
+	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
+	for _, shape := range userPoolShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			for _, dup := range []bool{false, true} {
+				n := 2
+				if dup {
+					n = 3
+				}
+				var pools []pool.Pool
+				var user []userPool
+				for i, a := range addrs[:n] {
+					u := shape.make(t, a, fmt.Sprintf("ident-%d", i))
+					user = append(user, u)
+					pools = append(pools, u.pool)
+				}
+				c, err := redlock.New(pools, redlock.WithTimeout(time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := c.TryAcquire(context.Background(), "ident-k")
+				if dup {
+					// A pool of the user's own has no address: New names it.
+					if !errors.Is(err, redlock.ErrInvalid) ||
+						!strings.Contains(err.Error(), "masters 0 (master-0) and 2 (master-2) are the same Redis server") {
+						t.Errorf("one server twice: %v, want ErrInvalid naming both", err)
+					}
+				} else if err != nil {
+					t.Fatal(err)
+				} else if err := l.Release(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if shape.pipelined {
+					for i, u := range user {
+						if st := u.stats(); st.ActiveCount+st.IdleCount != 0 {
+							t.Errorf("dup=%v: master %d's pool lent connections: %+v", dup, i, st)
+						}
+					}
+				}
+				c.Close()
+			}
+		})
+	}
 }

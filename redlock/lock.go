@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,7 @@ type Lock struct {
 	c     *Client
 	key   string
 	token string
+	id    uint64 // names the lock in the observer's events
 
 	acq        *round        // the acquisition, which extensions and the release follow
 	chain      *round        // the latest extension or count round, which later rounds follow
@@ -56,8 +58,11 @@ type Lock struct {
 	mon      *monitor // the running monitor, if any
 }
 
+// lockIDs numbers the locks of the process, for the observer's events.
+var lockIDs atomic.Uint64
+
 func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
-	l := &Lock{c: c, key: acq.key, token: acq.token, acq: acq, until: until, ttl: lc.ttl,
+	l := &Lock{c: c, key: acq.key, token: acq.token, id: lockIDs.Add(1), acq: acq, until: until, ttl: lc.ttl,
 		maxHold: lc.maxHold, acquired: start, lost: make(chan struct{})}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
@@ -134,8 +139,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	var r *round
 	if c.obs != nil {
 		defer func() {
+			until, validity := l.validity()
 			c.obs.OnExtend(ctx, ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: extendOutcome(err), Start: start,
-				Duration: c.clock.Since(start), TTL: ttl, Masters: r.results(), Err: err, Quorum: c.quorum})
+				Duration: c.clock.Since(start), TTL: ttl, Masters: r.results(), Err: err, Quorum: c.quorum,
+				ID: l.id, Until: until, Validity: validity})
 		}()
 	}
 	until, err := l.checkHeld("extend", start)
@@ -171,6 +178,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 		return err
 	}
 	return c.quorumError(t, r, ErrNotExtended, t.ok(c.quorum))
+}
+
+// validity returns Until and the validity left now (≤ 0 once it ended),
+// on the client's clock, for the observer's events.
+func (l *Lock) validity() (time.Time, time.Duration) {
+	u := l.Until()
+	return u, u.Sub(l.c.clock.Now())
 }
 
 // setUntil sets the end of the lock's validity, after a quorum confirmed
@@ -291,7 +305,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		if c.obs != nil {
 			c.obs.OnRelease(ctx, ReleaseEvent{Key: l.key, Kind: l.kindName(), Outcome: releaseOutcome(err), Start: start,
 				Duration: c.clock.Since(start), Held: start.Sub(l.acquired), WasLost: wasLost,
-				Masters: r.results(), Err: err, Quorum: c.quorum})
+				Masters: r.results(), Err: err, Quorum: c.quorum, ID: l.id})
 		}
 	}()
 	// The TTL bounds the retries on masters that miss it (finish.go).

@@ -254,6 +254,18 @@ type AcquireEvent struct {
 	// the time the Masters' latencies count from.
 	LastStart time.Time
 	Quorum    int
+	// ID names the lock acquired in the events of its extensions, release
+	// and loss: a number unique among the locks of the process (0 when
+	// none was acquired).
+	ID uint64
+	// Until is the end of the lock's validity, as Lock.Until returns it
+	// (the zero time when none was acquired), and Validity the validity
+	// left when the event was built, on the client's clock: an observer
+	// counting the locks whose validity has not ended adds Validity to
+	// its own clock's now, which a lock that is never released or
+	// extended (its holder stopped) reaches without any further event.
+	Until    time.Time
+	Validity time.Duration
 }
 
 // ExtendOutcome is how an extension ended.
@@ -278,6 +290,15 @@ type ExtendEvent struct {
 	Masters  []MasterResult
 	Err      error
 	Quorum   int
+	// ID is the lock's, as AcquireEvent.ID.
+	ID uint64
+	// Until is the end of the lock's validity after the extension, as
+	// Lock.Until returns it, and Validity the validity left then (≤ 0
+	// when the lock was lost or released): later when it was extended,
+	// possibly earlier when it was not (ExtendNotExtended; see
+	// Lock.Extend).
+	Until    time.Time
+	Validity time.Duration
 }
 
 // ReleaseOutcome is how a release ended.
@@ -306,6 +327,8 @@ type ReleaseEvent struct {
 	Masters []MasterResult
 	Err     error
 	Quorum  int
+	// ID is the lock's, as AcquireEvent.ID.
+	ID uint64
 }
 
 // LossCause says why a lock was lost.
@@ -333,6 +356,7 @@ type LossEvent struct {
 	Cause LossCause
 	Held  time.Duration // from its acquisition to the loss
 	Err   error         // what Lock.Err returns
+	ID    uint64        // the lock's, as AcquireEvent.ID
 }
 
 // MasterAnswer is one master's answer to one command.
@@ -597,12 +621,17 @@ func lossCause(err error) LossCause {
 
 // observeAcquire reports an acquisition's end (l nil when it failed; last
 // the latest attempt's round, if any).
-func (c *Client) observeAcquire(ctx context.Context, key string, kind string, start time.Time, attempts int, last *round, err error) {
-	c.obs.OnAcquire(ctx, AcquireEvent{
+func (c *Client) observeAcquire(ctx context.Context, key string, kind string, start time.Time, attempts int, last *round, l *Lock, err error) {
+	e := AcquireEvent{
 		Key: key, Kind: kind, Outcome: acquireOutcome(err), Attempts: attempts,
 		Start: start, Wait: c.clock.Since(start), Masters: last.results(), Err: err,
 		LastStart: last.started(), Quorum: c.quorum,
-	})
+	}
+	if err == nil && l != nil {
+		e.ID = l.id
+		e.Until, e.Validity = l.validity()
+	}
+	c.obs.OnAcquire(ctx, e)
 }
 
 // lost reports the loss of l, for the logger and the observer (not a
@@ -620,7 +649,7 @@ func (l *Lock) reportLoss(ctx context.Context, err error) {
 			slog.Duration("held", held), slog.Any("error", err))
 	}
 	if c.obs != nil {
-		c.obs.OnLoss(ctx, LossEvent{Key: l.key, Kind: l.kindName(), Cause: cause, Held: held, Err: err})
+		c.obs.OnLoss(ctx, LossEvent{Key: l.key, Kind: l.kindName(), Cause: cause, Held: held, Err: err, ID: l.id})
 	}
 }
 

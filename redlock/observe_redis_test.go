@@ -347,3 +347,66 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Issue 16: the events name the lock (ID, the same from its acquisition
+// to its loss or release, different for another lock) and carry its
+// validity (Until as Lock.Until, Validity left), so that an observer can
+// tell when a lock nobody releases stops being valid.
+func TestObserver_events_carry_lock_ID_and_validity(t *testing.T) {
+	rs := startReal(t, 3)
+	rec := &recorder{}
+	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec))
+	ctx := context.Background()
+	a, err := c.Acquire(ctx, "id-a", redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, "id-b", redlock.WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "id-a"); err == nil {
+		t.Fatal("a held key taken twice")
+	}
+	if err := a.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(650 * time.Millisecond)
+	if err := b.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after the validity: %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != 3 {
+		t.Fatalf("%d acquire events, want 3", len(rec.acquires))
+	}
+	ea, eb, refused := rec.acquires[0], rec.acquires[1], rec.acquires[2]
+	if ea.ID == 0 || eb.ID == 0 || ea.ID == eb.ID {
+		t.Errorf("lock IDs %d and %d: want two distinct, non-zero", ea.ID, eb.ID)
+	}
+	if refused.ID != 0 || !refused.Until.IsZero() || refused.Validity != 0 {
+		t.Errorf("a refused acquisition carries ID %d, Until %v, Validity %v", refused.ID, refused.Until, refused.Validity)
+	}
+	if ea.Validity <= 9*time.Second || ea.Validity > 10*time.Second || ea.Until.IsZero() {
+		t.Errorf("acquisition of a 10s lock: Validity %v, Until %v", ea.Validity, ea.Until)
+	}
+	if len(rec.extends) != 2 {
+		t.Fatalf("%d extend events, want 2", len(rec.extends))
+	}
+	xa, xb := rec.extends[0], rec.extends[1]
+	if xa.ID != ea.ID || xa.Validity <= 19*time.Second || !xa.Until.After(ea.Until) {
+		t.Errorf("extension of lock %d to 20s: ID %d, Validity %v", ea.ID, xa.ID, xa.Validity)
+	}
+	if xb.ID != eb.ID || xb.Outcome != redlock.ExtendLost || xb.Validity > 0 {
+		t.Errorf("a lost lock's extension: ID %d (want %d), outcome %s, Validity %v (want ≤ 0)", xb.ID, eb.ID, xb.Outcome, xb.Validity)
+	}
+	if len(rec.losses) != 1 || rec.losses[0].ID != eb.ID {
+		t.Errorf("losses %+v, want lock %d's", rec.losses, eb.ID)
+	}
+	if len(rec.releases) != 1 || rec.releases[0].ID != ea.ID {
+		t.Errorf("releases %+v, want lock %d's", rec.releases, ea.ID)
+	}
+}

@@ -813,6 +813,7 @@ const (
 	expectCounter                   // a fenced acquisition: 0, or the counter as a decimal string
 	expectSHA                       // SCRIPT LOAD: a script's SHA1, 40 hex digits
 	expectRW                        // the read-write script: 1 or 0, or for a read acquisition 2 (a writer waits)
+	expectInfo                      // INFO: a bulk string (its size is checked by whoever reads it)
 )
 
 // expectOf returns what script's replies may be (nil: the plain SET).
@@ -853,6 +854,9 @@ func (e expect) fits(v any) bool {
 			}
 		}
 		return true
+	case expectInfo:
+		_, ok := v.([]byte)
+		return ok
 	case expectSHA:
 		b, ok := v.([]byte)
 		if !ok || len(b) != 40 {

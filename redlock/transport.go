@@ -181,6 +181,10 @@ const (
 	// ReplyRW is the read-write lock script's: 1 or 0, or 2 when a read
 	// acquisition was turned away for a waiting writer.
 	ReplyRW ReplyShape = ReplyShape(expectRW)
+	// ReplyInfo is INFO's: a bulk string, of any size (its reader bounds
+	// what it reads). The Client sends INFO server at first contact to
+	// tell its masters apart (a plain command: Name "INFO").
+	ReplyInfo ReplyShape = ReplyShape(expectInfo)
 )
 
 // Fits reports whether v is a reply of this shape.
