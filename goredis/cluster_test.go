@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/goredis"
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -35,23 +36,6 @@ func clusterMembers(t *testing.T, k, s int, opts ...cluster.Option) ([]*cluster.
 	return members, clients
 }
 
-// keysOnEveryNode returns, for each primary of a member of s primaries,
-// a key (with a hash tag, as WithClusterSlots wants for fencing and fair
-// locks) whose slot that primary owns.
-func keysOnEveryNode(prefix string, s int) []string {
-	out := make([]string, s)
-	found := 0
-	for i := 0; found < s; i++ {
-		k := fmt.Sprintf("{%s%d}:lock", prefix, i)
-		shard := cluster.Slot(k) * s / cluster.Slots
-		if out[shard] == "" {
-			out[shard] = k
-			found++
-		}
-	}
-	return out
-}
-
 func TestNew_clusterMembers_everyLockKind(t *testing.T) {
 	cluster.ForEachBackend(t, func(t *testing.T, b cluster.Backend) {
 		testEveryLockKind(t, b)
@@ -59,171 +43,22 @@ func TestNew_clusterMembers_everyLockKind(t *testing.T) {
 }
 
 func testEveryLockKind(t *testing.T, b cluster.Backend) {
-	_, clients := clusterMembers(t, 3, 3, cluster.WithBackend(b))
+	members, clients := clusterMembers(t, 3, 3, cluster.WithBackend(b))
 	c, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	for _, key := range keysOnEveryNode(t.Name(), 3) {
-		t.Run(fmt.Sprintf("slot %d", cluster.Slot(key)), func(t *testing.T) {
-			t.Run("plain", func(t *testing.T) {
-				l, err := c.Acquire(ctx, key, redlock.WithTTL(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
-				}
-				if err := l.Extend(ctx, 5*time.Second); err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				l2, err := c.TryAcquire(ctx, key)
-				if err != nil {
-					t.Fatalf("after release: %v", err)
-				}
-				_ = l2.Release(ctx)
-			})
-			t.Run("fenced", func(t *testing.T) {
-				var last uint64
-				for i := 0; i < 3; i++ {
-					l, err := c.Acquire(ctx, key, redlock.WithFencing())
-					if err != nil {
-						t.Fatal(err)
-					}
-					if l.Fence() <= last {
-						t.Fatalf("fence %d after %d: tokens went backwards", l.Fence(), last)
-					}
-					last = l.Fence()
-					if err := l.Release(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-			})
-			t.Run("election", func(t *testing.T) { // issue 18: Leader's one-step read, routed to the key's node
-				e, err := c.NewElection(key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ld, err := e.Campaign(ctx, "node-a")
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := e.Leader(ctx)
-				if err != nil || got.Value != "node-a" || got.Term != ld.Term() || got.Term == 0 {
-					t.Fatalf("Leader = %+v, %v; want node-a at term %d", got, err, ld.Term())
-				}
-				if err := ld.Resign(ctx); err != nil {
-					t.Fatal(err)
-				}
-			})
-			t.Run("fair", func(t *testing.T) {
-				l, err := c.Acquire(ctx, key, redlock.WithFair())
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := make(chan error, 1)
-				go func() {
-					l2, err := c.Acquire(ctx, key, redlock.WithFair(), redlock.WithWait(10*time.Second))
-					if err == nil {
-						err = l2.Release(ctx)
-					}
-					got <- err
-				}()
-				time.Sleep(100 * time.Millisecond)
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-got; err != nil {
-					t.Fatalf("fair waiter: %v", err)
-				}
-			})
-			t.Run("read write", func(t *testing.T) {
-				r1, err := c.AcquireRead(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r2, err := c.AcquireRead(ctx, key)
-				if err != nil {
-					t.Fatalf("second reader: %v", err)
-				}
-				if _, err := c.AcquireWrite(ctx, key, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("writer beside readers = %v, want ErrNotAcquired", err)
-				}
-				for _, r := range []*redlock.Lock{r1, r2} {
-					if err := r.Release(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				w, err := c.AcquireWrite(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := c.AcquireRead(ctx, key, redlock.WithWait(0)); !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("reader beside a writer = %v, want ErrNotAcquired", err)
-				}
-				if err := w.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			})
-			t.Run("multi in one slot", func(t *testing.T) {
-				ks := []string{key + ":a", key + ":b"}
-				l, err := c.AcquireMulti(ctx, ks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := c.TryAcquire(ctx, ks[1]); !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("a held key of a multi-key lock was acquired: %v", err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			})
-			t.Run("reentrant", func(t *testing.T) {
-				r, err := c.NewReentrant(key, "owner-1")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < 2; i++ {
-					if err := r.Acquire(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if r.Count() != 2 {
-					t.Fatalf("count %d, want 2", r.Count())
-				}
-				if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("a held reentrant key was acquired: %v", err)
-				}
-				for i := 0; i < 2; i++ {
-					if err := r.Release(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-			})
-		})
-	}
-
-	t.Run("multi across slots is refused", func(t *testing.T) {
-		ks := keysOnEveryNode("cross", 2)
-		_, err := c.AcquireMulti(ctx, ks)
-		if !errors.Is(err, redlock.ErrInvalid) {
-			t.Fatalf("AcquireMulti across slots = %v, want ErrInvalid", err)
-		}
-		for i, cl := range clients {
-			for _, k := range ks {
-				if n, err := cl.Exists(ctx, k).Result(); err != nil || n != 0 {
-					t.Errorf("member %d: %s left behind (%d, %v)", i, k, n, err)
-				}
+	conformance.ClusterKinds(t, c, 3, conformance.HeldOn(members))
+	// A multi-key lock refused across slots left nothing on any member.
+	ctx := context.Background()
+	for i, cl := range clients {
+		for _, k := range conformance.SlotKeys("cross", 2) {
+			if n, err := cl.Exists(ctx, k).Result(); err != nil || n != 0 {
+				t.Errorf("member %d: %s left behind (%d, %v)", i, k, n, err)
 			}
 		}
-	})
+	}
 }
 
 // A waiter on a cluster member is woken by the holder's release notice:
@@ -240,7 +75,7 @@ func TestNew_clusterMembers_releaseNoticeWakesWaiter(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, key := range keysOnEveryNode("wake", 3) {
+	for _, key := range conformance.SlotKeys("wake", 3) {
 		l, err := c.Acquire(ctx, key, redlock.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
