@@ -76,7 +76,11 @@ type clusterTransport struct {
 
 	slots atomic.Pointer[slotMap] // nil until first read
 	done  chan struct{}           // closed by Close
-	wg    sync.WaitGroup          // refreshes, ASK tries, TRYAGAIN pauses
+	// life ends at Close (end): an ASK's connection of its own is closed
+	// then, so that Close does not wait out its read.
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup // refreshes, ASK tries, TRYAGAIN pauses
 
 	mu          sync.Mutex
 	closed      bool
@@ -119,8 +123,10 @@ func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration)
 	sorted := slices.Clone(cs.Seeds)
 	sort.Strings(sorted)
 	sorted = slices.Compact(sorted)
+	life, end := context.WithCancel(context.Background())
 	return &clusterTransport{addr: pool.ClusterScheme + strings.Join(sorted, "+"), spec: cs,
-		opts: slices.Clone(opts), timeout: timeout, done: make(chan struct{}), nodes: map[string]*clusterNode{}}, nil
+		opts: slices.Clone(opts), timeout: timeout, done: make(chan struct{}), life: life, end: end,
+		nodes: map[string]*clusterNode{}}, nil
 }
 
 // Addr names the member: cluster:// and its seeds, sorted (Transport).
@@ -463,21 +469,25 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 // asking sends ASKING and the command back to back on a connection of
 // their own to s.node (see the top of this file), reads both replies
 // within the command's deadline, and closes the connection. A script
-// goes as EVAL: the importing node may not have it cached.
+// goes as EVAL: the importing node may not have it cached. Close closes
+// the connection at once (the command then fails with ErrClosed): a node
+// that never answers does not hold Close up until the deadline.
 func (s *clusterSend) asking() {
 	n, err := s.ct.node(s.node)
 	if err != nil {
 		s.finish(nil, err)
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), s.deadline)
+	ctx, cancel := context.WithDeadline(s.ct.life, s.deadline)
 	defer cancel()
 	conn, err := n.pool.Dial(ctx)
 	if err != nil {
-		s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	defer conn.Close()
+	stop := context.AfterFunc(s.ct.life, func() { conn.Close() })
+	defer stop()
 	name, args := s.cmd.Name, s.cmd.wireArgs()
 	if s.cmd.Script != nil {
 		name, args = "EVAL", slices.Clone(args)
@@ -491,7 +501,7 @@ func (s *clusterSend) asking() {
 		err = conn.Flush()
 	}
 	if err != nil {
-		s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	s.sent = true
@@ -502,7 +512,7 @@ func (s *clusterSend) asking() {
 	}
 	if err != nil {
 		if _, isReply := err.(redis.Error); !isReply {
-			s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+			s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 			return
 		}
 		// ASKING refused: the command still comes; its reply says more.
@@ -518,10 +528,23 @@ func (s *clusterSend) asking() {
 	}
 	if err != nil {
 		if _, isReply := err.(redis.Error); !isReply {
+			if s.ct.life.Err() != nil {
+				s.finish(nil, ErrClosed)
+				return
+			}
 			err = &clusterNodeError{node: s.node, err: n.pool.RedactError(err)}
 		}
 	}
 	s.handle(v, err)
+}
+
+// finishAsking fails the command with err, a failure of its ASK
+// connection, or with ErrClosed when Close closed that connection.
+func (s *clusterSend) finishAsking(err error) {
+	if s.ct.life.Err() != nil {
+		err = ErrClosed
+	}
+	s.finish(nil, err)
 }
 
 // finish completes the command.
@@ -641,6 +664,7 @@ func (ct *clusterTransport) Close() error {
 	}
 	ct.closed = true
 	close(ct.done)
+	ct.end()
 	nodes := make([]*clusterNode, 0, len(ct.nodes))
 	for _, a := range ct.order {
 		nodes = append(nodes, ct.nodes[a])
