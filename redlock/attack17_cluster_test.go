@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -102,12 +103,18 @@ func TestAttack17_redirectLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("Close took %v", time.Since(start))
-			// Each command: its first try and at most 5 redirections
-			// (an acquisition and its rollback per TryAcquire, and the
-			// first contact's identity probe).
+			// Each command: its first try and at most 5 redirections.
+			// The commands: an acquisition and its rollback per
+			// TryAcquire, the first contact's identity probe, and the
+			// retries of rollbacks the member missed (docs/design.md,
+			// "Finishing what a master missed"), whose count varies: the
+			// bound allows two per TryAcquire.
 			total := seenA.Load() + seenB.Load()
 			t.Logf("lock commands seen: A %d, B %d", seenA.Load(), seenB.Load())
-			if total > (tries*2+1)*6 {
+			if total%6 != 0 {
+				t.Logf("%d is not a multiple of 6: a command stopped short of 5 redirections", total)
+			}
+			if total > (tries*4+1)*6 {
 				t.Errorf("%d lock commands for %d TryAcquire calls: the redirections are not bounded", total, tries)
 			}
 		})
@@ -189,5 +196,57 @@ func TestAttack17_askToSilentNode(t *testing.T) {
 	t.Logf("Close took %v", took)
 	if took > attack17CloseBound {
 		t.Errorf("Close took %v with an ASK to a silent node under way (the per-master timeout is %v)", took, attack17Timeout)
+	}
+}
+
+// Nodes that echo the member's password (pool.WithAuth applies to every
+// node) in their errors: on the seed's lock commands, on a node a MOVED
+// names (its AUTH refused), and on the ASK connection's ASKING. No error
+// the caller sees quotes the password.
+func TestAttack17_passwordNeverQuoted(t *testing.T) {
+	redistest.SkipShort(t)
+	const secret = "S3cretClusterPassw0rd"
+	echo := func(seen *atomic.Int64, authReply string, reply func(slot int) string) hostile.Answer {
+		inner := clusterNodeAnswer(seen, reply)
+		return func(w io.Writer, cmd []string, quit <-chan struct{}) error {
+			switch cmd[0] {
+			case "AUTH", "HELLO":
+				_, err := io.WriteString(w, authReply)
+				return err
+			case "ASKING":
+				_, err := io.WriteString(w, "-ERR ASKING refused for password "+secret+"\r\n")
+				return err
+			}
+			return inner(w, cmd, quit)
+		}
+	}
+	var seenB atomic.Int64
+	refuses := hostile.Start(t, echo(&seenB, "-WRONGPASS invalid password "+secret+"\r\n", func(int) string { return "-ERR never\r\n" }))
+	asks := hostile.Start(t, echo(&seenB, "+OK\r\n", func(int) string { return "-ERR " + secret + "\r\n" }))
+	for name, reply := range map[string]func(int) string{
+		"echo":  func(int) string { return "-ERR bad thing " + secret + "\r\n" },
+		"moved": func(slot int) string { return fmt.Sprintf("-MOVED %d %s\r\n", slot, refuses) },
+		"ask":   func(slot int) string { return fmt.Sprintf("-ASK %d %s\r\n", slot, asks) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var seen atomic.Int64
+			seed := hostile.Start(t, echo(&seen, "+OK\r\n", reply))
+			c, err := redlock.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(time.Second),
+				redlock.WithPoolOptions(pool.WithAuth("", secret)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = c.TryAcquire(ctx, "{pw}:lock")
+			if err == nil {
+				t.Fatal("granted")
+			}
+			t.Logf("%v", err)
+			if strings.Contains(fmt.Sprintf("%v %+v %#v", err, err, err), secret) {
+				t.Errorf("the error quotes the password: %v", err)
+			}
+		})
 	}
 }
