@@ -6,7 +6,10 @@ package integration_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,4 +63,121 @@ func TestAttack17_firstSeedDown(t *testing.T) {
 			t.Errorf("%s: left behind after Release: %q", key, got[0])
 		}
 	}
+}
+
+// Fenced locks and write locks contended for while their slot migrates
+// back and forth in every member (MOVED, ASK and, for the scripts of many
+// keys, TRYAGAIN): no two holders overlap, fencing tokens grow in the
+// order the holders entered, and a key is free at the end.
+func TestAttack17_kindsDuringMigration(t *testing.T) {
+	members, specs := redigoClusterMembers(t, 3, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const clients = 3
+	cs := make([]*redlock.Client, clients)
+	for i := range cs {
+		cs[i] = newRedigoClusterClient(t, specs)
+	}
+	keys := slotKeys("kinds", 3)[:2] // [0] fenced, [1] write
+	var mu sync.Mutex
+	var inside [2]int
+	var lastFence uint64
+	var overlaps, backwards, granted [2]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		for k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var l *redlock.Lock
+					var err error
+					if k == 0 {
+						l, err = cs[i].Acquire(ctx, keys[k], redlock.WithFencing(), redlock.WithTTL(5*time.Second), redlock.WithWait(time.Second))
+					} else {
+						l, err = cs[i].AcquireWrite(ctx, keys[k], redlock.WithTTL(5*time.Second), redlock.WithWait(time.Second))
+					}
+					if err != nil {
+						continue
+					}
+					granted[k].Add(1)
+					mu.Lock()
+					inside[k]++
+					if inside[k] != 1 {
+						overlaps[k].Add(1)
+					}
+					if k == 0 {
+						if l.Fence() <= lastFence {
+							backwards[k].Add(1)
+						}
+						lastFence = l.Fence()
+					}
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
+					mu.Lock()
+					inside[k]--
+					mu.Unlock()
+					if time.Now().After(l.Until()) {
+						t.Errorf("held past validity: the overlap check does not hold")
+					}
+					_ = l.Release(ctx)
+				}
+			}()
+		}
+	}
+	for round := 0; round < 2; round++ {
+		for _, key := range keys {
+			slot := cluster.Slot(key)
+			var mg sync.WaitGroup
+			errs := make([]error, len(members))
+			for m, rc := range members {
+				owner, err := rc.Owner(slot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next := rc.Nodes[(slices.Index(rc.Nodes, owner)+1)%len(rc.Nodes)]
+				mg.Add(1)
+				go func() {
+					defer mg.Done()
+					errs[m] = rc.MigrateSlot(ctx, slot, next, 200*time.Millisecond)
+				}()
+			}
+			mg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for k, name := range []string{"fenced", "write"} {
+		t.Logf("%s: %d granted, %d overlaps, %d fences backwards", name, granted[k].Load(), overlaps[k].Load(), backwards[k].Load())
+		if overlaps[k].Load() != 0 || backwards[k].Load() != 0 {
+			t.Errorf("%s: %d overlapping holders, %d fences not growing", name, overlaps[k].Load(), backwards[k].Load())
+		}
+		if granted[k].Load() == 0 {
+			t.Errorf("%s: no lock granted", name)
+		}
+	}
+	for _, v := range holdersOn(t, members, keys[0]) {
+		if v != "" {
+			t.Errorf("%s left held (%q) after every holder released", keys[0], v)
+		}
+	}
+	// The write lock is free on every member: a TryAcquireWrite is granted.
+	w, err := cs[0].AcquireWrite(ctx, keys[1], redlock.WithWait(0))
+	if err != nil {
+		t.Fatalf("the write lock is not free after every holder released: %v", err)
+	}
+	_ = w.Release(ctx)
 }
