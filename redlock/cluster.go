@@ -173,7 +173,8 @@ func (e *clusterNodeError) Unwrap() error { return e.err }
 
 // ownerOf returns the address of slot's owner as last known, or the first
 // seed when it is not known (a MOVED then tells). slot -1 (no key) is the
-// first seed.
+// first seed. A command never written to that seed goes on to the next
+// (clusterSend.nextSeed).
 func (ct *clusterTransport) ownerOf(slot int) string {
 	if m := ct.slots.Load(); m != nil && slot >= 0 {
 		if i := m.owner[slot]; i > 0 {
@@ -181,6 +182,12 @@ func (ct *clusterTransport) ownerOf(slot int) string {
 		}
 	}
 	return ct.spec.Seeds[0]
+}
+
+// ownerKnown reports whether the slot map names slot's owner.
+func (ct *clusterTransport) ownerKnown(slot int) bool {
+	m := ct.slots.Load()
+	return m != nil && slot >= 0 && m.owner[slot] > 0
 }
 
 // moved records that addr owns slot (a MOVED), and asks for a refresh.
@@ -346,6 +353,7 @@ type clusterSend struct {
 	node         string // where the current try went
 	req          muxReq
 	redirects    int
+	seed         int  // the seed tried while the slot's owner is not known
 	tryAgain     bool // a try was answered TRYAGAIN
 	sent, resent bool
 }
@@ -387,6 +395,9 @@ func (s *clusterSend) handle(v any, err error) {
 	if !isReply {
 		if err != nil && !errors.Is(err, ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
+			if s.nextSeed() {
+				return
+			}
 			if ne := (*clusterNodeError)(nil); !errors.As(err, &ne) {
 				err = &clusterNodeError{node: s.node, err: err}
 			}
@@ -436,6 +447,23 @@ func (s *clusterSend) handle(v any, err error) {
 		}
 	}
 	s.finish(nil, err)
+}
+
+// nextSeed sends the command to the next seed when the try that failed
+// was never written (a failed dial, a node known down) to a seed chosen
+// because the slot's owner is not known (before the slot map is read, or
+// a command of no key): any seed that answers will do, and one that does
+// not own the slot answers MOVED. A command that was written is not sent
+// elsewhere: it may have run. It reports whether it sent the command.
+func (s *clusterSend) nextSeed() bool {
+	seeds := s.ct.spec.Seeds
+	if s.sent || s.redirects > 0 || s.seed+1 >= len(seeds) || s.node != seeds[s.seed] ||
+		s.ct.ownerKnown(s.slot) || !time.Now().Before(s.deadline) {
+		return false
+	}
+	s.seed++
+	s.send(seeds[s.seed])
+	return true
 }
 
 // later runs f on a goroutine of its own after d, unless the transport
