@@ -171,10 +171,18 @@ func TestAttack17_kindsDuringMigration(t *testing.T) {
 			t.Errorf("%s: no lock granted", name)
 		}
 	}
-	for _, v := range holdersOn(t, members, keys[0]) {
-		if v != "" {
-			t.Errorf("%s left held (%q) after every holder released", keys[0], v)
+	// Release returns once a quorum answered: the last member's release
+	// may land a moment later. It must land.
+	for i := 0; ; i++ {
+		left := slices.DeleteFunc(holdersOn(t, members, keys[0]), func(v string) bool { return v == "" })
+		if len(left) == 0 {
+			break
 		}
+		if i == 300 {
+			t.Errorf("%s left held (%q) after every holder released", keys[0], left)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// The write lock is free on every member: a TryAcquireWrite is granted.
 	w, err := cs[0].AcquireWrite(ctx, keys[1], redlock.WithWait(0))
