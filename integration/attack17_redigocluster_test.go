@@ -191,3 +191,31 @@ func TestAttack17_kindsDuringMigration(t *testing.T) {
 	}
 	_ = w.Release(ctx)
 }
+
+// waitFreeOnAll waits until key exists on no member's owner of its slot
+// (a release returns once a quorum answered; the last member's may land
+// a moment later), and fails the test if it is still there after 3s.
+func waitFreeOnAll(t *testing.T, members []*cluster.RedisCluster, key string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		held := 0
+		for _, m := range members {
+			n, err := m.Owner(cluster.Slot(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := n.Do("EXISTS", key); err != nil {
+				t.Fatal(err)
+			} else if v != int64(0) {
+				held++
+			}
+		}
+		if held == 0 {
+			return
+		}
+		if i == 300 {
+			t.Fatalf("%s still on %d members' owners after 3s", key, held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

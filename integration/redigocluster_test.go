@@ -208,6 +208,9 @@ func TestRedigoCluster_everyLockKind(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// Release returns at a quorum: the next subtest's lock
+				// needs the hash gone from every member.
+				waitFreeOnAll(t, members, key)
 			})
 			t.Run("inspect", func(t *testing.T) {
 				l, err := c.Acquire(ctx, key, redlock.WithTTL(5*time.Second))
