@@ -219,3 +219,61 @@ func waitFreeOnAll(t *testing.T, members []*cluster.RedisCluster, key string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A Client of two cluster members and one single master, one cluster
+// member wholly down (every node stopped): the quorum of the other two
+// grants and releases, the down member's error names it, and Close is
+// prompt.
+func TestAttack17_mixedMembersOneClusterDown(t *testing.T) {
+	members, specs := redigoClusterMembers(t, 2, 2)
+	single := cluster.Start(t, 1, cluster.WithBackend(cluster.Process))
+	all := append(slices.Clone(specs), single.Addrs()[0])
+	c, err := redlock.NewFromAddrs(all, redlock.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "{mixed}:lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range members[0].Nodes {
+		if err := n.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range slotKeys("mixed", 2) {
+		l, err := c.Acquire(ctx, key, redlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatalf("two members of three are up: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The down member alone: its error names it.
+	one, err := redlock.NewFromAddrs(specs[:1], redlock.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = one.TryAcquire(ctx, "{mixed}:lock")
+	if err == nil {
+		t.Fatal("a member wholly down granted a lock")
+	}
+	for _, seed := range members[0].Seeds() {
+		if !strings.Contains(err.Error(), seed) {
+			t.Errorf("a member wholly down: %v, want an error naming it (seed %s)", err, seed)
+		}
+	}
+	t.Logf("%v", err)
+	start := time.Now()
+	one.Close()
+	c.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v", took)
+	}
+}
