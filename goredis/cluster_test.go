@@ -49,7 +49,7 @@ func testEveryLockKind(t *testing.T, b cluster.Backend) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	conformance.ClusterKinds(t, c, 3, conformance.HeldOn(members))
+	conformance.ClusterKinds(t, c, members, 3)
 	// A multi-key lock refused across slots left nothing on any member.
 	ctx := context.Background()
 	for i, cl := range clients {

@@ -48,7 +48,7 @@ func newRedigoClusterClient(t *testing.T, specs []string, opts ...redlock.Option
 func TestRedigoCluster_everyLockKind(t *testing.T) {
 	members, specs := redigoClusterMembers(t, 3, 3)
 	c := newRedigoClusterClient(t, specs, redlock.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
-	conformance.ClusterKinds(t, c, 3, conformance.HeldOn(members))
+	conformance.ClusterKinds(t, c, members, 3)
 }
 
 type testWriter struct{ t *testing.T }
@@ -234,9 +234,22 @@ func TestRedigoCluster_askMidMigration(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("%s: release mid-migration: %v", kind, err)
 		}
+		// Release returns once a quorum answered: the last member's
+		// release may land a moment later. It must land.
 		for _, dst := range dsts {
-			if v, err := askingGet(dst, key); v != "" || err != nil {
-				t.Errorf("%s: after release the importing node %s has %q (%v)", kind, dst.Addr(), v, err)
+			for i := 0; ; i++ {
+				v, err := askingGet(dst, key)
+				if v == "" && err == nil {
+					if i > 0 {
+						t.Logf("%s: the release landed on %s after %d polls", kind, dst.Addr(), i)
+					}
+					break
+				}
+				if i == 300 {
+					t.Errorf("%s: after release the importing node %s has %q (%v)", kind, dst.Addr(), v, err)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		}
 	}

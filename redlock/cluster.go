@@ -76,7 +76,11 @@ type clusterTransport struct {
 
 	slots atomic.Pointer[slotMap] // nil until first read
 	done  chan struct{}           // closed by Close
-	wg    sync.WaitGroup          // refreshes, ASK tries, TRYAGAIN pauses
+	// life ends at Close (end): an ASK's connection of its own is closed
+	// then, so that Close does not wait out its read.
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup // refreshes, ASK tries, TRYAGAIN pauses
 
 	mu          sync.Mutex
 	closed      bool
@@ -119,8 +123,10 @@ func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration)
 	sorted := slices.Clone(cs.Seeds)
 	sort.Strings(sorted)
 	sorted = slices.Compact(sorted)
+	life, end := context.WithCancel(context.Background())
 	return &clusterTransport{addr: pool.ClusterScheme + strings.Join(sorted, "+"), spec: cs,
-		opts: slices.Clone(opts), timeout: timeout, done: make(chan struct{}), nodes: map[string]*clusterNode{}}, nil
+		opts: slices.Clone(opts), timeout: timeout, done: make(chan struct{}), life: life, end: end,
+		nodes: map[string]*clusterNode{}}, nil
 }
 
 // Addr names the member: cluster:// and its seeds, sorted (Transport).
@@ -167,7 +173,8 @@ func (e *clusterNodeError) Unwrap() error { return e.err }
 
 // ownerOf returns the address of slot's owner as last known, or the first
 // seed when it is not known (a MOVED then tells). slot -1 (no key) is the
-// first seed.
+// first seed. A command never written to that seed goes on to the next
+// (clusterSend.nextSeed).
 func (ct *clusterTransport) ownerOf(slot int) string {
 	if m := ct.slots.Load(); m != nil && slot >= 0 {
 		if i := m.owner[slot]; i > 0 {
@@ -175,6 +182,12 @@ func (ct *clusterTransport) ownerOf(slot int) string {
 		}
 	}
 	return ct.spec.Seeds[0]
+}
+
+// ownerKnown reports whether the slot map names slot's owner.
+func (ct *clusterTransport) ownerKnown(slot int) bool {
+	m := ct.slots.Load()
+	return m != nil && slot >= 0 && m.owner[slot] > 0
 }
 
 // moved records that addr owns slot (a MOVED), and asks for a refresh.
@@ -340,6 +353,7 @@ type clusterSend struct {
 	node         string // where the current try went
 	req          muxReq
 	redirects    int
+	seed         int  // the seed tried while the slot's owner is not known
 	tryAgain     bool // a try was answered TRYAGAIN
 	sent, resent bool
 }
@@ -381,6 +395,9 @@ func (s *clusterSend) handle(v any, err error) {
 	if !isReply {
 		if err != nil && !errors.Is(err, ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
+			if s.nextSeed() {
+				return
+			}
 			if ne := (*clusterNodeError)(nil); !errors.As(err, &ne) {
 				err = &clusterNodeError{node: s.node, err: err}
 			}
@@ -432,6 +449,23 @@ func (s *clusterSend) handle(v any, err error) {
 	s.finish(nil, err)
 }
 
+// nextSeed sends the command to the next seed when the try that failed
+// was never written (a failed dial, a node known down) to a seed chosen
+// because the slot's owner is not known (before the slot map is read, or
+// a command of no key): any seed that answers will do, and one that does
+// not own the slot answers MOVED. A command that was written is not sent
+// elsewhere: it may have run. It reports whether it sent the command.
+func (s *clusterSend) nextSeed() bool {
+	seeds := s.ct.spec.Seeds
+	if s.sent || s.redirects > 0 || s.seed+1 >= len(seeds) || s.node != seeds[s.seed] ||
+		s.ct.ownerKnown(s.slot) || !time.Now().Before(s.deadline) {
+		return false
+	}
+	s.seed++
+	s.send(seeds[s.seed])
+	return true
+}
+
 // later runs f on a goroutine of its own after d, unless the transport
 // closes first (the command then fails with ErrClosed).
 func (s *clusterSend) later(d time.Duration, f func()) {
@@ -463,21 +497,25 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 // asking sends ASKING and the command back to back on a connection of
 // their own to s.node (see the top of this file), reads both replies
 // within the command's deadline, and closes the connection. A script
-// goes as EVAL: the importing node may not have it cached.
+// goes as EVAL: the importing node may not have it cached. Close closes
+// the connection at once (the command then fails with ErrClosed): a node
+// that never answers does not hold Close up until the deadline.
 func (s *clusterSend) asking() {
 	n, err := s.ct.node(s.node)
 	if err != nil {
 		s.finish(nil, err)
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), s.deadline)
+	ctx, cancel := context.WithDeadline(s.ct.life, s.deadline)
 	defer cancel()
 	conn, err := n.pool.Dial(ctx)
 	if err != nil {
-		s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	defer conn.Close()
+	stop := context.AfterFunc(s.ct.life, func() { conn.Close() })
+	defer stop()
 	name, args := s.cmd.Name, s.cmd.wireArgs()
 	if s.cmd.Script != nil {
 		name, args = "EVAL", slices.Clone(args)
@@ -491,7 +529,7 @@ func (s *clusterSend) asking() {
 		err = conn.Flush()
 	}
 	if err != nil {
-		s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	s.sent = true
@@ -502,7 +540,7 @@ func (s *clusterSend) asking() {
 	}
 	if err != nil {
 		if _, isReply := err.(redis.Error); !isReply {
-			s.finish(nil, &clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+			s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 			return
 		}
 		// ASKING refused: the command still comes; its reply says more.
@@ -518,10 +556,23 @@ func (s *clusterSend) asking() {
 	}
 	if err != nil {
 		if _, isReply := err.(redis.Error); !isReply {
+			if s.ct.life.Err() != nil {
+				s.finish(nil, ErrClosed)
+				return
+			}
 			err = &clusterNodeError{node: s.node, err: n.pool.RedactError(err)}
 		}
 	}
 	s.handle(v, err)
+}
+
+// finishAsking fails the command with err, a failure of its ASK
+// connection, or with ErrClosed when Close closed that connection.
+func (s *clusterSend) finishAsking(err error) {
+	if s.ct.life.Err() != nil {
+		err = ErrClosed
+	}
+	s.finish(nil, err)
 }
 
 // finish completes the command.
@@ -641,6 +692,7 @@ func (ct *clusterTransport) Close() error {
 	}
 	ct.closed = true
 	close(ct.done)
+	ct.end()
 	nodes := make([]*clusterNode, 0, len(ct.nodes))
 	for _, a := range ct.order {
 		nodes = append(nodes, ct.nodes[a])

@@ -32,28 +32,22 @@ func SlotKeys(prefix string, s int) []string {
 	return out
 }
 
-// HeldOnAll, when a case is given one, waits until every member holds key
-// with token: an acquisition returns at its quorum, and the last member's
-// grant may land after it.
-type HeldOnAll func(t *testing.T, key, token string)
-
-// ClusterKinds runs every lock kind on c, whose members are Redis Clusters
-// of s primaries each: plain (with Extend), fenced (tokens never backwards),
-// an election (Leader's one-step read routed to the key's node), fair,
-// read-write, multi-key in one slot, reentrant and Inspect, on a key owned
-// by each primary; then a multi-key lock across slots, which must be refused
-// with ErrInvalid. held may be nil; with it, the cases that read every
-// member wait for the last grant first.
-func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
+// ClusterKinds runs every lock kind on c, whose members are the Redis
+// Clusters members, of s primaries each: plain (with Extend), fenced
+// (tokens never backwards), an election (Leader's one-step read routed to
+// the key's node), fair, read-write, multi-key in one slot, reentrant and
+// Inspect, on a key owned by each primary; then a multi-key lock across
+// slots, which must be refused with ErrInvalid. Each case ends when its
+// key is gone from every member: a release returns at its quorum, and the
+// last member's may land after it, where the next case's lock of another
+// kind would meet it.
+func ClusterKinds(t *testing.T, c *redlock.Client, members []*cluster.RedisCluster, s int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitHeld := func(t *testing.T, key, token string) {
-		if held != nil {
-			held(t, key, token)
-		}
-	}
+	waitHeld := func(t *testing.T, key, token string) { HeldOn(members)(t, key, token) }
 	for _, key := range SlotKeys(t.Name(), s) {
 		t.Run(fmt.Sprintf("slot %d", cluster.Slot(key)), func(t *testing.T) {
+			free := func(t *testing.T) { FreeOn(t, members, key) }
 			t.Run("plain", func(t *testing.T) {
 				l, err := c.Acquire(ctx, key, redlock.WithTTL(5*time.Second))
 				must(t, err)
@@ -68,6 +62,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 					t.Fatalf("after release: %v", err)
 				}
 				must(t, l2.Release(ctx))
+				free(t)
 			})
 			t.Run("fenced", func(t *testing.T) {
 				var last uint64
@@ -80,6 +75,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 					last = l.Fence()
 					must(t, l.Release(ctx))
 				}
+				free(t)
 			})
 			t.Run("election", func(t *testing.T) {
 				e, err := c.NewElection(key)
@@ -91,6 +87,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 					t.Fatalf("Leader = %+v, %v; want node-a at term %d", got, err, ld.Term())
 				}
 				must(t, ld.Resign(ctx))
+				free(t)
 			})
 			t.Run("fair", func(t *testing.T) {
 				l, err := c.Acquire(ctx, key, redlock.WithFair())
@@ -108,6 +105,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 				if err := <-got; err != nil {
 					t.Fatalf("fair waiter: %v", err)
 				}
+				free(t)
 			})
 			t.Run("read write", func(t *testing.T) {
 				r1, err := c.AcquireRead(ctx, key)
@@ -128,6 +126,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 					t.Fatalf("reader beside a writer = %v, want ErrNotAcquired", err)
 				}
 				must(t, w.Release(ctx))
+				free(t)
 			})
 			t.Run("multi in one slot", func(t *testing.T) {
 				ks := []string{key + ":a", key + ":b"}
@@ -137,6 +136,9 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 					t.Fatalf("a held key of a multi-key lock was acquired: %v", err)
 				}
 				must(t, l.Release(ctx))
+				for _, k := range ks {
+					FreeOn(t, members, k)
+				}
 			})
 			t.Run("reentrant", func(t *testing.T) {
 				r, err := c.NewReentrant(key, "owner-1")
@@ -153,15 +155,13 @@ func ClusterKinds(t *testing.T, c *redlock.Client, s int, held HeldOnAll) {
 				for i := 0; i < 2; i++ {
 					must(t, r.Release(ctx))
 				}
+				free(t)
 			})
 			t.Run("inspect", func(t *testing.T) {
 				l, err := c.Acquire(ctx, key, redlock.WithTTL(5*time.Second))
 				must(t, err)
-				defer l.Release(ctx)
-				if held == nil {
-					return // without a way to wait for the last grant, a member may not hold it yet
-				}
-				held(t, key, l.Token())
+				defer func() { must(t, l.Release(ctx)); free(t) }()
+				waitHeld(t, key, l.Token())
 				st, err := c.Inspect(ctx, key)
 				must(t, err)
 				for _, m := range st.Masters {
@@ -205,9 +205,10 @@ func ClusterHolders(t *testing.T, members []*cluster.RedisCluster, key string) [
 	return out
 }
 
-// HeldOn returns a HeldOnAll that waits (generously) until every one of
-// members holds the key with the token.
-func HeldOn(members []*cluster.RedisCluster) HeldOnAll {
+// HeldOn returns a function that waits (generously) until every one of
+// members holds the key with the token: an acquisition returns at its
+// quorum, and the last member's grant may land after it.
+func HeldOn(members []*cluster.RedisCluster) func(t *testing.T, key, token string) {
 	return func(t *testing.T, key, token string) {
 		t.Helper()
 		var got []string
@@ -218,5 +219,32 @@ func HeldOn(members []*cluster.RedisCluster) HeldOnAll {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Fatalf("holders %q, want %s on all %d members", got, token, len(members))
+	}
+}
+
+// FreeOn waits (generously) until key exists on no member's node owning
+// its slot.
+func FreeOn(t *testing.T, members []*cluster.RedisCluster, key string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		held := 0
+		for _, m := range members {
+			n, err := m.Owner(cluster.Slot(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := n.Do("EXISTS", key); err != nil {
+				t.Fatal(err)
+			} else if v != int64(0) {
+				held++
+			}
+		}
+		if held == 0 {
+			return
+		}
+		if i == 300 {
+			t.Fatalf("%s still on %d members after 3s", key, held)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
