@@ -68,6 +68,9 @@ func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.
 				continue
 			}
 			msg := err.Error()
+			if tc.name == "TryAcquire" {
+				t.Log(msg)
+			}
 			if !strings.Contains(msg, "master 2 ("+addrs[2]+")") || strings.Contains(msg, addrs[0]) ||
 				strings.Count(msg, "redlock: ") != 1 || !strings.Contains(msg, "identity check") {
 				t.Errorf("%s: %q does not name (only) the master the identity check waited for", tc.name, msg)

@@ -122,6 +122,11 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
+	// A call that talks to the masters: the identity check at first
+	// contact (identity.go), and from then on the duplicate-master error.
+	if err := r.c.identify(ctx); err != nil {
+		return r.c.identWaitFailed(err, r.key)
+	}
 	if once {
 		select {
 		case r.op <- struct{}{}:
