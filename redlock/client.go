@@ -414,7 +414,7 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {
-		return nil, err
+		return nil, c.identWaitFailed(err, key)
 	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -528,7 +528,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {
-		return nil, err
+		return nil, c.identWaitFailed(err, key)
 	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // the lock. No goroutine or timer of Do outlives it.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := c.check(ctx); err != nil {
-		return err
+		return c.identWaitFailed(err, key)
 	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)

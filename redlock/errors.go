@@ -137,13 +137,16 @@ type QuorumError struct {
 	// Unanswered holds the indices of masters whose answers were not
 	// awaited: the outcome was settled without them (so many refused or
 	// failed that a quorum was out of reach), or the caller's ctx ended
-	// first. Their answers, when they come, are handled as the round's
+	// first. When the caller's ctx ended during the client's identity
+	// check at first contact (nothing was sent then; Succeeded is 0),
+	// they are the masters that check still awaited. Their answers, when they come, are handled as the round's
 	// (a grant is rolled back).
 	Unanswered []int
 
 	sentinel error
 	ctxErr   error
 	addrs    []string
+	before   string // set when nothing was sent: what the call waited for instead (identWaitError)
 }
 
 // Error says, on one line, what happened to which key, how many masters
@@ -153,6 +156,15 @@ func (e *QuorumError) Error() string {
 	var b strings.Builder
 	b.WriteString(keyMessage(e.sentinel, e.Key))
 	b.WriteString(": ")
+	if e.before != "" {
+		// No round ran: say what the call waited for, and why it ended.
+		b.WriteString(e.before)
+		if e.ctxErr != nil {
+			b.WriteString("; ")
+			b.WriteString(e.ctxErr.Error())
+		}
+		return b.String()
+	}
 	if e.Op != opImplied(e.sentinel) {
 		b.WriteString(e.Op)
 		b.WriteString(": ")

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,13 +25,17 @@ import (
 // Redis server has a run_id (INFO server), 40 hex digits drawn at start.
 //
 // The Client asks each master for it at first contact: the first call
-// that would talk to the masters (an acquisition, Do, Inspect) starts a
+// that would talk to the masters (an acquisition of any kind, a
+// Reentrant's too, Do, Inspect, an Election's calls) starts a
 // probe, INFO server sent to every master at once through its Transport
 // (Send, as the rounds' commands go: on the pipelined connection, the
 // pooled one, the go-redis adapter alike), each bounded by the per-master
 // timeout. The calls made while it runs wait for it, each at most until
-// its own ctx ends (it then returns an error matching ctx.Err(); the probe
-// goes on for the others) or the client is closed (the probe stops). From
+// its own ctx ends (the probe goes on for the others; nothing is sent for
+// that call, and it returns an error matching ctx.Err() that names the
+// masters the probe still awaited: for an acquisition a *QuorumError
+// matching ErrNotAcquired too, as the acquisitions document; Inspect
+// reports ctx's end in each master's state instead) or the client is closed (the probe stops). From
 // then on, once two masters name the same run_id, every such call fails
 // at once with an error matching ErrInvalid that names both masters. A
 // master that did not answer the probe is asked again, at most once per
@@ -69,14 +75,62 @@ type identity struct {
 type dupError struct{ err error }
 
 // identWaitError is the error of a call whose ctx ended while it waited
-// for the first probe.
-type identWaitError struct{ err error }
+// for the first probe: it matches ctx.Err() and names the masters the
+// probe still awaited. An acquisition turns it into a *QuorumError
+// matching ErrNotAcquired too (identWaitFailed), as it documents.
+type identWaitError struct {
+	err     error
+	pending []int    // the masters whose answer the probe awaited
+	addrs   []string // the masters' addresses
+}
 
 func (e *identWaitError) Error() string {
-	return "redlock: the call's context ended while the masters' identity check (first contact) ran: " + e.err.Error()
+	var b strings.Builder
+	b.WriteString("redlock: ")
+	b.WriteString(e.detail())
+	b.WriteString(": ")
+	b.WriteString(e.err.Error())
+	return b.String()
+}
+
+// detail says what was waited for: "nothing sent: the context ended
+// during the masters' identity check (first contact, INFO server), which
+// awaited master 2 (127.0.0.1:7003)".
+func (e *identWaitError) detail() string {
+	var b strings.Builder
+	b.WriteString("nothing sent: the context ended during the masters' identity check (first contact, INFO server)")
+	if len(e.pending) > 0 {
+		b.WriteString(", which awaited ")
+		for k, i := range e.pending {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("master ")
+			b.WriteString(strconv.Itoa(i))
+			if i < len(e.addrs) {
+				b.WriteString(" (")
+				b.WriteString(e.addrs[i])
+				b.WriteString(")")
+			}
+		}
+	}
+	return b.String()
 }
 
 func (e *identWaitError) Unwrap() error { return e.err }
+
+// identWaitFailed returns err, or, when it is an identWaitError, the
+// *QuorumError of an acquisition of key that ended before anything was
+// sent: it matches ErrNotAcquired and ctx.Err(), and its Unanswered are
+// the masters the identity check awaited.
+func (c *Client) identWaitFailed(err error, key string) error {
+	var we *identWaitError
+	if !errors.As(err, &we) {
+		return err
+	}
+	return &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
+		Unanswered: we.pending, sentinel: ErrNotAcquired, ctxErr: we.err, addrs: c.addrs, before: we.detail()}
+}
 
 // identify is the first-contact check of every call that talks to the
 // masters: it returns the duplicate-master error once one is known,
@@ -129,7 +183,15 @@ func (c *Client) identify(ctx context.Context) error {
 		select {
 		case <-first:
 		case <-ctx.Done():
-			return &identWaitError{ctx.Err()}
+			we := &identWaitError{err: ctx.Err(), addrs: c.addrs}
+			id.mu.Lock()
+			for i, p := range id.probing {
+				if p {
+					we.pending = append(we.pending, i)
+				}
+			}
+			id.mu.Unlock()
+			return we
 		case <-c.closing:
 			return nil // the call fails with ErrClosed
 		}
@@ -160,12 +222,8 @@ func (c *Client) probe(idx []int, done func()) bool {
 	}
 	go func() {
 		defer c.workers.Done()
-		results := c.askRunIDs(idx)
+		c.askRunIDs(idx)
 		id.mu.Lock()
-		for k, i := range idx {
-			id.probing[i] = false
-			c.recordLocked(i, results[k])
-		}
 		if done != nil {
 			id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
 		}
@@ -231,32 +289,44 @@ func (p *probeCompleter) complete(reply any, err error, _ SendInfo) {
 }
 
 // askRunIDs sends INFO server to masters idx through their transports and
-// returns what each answered (results[k] is idx[k]'s), waiting at most
-// the per-master timeout (and probeGrace), or until the client closes.
-func (c *Client) askRunIDs(idx []int) []probeResult {
+// records what each answers as it arrives, waiting at most the
+// per-master timeout (and probeGrace), or until the client closes; then
+// it records the rest as not answered (asked again later).
+func (c *Client) askRunIDs(idx []int) {
+	id := &c.ident
 	ch := make(chan probeAnswer, len(idx))
 	deadline := time.Now().Add(c.timeout)
-	pos := make(map[int]int, len(idx))
-	for k, i := range idx {
-		pos[i] = k
+	for _, i := range idx {
 		cmd := &Command{Name: "INFO", Args: []any{"server"}, Deadline: deadline, Reply: ReplyInfo,
 			Resend: true, DropWhenDown: true, to: &probeCompleter{i: i, ch: ch}}
 		c.masters[i].t.Send(cmd)
 	}
-	results := make([]probeResult, len(idx))
+	defer func() {
+		id.mu.Lock()
+		for _, i := range idx {
+			if id.probing[i] {
+				id.probing[i] = false
+				c.recordLocked(i, probeResult{})
+			}
+		}
+		id.mu.Unlock()
+	}()
 	t := time.NewTimer(time.Until(deadline) + probeGrace)
 	defer t.Stop()
 	for range idx {
 		select {
 		case a := <-ch:
-			results[pos[a.i]] = probeAnswerResult(a.reply, a.err)
+			r := probeAnswerResult(a.reply, a.err)
+			id.mu.Lock()
+			id.probing[a.i] = false
+			c.recordLocked(a.i, r)
+			id.mu.Unlock()
 		case <-t.C:
-			return results // the rest did not answer: asked again later
+			return
 		case <-c.closing:
-			return results
+			return
 		}
 	}
-	return results
 }
 
 // probeAnswerResult reads a master's answer to INFO server (untrusted).

@@ -63,7 +63,12 @@ type MasterState struct {
 // layout.MaxValue bytes per string) whatever a master sends.
 func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 	if err := c.check(ctx); err != nil {
-		return Inspection{}, err
+		var we *identWaitError
+		if !errors.As(err, &we) {
+			return Inspection{}, err
+		}
+		// ctx ended during the identity check at first contact: each
+		// master reports it in its MasterState, as documented.
 	}
 	if key == "" {
 		return Inspection{}, fmt.Errorf("%w: empty key", ErrInvalid)

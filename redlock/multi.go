@@ -34,11 +34,14 @@ func (c *Client) TryAcquireMulti(ctx context.Context, keys []string, opts ...Loc
 
 func (c *Client) acquireMulti(ctx context.Context, keys []string, opts []LockOption, once bool) (*Lock, error) {
 	called := c.callStart()
-	if err := c.check(ctx); err != nil {
+	if err := c.valid(); err != nil {
 		return nil, err
 	}
 	if err := c.checkMultiKeys(keys); err != nil {
 		return nil, err
+	}
+	if err := c.check(ctx); err != nil {
+		return nil, c.identWaitFailed(err, keys[0])
 	}
 	lc, err := c.kindConfig("multi-key", keys[0], opts)
 	if err != nil {

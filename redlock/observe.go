@@ -50,7 +50,10 @@ type Observer interface {
 	// first hold), successful or not.
 	OnAcquire(ctx context.Context, e AcquireEvent)
 	// OnExtend reports the end of a call of Lock.Extend (also the
-	// watchdog's, WithAutoExtend).
+	// watchdog's, WithAutoExtend), and of a Reentrant taken again by its
+	// owner, which renews the TTL as an extension does (Kind
+	// "reentrant"; ExtendNotExtended when no quorum confirmed it in time,
+	// Err then matching ErrNotAcquired).
 	OnExtend(ctx context.Context, e ExtendEvent)
 	// OnRelease reports the end of a call of Lock.Release that sent a
 	// release (not a second Release of the same lock).

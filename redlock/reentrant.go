@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -122,6 +123,11 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
+	// A call that talks to the masters: the identity check at first
+	// contact (identity.go), and from then on the duplicate-master error.
+	if err := r.c.identify(ctx); err != nil {
+		return r.c.identWaitFailed(err, r.key)
+	}
 	if once {
 		select {
 		case r.op <- struct{}{}:
@@ -236,11 +242,28 @@ func (l *Lock) setCount(ctx context.Context, n int64) error {
 	return l.countRound(ctx, opRelease, n, "release")
 }
 
-func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) error {
+func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) (err error) {
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
 	start := c.clock.Now()
+	var r *round
+	if c.obs != nil && op == opAcquire {
+		// Taking it again renews the TTL as an extension does: the
+		// observer hears it as one (its validity, for a gauge of the
+		// locks held, and its outcome; not taken again in time, the lock
+		// is still held until its validity ends: ExtendNotExtended).
+		defer func() {
+			outcome := extendOutcome(err)
+			if errors.Is(err, ErrNotAcquired) {
+				outcome = ExtendNotExtended
+			}
+			until, validity := l.validity()
+			c.obs.OnExtend(ctx, ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: outcome, Start: start,
+				Duration: c.clock.Since(start), TTL: l.ttl, Masters: r.results(), Err: err, Quorum: c.quorum,
+				ID: l.id, Until: until, Validity: validity})
+		}()
+	}
 	until, err := l.checkHeld(what, start)
 	if err != nil {
 		return err
@@ -250,7 +273,7 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 		lim = l.limits()
 	}
 	// Counts are set, so the rounds must reach each master in order.
-	r, err := c.startRound(ctx, op, l.key, l.token, l.ttl, l.follow(), mapKind(l.kind(), func(k kind) kind { return k.(*reentrantKind).withCount(n) }), nil)
+	r, err = c.startRound(ctx, op, l.key, l.token, l.ttl, l.follow(), mapKind(l.kind(), func(k kind) kind { return k.(*reentrantKind).withCount(n) }), nil)
 	if err != nil {
 		return err
 	}
