@@ -360,9 +360,9 @@ func (e *notTriedError) Error() string {
 	var b strings.Builder
 	b.WriteString("known down since ")
 	b.WriteString(e.since.Format("15:04:05.000"))
-	if e.ago > 0 {
+	if ago := e.ago.Round(time.Millisecond); ago > 0 { // not "(0s ago)"
 		b.WriteString(" (")
-		b.WriteString(e.ago.Round(time.Millisecond).String())
+		b.WriteString(ago.String())
 		b.WriteString(" ago)")
 	}
 	b.WriteString(", not tried: ")

@@ -90,10 +90,13 @@ func TestNodeError_Error_timeoutSaidOnce(t *testing.T) {
 		// A command sent on a live connection "did not answer in time"; one
 		// that waited for the connection's dial (the client's first
 		// contact), which the frozen master never completed, was not sent:
-		// "known down since …, not tried: its dial failed: … timeout".
+		// "known down since …, not tried: its dial failed: … timeout" — or,
+		// when the first-contact identity probe's dial was that dial,
+		// "its last dial failed".
 		m1 := "(" + rs.servers[1].Addr() + "): "
+		dialFailed := strings.Contains(msg, "not tried: its dial failed: ") || strings.Contains(msg, "not tried: its last dial failed: ")
 		if !strings.Contains(msg, m1+"did not answer in time (") &&
-			!(strings.Contains(msg, m1+"known down since ") && strings.Contains(msg, "not tried: its dial failed: ") && strings.Contains(msg, "timeout")) {
+			!(strings.Contains(msg, m1+"known down since ") && dialFailed && strings.Contains(msg, "timeout")) {
 			t.Errorf("message %q does not say master 1 did not answer", msg)
 		}
 		var ne *redlock.NodeError
