@@ -43,6 +43,21 @@ func TestAttack18b_RedigoClusterLeaderRoutedByKey(t *testing.T) {
 	if err != nil || got.Value != "cluster-leader" || got.Term != ld.Term() {
 		t.Fatalf("Leader before the pause: %+v, %v (term %d)", got, err, ld.Term())
 	}
+	// A key without a hash tag: its metadata hash is in its slot too.
+	plain, err := c.NewElection("svc:scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pld, err := plain.Campaign(ctx, "plain-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := plain.Leader(ctx); err != nil || got.Value != "plain-leader" || got.Term != pld.Term() {
+		t.Fatalf("Leader of a key without a hash tag: %+v, %v (term %d)", got, err, pld.Term())
+	}
+	if err := pld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var paused []*cluster.Node
 	defer func() {
 		for _, n := range paused {

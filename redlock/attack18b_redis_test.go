@@ -152,3 +152,75 @@ func TestAttack18b_LeaderFrozenMajority(t *testing.T) {
 		}
 	}
 }
+
+// Many hand-overs (resign with candidates waiting, fair and not): the
+// metadata hash never holds more than the holder's value and term, and
+// nothing but the fencing counter (and a fair lock's own bookkeeping, if
+// it keeps any) is left once every candidate has resigned.
+func TestAttack18b_NoTermFieldsPileUp(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
+			rs := startReal(t, 3)
+			ctx := ctxT(t)
+			var opts []redlock.LockOption
+			if fair {
+				opts = append(opts, redlock.WithFair())
+			}
+			opts = append(opts, redlock.WithTTL(2*time.Second))
+			done := make(chan struct{})
+			errs := make(chan error, 3)
+			for w := range 3 {
+				e := newElection(t, rs.client(t, pipelinedPath), "pile", opts...)
+				go func() {
+					var err error
+					defer func() { errs <- err }()
+					for i := range 8 {
+						var ld *redlock.Leadership
+						if ld, err = e.Campaign(ctx, strings.Repeat("x", w+i)); err != nil {
+							return
+						}
+						time.Sleep(2 * time.Millisecond)
+						if err = ld.Resign(ctx); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			go func() {
+				defer close(done)
+				for range 3 {
+					if err := <-errs; err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+			most := 0
+			meta := layout.MetaKey("pile")
+		sample:
+			for {
+				select {
+				case <-done:
+					break sample
+				default:
+				}
+				for _, s := range rs.servers {
+					if n, err := redis.Int(s.Do("HLEN", meta)); err == nil && n > most {
+						most = n
+					}
+				}
+			}
+			if most > 2 {
+				t.Errorf("the metadata hash held %d fields at once", most)
+			}
+			waitUntil(t, "no metadata hash after the last resign", func() bool {
+				for _, s := range rs.servers {
+					if n, _ := redis.Int(s.Do("EXISTS", meta)); n != 0 {
+						return false
+					}
+				}
+				return true
+			})
+			t.Logf("at most %d fields; keys left: %q", most, rs.keysOn(t))
+		})
+	}
+}
