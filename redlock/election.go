@@ -192,7 +192,10 @@ type Leader struct {
 // hand-over is under way: Leader reads again a few times within ctx before
 // it says so; and another error when so many masters could not be read
 // that a leader might be hidden, each master's failure then in the error
-// as a *NodeError. A master is read through its transport's Inspector
+// as a *NodeError: whenever the masters that could not be read might
+// complete a quorum for a leader (with the masters that hold its token,
+// or, in a hand-over, that have its term), so neither "no leader" nor
+// "hand-over" is known. A master is read through its transport's Inspector
 // ability, within the per-master timeout (WithTimeout) and ctx.
 //
 // A leader elected by an earlier version of this package, which recorded
@@ -207,8 +210,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, err
 	}
 	for try := 1; ; try++ {
-		ld, err := leaderOf(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
-		if !errors.Is(err, ErrHandOver) || try == handOverReads {
+		ld, handOver, err := leaderIn(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
+		if !handOver || try == handOverReads {
 			return ld, err
 		}
 		t := time.NewTimer(handOverPause)
@@ -374,6 +377,19 @@ func replyShape(v any) string {
 // leaderOf finds the leader in what the masters hold: the token a quorum
 // holds with the same term recorded for it on each of them.
 func leaderOf(key string, reads []leaderRead, quorum int) (Leader, error) {
+	ld, _, err := leaderIn(key, reads, quorum)
+	return ld, err
+}
+
+// leaderIn is leaderOf, and tells whether a quorum of the masters read
+// holds one token (a hand-over is under way, or may be: reading again soon
+// may find its term on a quorum).
+//
+// Without a pair on a quorum it says "no leader" (or "hand-over") only when
+// the masters it could not read cannot hide one: when they, with the
+// masters that agree on a pair, or hold a token, are fewer than a quorum.
+// Otherwise it cannot tell, and says so with each master's failure.
+func leaderIn(key string, reads []leaderRead, quorum int) (Leader, bool, error) {
 	type pair struct {
 		token string
 		term  uint64
@@ -419,18 +435,30 @@ func leaderOf(key string, reads []leaderRead, quorum int) (Leader, error) {
 		}
 		slices.SortFunc(s.ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
 		ld.TTL = s.ttls[quorum-1]
-		return ld, nil
+		return ld, false, nil
 	}
-	if len(failed) > len(reads)-quorum {
-		return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
+	most := 0 // the most masters that hold one token: a pair's votes are among them
+	handOver := false
+	for _, n := range holding {
+		most = max(most, n)
+		handOver = handOver || n >= quorum
+	}
+	if len(failed) > 0 && (len(failed) > len(reads)-quorum || most+len(failed) >= quorum && !handOver) {
+		return Leader{}, false, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
 			key, len(failed), len(reads), errors.Join(failed...))
 	}
-	for _, n := range holding {
-		if n >= quorum {
-			return Leader{}, newKeyError(ErrHandOver, key, "", nil)
+	if handOver {
+		best := 0 // the most masters that agree on a pair
+		for _, s := range byPair {
+			best = max(best, len(s.ttls))
 		}
+		if len(failed) > 0 && best+len(failed) >= quorum {
+			return Leader{}, true, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
+				key, len(failed), len(reads), errors.Join(failed...))
+		}
+		return Leader{}, true, newKeyError(ErrHandOver, key, "", nil)
 	}
-	return Leader{}, newKeyError(ErrNoLeader, key, "", nil)
+	return Leader{}, false, newKeyError(ErrNoLeader, key, "", nil)
 }
 
 // maxObserved bounds the leaders Observe keeps for a receiver that does
