@@ -81,4 +81,18 @@ func TestAttack18b_RedigoClusterLeaderRoutedByKey(t *testing.T) {
 	if err != nil || got.Value != "cluster-leader" || got.Term != ld.Term() {
 		t.Fatalf("Leader with a node that does not own %s paused in every member: %+v, %v", key, got, err)
 	}
+	// The key's own node paused in one member too: the other two members
+	// are a quorum, and Leader names the leader within its ctx.
+	kn, err := members[0].Owner(cluster.Slot(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kn.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused = append(paused, kn)
+	got, err = el.Leader(ctx)
+	if err != nil || got.Value != "cluster-leader" || got.Term != ld.Term() {
+		t.Fatalf("Leader with the key's node paused in one member: %+v, %v", got, err)
+	}
 }
