@@ -224,3 +224,26 @@ func TestAttack18b_NoTermFieldsPileUp(t *testing.T) {
 		})
 	}
 }
+
+// A campaigner with the lock user's documented ACL plus +pttl (holder
+// metadata, docs/operations.md) is elected, its commit records the term
+// (fence_commit_term.lua: hset, pttl, pexpire), and its Leader reads it.
+func TestAttack18b_CampaignWithDocumentedLockACL(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		urls := aclUser(t, rs.servers, "locker", minimalACL+" +pttl")
+		e := newElection(t, addrClient(t, path, urls), "lock:el", redlock.WithTTL(10*time.Second))
+		ld, err := e.Campaign(ctx, "me")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Leader(ctx)
+		if err != nil || got.Value != "me" || got.Term != ld.Term() {
+			t.Fatalf("Leader: %+v, %v (term %d)", got, err, ld.Term())
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
