@@ -118,7 +118,7 @@ func TestAttack18b_LeaderWithDocumentedReaderACL(t *testing.T) {
 
 // Leader with a frozen majority returns within its ctx (generously
 // bounded) with an error that says too few masters were read, naming
-// them; not ErrNoLeader.
+// them, and that its ctx ended; not ErrNoLeader.
 func TestAttack18b_LeaderFrozenMajority(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
@@ -144,6 +144,11 @@ func TestAttack18b_LeaderFrozenMajority(t *testing.T) {
 	}
 	if err == nil || errors.Is(err, redlock.ErrNoLeader) || !strings.Contains(err.Error(), rs.servers[0].Addr()) {
 		t.Fatalf("a frozen majority: %v", err)
+	}
+	// The caller's ctx ended first: the error says so (errors.Is), as
+	// every other blocking call's does.
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the error of a Leader whose ctx ended does not match context.DeadlineExceeded: %v", err)
 	}
 	t.Logf("frozen majority (%v): %v", took, err)
 	for _, s := range rs.servers[:2] {
