@@ -196,7 +196,9 @@ type Leader struct {
 // complete a quorum for a leader (with the masters that hold its token,
 // or, in a hand-over, that have its term), so neither "no leader" nor
 // "hand-over" is known. A master is read through its transport's Inspector
-// ability, within the per-master timeout (WithTimeout) and ctx.
+// ability, within the per-master timeout (WithTimeout) and ctx; when
+// masters could not be read because ctx ended, the error matches
+// ctx.Err() too.
 //
 // A leader elected by an earlier version of this package, which recorded
 // no term, has none on the masters: Leader reports a hand-over until a
@@ -211,6 +213,13 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	}
 	for try := 1; ; try++ {
 		ld, handOver, err := leaderIn(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
+		if err != nil && !errors.Is(err, ErrNoLeader) {
+			// Masters could not be read: if ctx ended, that is why (a
+			// master's read then says it did not answer in time).
+			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				err = fmt.Errorf("%w (%w)", err, cerr)
+			}
+		}
 		if !handOver || try == handOverReads {
 			return ld, err
 		}
