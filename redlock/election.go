@@ -216,7 +216,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		if err != nil && !errors.Is(err, ErrNoLeader) {
 			// Masters could not be read: if ctx ended, that is why (a
 			// master's read then says it did not answer in time).
-			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
 				err = fmt.Errorf("%w (%w)", err, cerr)
 			}
 		}
@@ -231,6 +231,19 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded when ctx's
+// deadline has passed but its timer has not yet fired: a connection's
+// deadline, taken from ctx's, can end a read a moment before ctx ends.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // ErrHandOver is matched by the error of Election.Leader when a quorum of
