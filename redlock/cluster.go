@@ -609,8 +609,36 @@ func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, 
 // any node.
 var keyless = map[string]bool{"INFO": true, "CONFIG": true, "CLUSTER": true, "TIME": true, "PING": true, "ROLE": true}
 
+// scriptCalls are the commands Inspect may send whose keys follow the
+// script (or its digest) and their count: EVAL script numkeys key ...
+var scriptCalls = map[string]bool{"EVAL": true, "EVALSHA": true, "EVAL_RO": true, "EVALSHA_RO": true}
+
+// inspectSlot returns the slot of an Inspect command's first key, or -1:
+// a script call's first key is its third argument (Election.Leader's
+// leader read), every other command's its first.
+func inspectSlot(c layout.Command) int {
+	if !scriptCalls[strings.ToUpper(c.Name)] {
+		return slotOf(c.Args)
+	}
+	if len(c.Args) < 3 {
+		return -1
+	}
+	switch n := c.Args[1].(type) {
+	case int:
+		if n < 1 {
+			return -1
+		}
+	case int64:
+		if n < 1 {
+			return -1
+		}
+	}
+	return slotOf(c.Args[2:])
+}
+
 // Inspect runs Client.Inspect's commands on the owner of their key's slot
-// (keyless ones on a seed), following one MOVED or ASK (Inspector).
+// (a script call's first key, after the script and the key count; keyless
+// ones on a seed), following one MOVED or ASK (Inspector).
 func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
 	if ct.slots.Load() == nil {
 		_ = ct.readSlots(ctx) // the owner is then known; else a MOVED tells
@@ -618,7 +646,7 @@ func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) 
 	slot := -1
 	for _, c := range cmds {
 		if !keyless[strings.ToUpper(c.Name)] {
-			slot = slotOf(c.Args)
+			slot = inspectSlot(c)
 			break
 		}
 	}

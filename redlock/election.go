@@ -192,8 +192,13 @@ type Leader struct {
 // hand-over is under way: Leader reads again a few times within ctx before
 // it says so; and another error when so many masters could not be read
 // that a leader might be hidden, each master's failure then in the error
-// as a *NodeError. A master is read through its transport's Inspector
-// ability, within the per-master timeout (WithTimeout) and ctx.
+// as a *NodeError: whenever the masters that could not be read might
+// complete a quorum for a leader (with the masters that hold its token,
+// or, in a hand-over, that have its term), so neither "no leader" nor
+// "hand-over" is known. A master is read through its transport's Inspector
+// ability, within the per-master timeout (WithTimeout) and ctx; when
+// masters could not be read because ctx ended, the error matches
+// ctx.Err() too.
 //
 // A leader elected by an earlier version of this package, which recorded
 // no term, has none on the masters: Leader reports a hand-over until a
@@ -207,8 +212,15 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, err
 	}
 	for try := 1; ; try++ {
-		ld, err := leaderOf(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
-		if !errors.Is(err, ErrHandOver) || try == handOverReads {
+		ld, handOver, err := leaderIn(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
+		if err != nil && !errors.Is(err, ErrNoLeader) {
+			// Masters could not be read: if ctx ended, that is why (a
+			// master's read then says it did not answer in time).
+			if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
+				err = fmt.Errorf("%w (%w)", err, cerr)
+			}
+		}
+		if !handOver || try == handOverReads {
 			return ld, err
 		}
 		t := time.NewTimer(handOverPause)
@@ -219,6 +231,19 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded when ctx's
+// deadline has passed but its timer has not yet fired: a connection's
+// deadline, taken from ctx's, can end a read a moment before ctx ends.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // ErrHandOver is matched by the error of Election.Leader when a quorum of
@@ -374,6 +399,19 @@ func replyShape(v any) string {
 // leaderOf finds the leader in what the masters hold: the token a quorum
 // holds with the same term recorded for it on each of them.
 func leaderOf(key string, reads []leaderRead, quorum int) (Leader, error) {
+	ld, _, err := leaderIn(key, reads, quorum)
+	return ld, err
+}
+
+// leaderIn is leaderOf, and tells whether a quorum of the masters read
+// holds one token (a hand-over is under way, or may be: reading again soon
+// may find its term on a quorum).
+//
+// Without a pair on a quorum it says "no leader" (or "hand-over") only when
+// the masters it could not read cannot hide one: when they, with the
+// masters that agree on a pair, or hold a token, are fewer than a quorum.
+// Otherwise it cannot tell, and says so with each master's failure.
+func leaderIn(key string, reads []leaderRead, quorum int) (Leader, bool, error) {
 	type pair struct {
 		token string
 		term  uint64
@@ -419,18 +457,30 @@ func leaderOf(key string, reads []leaderRead, quorum int) (Leader, error) {
 		}
 		slices.SortFunc(s.ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
 		ld.TTL = s.ttls[quorum-1]
-		return ld, nil
+		return ld, false, nil
 	}
-	if len(failed) > len(reads)-quorum {
-		return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
+	most := 0 // the most masters that hold one token: a pair's votes are among them
+	handOver := false
+	for _, n := range holding {
+		most = max(most, n)
+		handOver = handOver || n >= quorum
+	}
+	if len(failed) > 0 && (len(failed) > len(reads)-quorum || most+len(failed) >= quorum && !handOver) {
+		return Leader{}, false, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
 			key, len(failed), len(reads), errors.Join(failed...))
 	}
-	for _, n := range holding {
-		if n >= quorum {
-			return Leader{}, newKeyError(ErrHandOver, key, "", nil)
+	if handOver {
+		best := 0 // the most masters that agree on a pair
+		for _, s := range byPair {
+			best = max(best, len(s.ttls))
 		}
+		if len(failed) > 0 && best+len(failed) >= quorum {
+			return Leader{}, true, fmt.Errorf("redlock: leader of %q: %d of %d masters could not be read: %w",
+				key, len(failed), len(reads), errors.Join(failed...))
+		}
+		return Leader{}, true, newKeyError(ErrHandOver, key, "", nil)
 	}
-	return Leader{}, newKeyError(ErrNoLeader, key, "", nil)
+	return Leader{}, false, newKeyError(ErrNoLeader, key, "", nil)
 }
 
 // maxObserved bounds the leaders Observe keeps for a receiver that does
