@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -24,7 +25,7 @@ func TestAttack18b_RedigoClusterLeaderRoutedByKey(t *testing.T) {
 	defer cancel()
 	srcSlot := cluster.Slot(scripts.LeaderRead.Source())
 	var key string
-	for _, k := range slotKeys("leader18b", 3) {
+	for _, k := range conformance.SlotKeys("leader18b", 3) {
 		if k1, s := cluster.Slot(k)*3/cluster.Slots, srcSlot*3/cluster.Slots; k1 != s {
 			key = k
 			break
