@@ -405,7 +405,7 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 	}
 	pad := strings.Repeat("p", 2048)
 	const callers = 6000
-	var busy, granted, other atomic.Int64
+	var busy, granted, other, releaseBusy atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
@@ -415,7 +415,13 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 			switch {
 			case err == nil:
 				granted.Add(1)
-				if err := l.Release(ctx); err != nil {
+				// A granted lock's release queues behind thousands of
+				// commands and may be refused as busy; the client then
+				// finishes it in the background (checked below: nothing
+				// is left after the TTL). Any other failure is an error.
+				if err := l.Release(ctx); err != nil && strings.Contains(err.Error(), "too many commands queued") {
+					releaseBusy.Add(1)
+				} else if err != nil {
 					t.Errorf("Release: %v", err)
 				}
 			case strings.Contains(err.Error(), "too many commands queued"):
@@ -430,7 +436,7 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	t.Logf("granted %d, refused as busy %d, failed otherwise %d", granted.Load(), busy.Load(), other.Load())
+	t.Logf("granted %d (their releases refused as busy: %d), refused as busy %d, failed otherwise %d", granted.Load(), releaseBusy.Load(), busy.Load(), other.Load())
 	// Callers beyond the queue are refused as busy; since a connection
 	// whose oldest command waited past the per-master timeout counts as
 	// down, acquisitions sent then fail at once without being queued, so
