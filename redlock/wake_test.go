@@ -198,7 +198,7 @@ func TestRedis_ReentrantOwnersLaterReleaseWakes(t *testing.T) {
 		if err := a.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+		fake := &backoffCounter{Fake: clock.NewFake(time.Unix(1_700_000_000, 0)), timeout: realTimeout}
 		w := rs.client(t, path, redlock.WithClock(fake))
 		sctx, stopSentinel := context.WithCancel(ctx)
 		sentinel := make(chan struct{})
@@ -227,9 +227,14 @@ func TestRedis_ReentrantOwnersLaterReleaseWakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// owner-b waits once its first attempt failed and it started its
+		// backoff (registered for the release notice before that): a
+		// backoff timer, not just its attempt's collect timer, pending.
+		// Nothing else starts one meanwhile: the sentinel waits on its own.
+		backoffs := fake.backoffs.Load()
 		got := make(chan error, 1)
 		go func() { got <- b.Acquire(ctx) }()
-		waitUntil(t, "owner-b waits", func() bool { return fake.Pending() >= 2 })
+		waitUntil(t, "owner-b waits", func() bool { return fake.backoffs.Load() > backoffs })
 		// The owner's second release must wake owner-b: its backoff never fires.
 		if err := a.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -390,4 +395,21 @@ func TestRedis_WokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 			t.Fatal("the notice was not passed on: the second waiter sleeps")
 		}
 	})
+}
+
+// backoffCounter is a fake clock that counts the timers a client starts
+// other than its rounds' collect timers (which run for exactly the
+// per-master timeout): its backoff delays. A caller has registered for
+// release notices by the time it starts one.
+type backoffCounter struct {
+	*clock.Fake
+	timeout  time.Duration
+	backoffs atomic.Int64
+}
+
+func (b *backoffCounter) NewTimer(d time.Duration) clock.Timer {
+	if d != b.timeout {
+		b.backoffs.Add(1)
+	}
+	return b.Fake.NewTimer(d)
 }
