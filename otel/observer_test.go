@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,6 +156,15 @@ func TestObserver_metrics_one_master_paused(t *testing.T) {
 		}
 	}
 	cycle() // dial every master first
+	// The warm-up returned at its quorum: wait until master 3 has run its
+	// SET and its release too, so that none of them is still on the way
+	// when it stops (it would fail and be counted below).
+	waitFor(t, "master 3 ran the warm-up", func() bool {
+		v, err := h.servers[3].Do("INFO", "commandstats")
+		info, _ := v.([]byte)
+		return err == nil && strings.Contains(string(info), "cmdstat_set:calls=1,") &&
+			(strings.Contains(string(info), "cmdstat_evalsha:") || strings.Contains(string(info), "cmdstat_eval:"))
+	})
 	if err := h.servers[3].Pause(); err != nil {
 		t.Fatal(err)
 	}
