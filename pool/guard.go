@@ -2,10 +2,16 @@ package pool
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // The guard: every byte from a master is untrusted.
@@ -109,6 +115,13 @@ func GuardConn(c net.Conn, l Limits) net.Conn {
 type guardConn struct {
 	net.Conn
 	f framer
+	// rerr is a read error WaitReadable met with nothing read, for the
+	// next Read to report.
+	rerr error
+	// waiting is set while WaitReadable waits: only then may ctx's end
+	// move the read deadline (wmu guards it).
+	wmu     sync.Mutex
+	waiting bool
 	// stash[off:] was read from the connection but not yet passed on;
 	// stash[0] is at stream position start.
 	stash []byte
@@ -137,6 +150,11 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		}
 		if g.err != nil {
 			return 0, g.err
+		}
+		if g.rerr != nil {
+			err := g.rerr
+			g.rerr = nil
+			return 0, err
 		}
 		if g.off == len(g.stash) {
 			// Nothing held back: read straight into p.
@@ -175,6 +193,63 @@ func (g *guardConn) Read(p []byte) (int, error) {
 			return 0, err // (with something to pass on, the error comes again)
 		}
 	}
+}
+
+// WaitReadable waits until a byte of the next reply has arrived, reading
+// it into the stash, so that nothing is consumed (ReadWaiter). The read
+// deadline it sets is replaced by the next reader's own.
+func (g *guardConn) WaitReadable(ctx context.Context, deadline time.Time) error {
+	if g.off < len(g.stash) || g.err != nil || g.rerr != nil {
+		return nil // something to pass on already
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.drop()
+	g.wmu.Lock()
+	g.waiting = true
+	g.wmu.Unlock()
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			g.wmu.Lock()
+			if g.waiting {
+				_ = g.Conn.SetReadDeadline(time.Now()) // ends the wait below
+			}
+			g.wmu.Unlock()
+		})
+	}
+	_ = g.Conn.SetReadDeadline(deadline)
+	g.stash = slices.Grow(g.stash[:0], 4096)
+	n, err := g.Conn.Read(g.stash[:cap(g.stash)])
+	g.wmu.Lock()
+	g.waiting = false
+	g.wmu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if n > 0 {
+		base := g.f.pos
+		if ferr := g.f.feed(g.stash[:n]); ferr != nil {
+			g.err = ferr
+			g.stash = g.stash[:0]
+			return nil // the next Read reports it
+		}
+		g.stash, g.off, g.start = g.stash[:n], 0, base
+		return nil
+	}
+	g.stash = g.stash[:0]
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	g.rerr = err
+	return nil
 }
 
 // drop empties the stash, keeping a small buffer for the next hold.

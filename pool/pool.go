@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,12 +75,38 @@ type Dialer interface {
 	Dial(ctx context.Context) (redis.Conn, error)
 }
 
+// A ReadWaiter waits for the next reply on a connection to begin
+// arriving, without consuming it: a reader that stops waiting leaves the
+// connection as it was, so another reader can go on reading it where it
+// stands. (A read with a deadline cannot do that: redigo takes a read
+// that timed out as a broken connection.) The redlock client uses it to
+// read a lone master's reply in the caller's goroutine, and hand the
+// reading back to its reader goroutine when the caller stops waiting.
+//
+// WaitReadable returns nil once a byte of the reply has arrived (or the
+// connection failed: the next read reports how), and an error matching
+// os.ErrDeadlineExceeded at deadline or ctx's error when ctx ends first,
+// with nothing read. It must not be called while another goroutine reads
+// the connection.
+type ReadWaiter interface {
+	WaitReadable(ctx context.Context, deadline time.Time) error
+}
+
+// A WaitDialer is a Dialer whose connections come with a ReadWaiter
+// (nil when a connection has none). A *RedisPool implements it; a pool
+// that wraps one passes the ability on by implementing DialWaiter too.
+type WaitDialer interface {
+	Dialer
+	DialWaiter(ctx context.Context) (redis.Conn, ReadWaiter, error)
+}
+
 // Compile-time checks that both pool types fit the interfaces.
 var (
-	_ Pool      = (*redis.Pool)(nil)
-	_ Pool      = (*RedisPool)(nil)
-	_ Addresser = (*RedisPool)(nil)
-	_ Dialer    = (*RedisPool)(nil)
+	_ Pool       = (*redis.Pool)(nil)
+	_ Pool       = (*RedisPool)(nil)
+	_ WaitDialer = (*RedisPool)(nil)
+	_ Addresser  = (*RedisPool)(nil)
+	_ Dialer     = (*RedisPool)(nil)
 )
 
 // Defaults used by New and NewFromURL.
@@ -100,6 +127,13 @@ type RedisPool struct {
 	db   int
 	tls  bool
 	pool redis.Pool
+
+	// dialOpts are the options of every dial; dialOpts[guardedAt] is
+	// the guarded dial, which DialWaiter replaces by one that keeps the
+	// guard it made.
+	dialOpts       []redis.DialOption
+	guarded        func(ctx context.Context, network, addr string) (net.Conn, error)
+	connectTimeout time.Duration
 
 	secrets *redactor // the credentials, kept out of errors
 }
@@ -229,10 +263,11 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 	// The pool dials, and speaks TLS, itself: the guard must read what
 	// the master sends in the clear, and the handshake must be bounded by
 	// the dial's context.
+	guarded := guardedDial(o.useTLS, o.tlsConfig, o.limits)
 	dialOpts := []redis.DialOption{
 		redis.DialReadTimeout(o.readTimeout),
 		redis.DialWriteTimeout(o.writeTimeout),
-		redis.DialContextFunc(guardedDial(o.useTLS, o.tlsConfig, o.limits)),
+		redis.DialContextFunc(guarded), // dialOpts[guardedAt]
 	}
 	if o.password != "" {
 		dialOpts = append(dialOpts, redis.DialUsername(o.username), redis.DialPassword(o.password))
@@ -243,7 +278,8 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 	dialOpts = append(dialOpts, o.dialOptions...)
 	secrets := newRedactor(o.username, o.password)
 
-	p := &RedisPool{addr: addr, db: o.db, tls: o.useTLS, secrets: secrets}
+	p := &RedisPool{addr: addr, db: o.db, tls: o.useTLS, secrets: secrets,
+		dialOpts: dialOpts, guarded: guarded, connectTimeout: o.connectTimeout}
 	connectTimeout := o.connectTimeout
 	healthAfter := o.healthCheckAfter
 	p.pool = redis.Pool{
@@ -252,13 +288,7 @@ func build(addr string, opts []Option) (*RedisPool, error) {
 		Wait:        o.maxActive > 0,
 		IdleTimeout: o.idleTimeout,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-			defer cancel()
-			c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
-			if err != nil {
-				return nil, &DialError{Addr: addr, Err: secrets.redactError(err)}
-			}
-			return c, nil
+			return p.dial(ctx, p.dialOpts)
 		},
 		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
 			if time.Since(lastUsed) < healthAfter {
@@ -296,6 +326,43 @@ func (p *RedisPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // RedisPool a Dialer.
 func (p *RedisPool) Dial(ctx context.Context) (redis.Conn, error) {
 	return p.pool.DialContext(ctx)
+}
+
+// dial makes a connection with opts, bounded by the connect timeout.
+func (p *RedisPool) dial(ctx context.Context, opts []redis.DialOption) (redis.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.connectTimeout)
+	defer cancel()
+	c, err := redis.DialContext(ctx, "tcp", p.addr, opts...)
+	if err != nil {
+		return nil, &DialError{Addr: p.addr, Err: p.secrets.redactError(err)}
+	}
+	return c, nil
+}
+
+// guardedAt is where the guarded dial is among a RedisPool's dial options.
+const guardedAt = 2
+
+// DialWaiter is Dial, and also returns the connection's ReadWaiter: the
+// guard under the connection, which can wait for the master's next reply
+// to begin arriving without consuming it. It is nil when a dial option
+// of the caller's (WithDialOptions) replaced the pool's guarded dial.
+// DialWaiter makes RedisPool a WaitDialer.
+func (p *RedisPool) DialWaiter(ctx context.Context) (redis.Conn, ReadWaiter, error) {
+	var g *guardConn
+	opts := slices.Clone(p.dialOpts)
+	opts[guardedAt] = redis.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := p.guarded(ctx, network, addr)
+		g, _ = c.(*guardConn)
+		return c, err
+	})
+	c, err := p.dial(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if g == nil {
+		return c, nil, nil
+	}
+	return c, g, nil
 }
 
 // Addr returns the master's address as host:port.
