@@ -76,6 +76,8 @@ type mux struct {
 
 	wg sync.WaitGroup // the dialer, and every connection's reader and writer
 
+	ownReads atomic.Int64 // replies read by their caller (readOwn), for tests
+
 	mu     sync.Mutex
 	closed bool                  // Close began: no dial, no command
 	conns  map[*muxConn]struct{} // live connections, failed by Close
@@ -168,6 +170,27 @@ type muxConn struct {
 	unsent []*muxReq // taken for writing but not handed to the reader, in order (under wmu)
 
 	settled bool // the reader has settled what it carried (under mx.mu)
+
+	// unanswered counts the requests written and not yet answered (read
+	// by whoever reads: the reader, or a caller reading its own reply).
+	// It goes up under wmu, as each is written.
+	unanswered atomic.Int64
+
+	// Reading its own reply (readOwn): a caller that wrote to an idle
+	// connection may read the reply itself, saving the hand-offs to and
+	// from the reader goroutine. rw waits for a reply to begin arriving
+	// without consuming it (nil: the connection cannot, and every reply
+	// is the reader's). rmu is held by whoever reads the connection.
+	// front is a request such a caller wrote and stopped waiting for:
+	// the reader reads its reply before any other (under rmu), and
+	// wakeReader (size 1) tells the reader so. held are requests the
+	// reader took from pending but has not yet read, since front came
+	// first (the reader's, under rmu).
+	rw         pool.ReadWaiter
+	rmu        sync.Mutex
+	front      *muxReq
+	wakeReader chan struct{}
+	held       []*muxReq
 
 	loading map[*scripts.Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
 }
@@ -279,7 +302,14 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	nc, err := mx.dial.Dial(ctx)
+	var nc redis.Conn
+	var rw pool.ReadWaiter
+	var err error
+	if wd, ok := mx.dial.(pool.WaitDialer); ok {
+		nc, rw, err = wd.DialWaiter(ctx)
+	} else {
+		nc, err = mx.dial.Dial(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +354,7 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 	}
 	mc := &muxConn{mx: mx, nc: nc, stall: stall, queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
 		pending: make(chan *muxReq, muxQueue+muxBatch), closed: make(chan struct{}),
-		batch: make([]*muxReq, 0, muxBatch+1), born: time.Now()}
+		batch: make([]*muxReq, 0, muxBatch+1), born: time.Now(), rw: rw, wakeReader: make(chan struct{}, 1)}
 	mx.mu.Lock()
 	if mx.closed {
 		mx.mu.Unlock()
@@ -403,6 +433,7 @@ func (mc *muxConn) writeBatch() {
 		err := mc.nc.Send(q.cmd, q.args...)
 		if err == nil {
 			q.sent = now
+			mc.unanswered.Add(1)
 			select {
 			case mc.pending <- q:
 				continue
@@ -457,47 +488,150 @@ func (mc *muxConn) read() {
 		delete(mc.mx.conns, mc)
 		mc.mx.mu.Unlock()
 	}()
-	var first *muxReq // the request being read when the connection failed
-	for first == nil {
+	for {
 		var r *muxReq
-		mc.oldest.Store(0)
 		select {
 		case r = <-mc.pending:
+		case <-mc.wakeReader: // a caller handed its request back (front)
 		case <-mc.closed:
-			mc.settle(nil)
+			mc.rmu.Lock()
+			first := mc.takeFront()
+			mc.rmu.Unlock()
+			mc.settle(first)
 			return
 		}
-		// The oldest unanswered request bounds the wait.
-		mc.oldest.Store(1 + int64(r.sent.Sub(mc.born)))
-		left := mc.stall - time.Since(r.sent)
-		if left <= 0 {
-			mc.fail(&stallError{mc.stall})
-			first = r
-			break
-		}
-		v, err := receive(mc.nc, left)
-		mc.heard.Store(1 + int64(time.Since(mc.born)))
-		if _, isReply := err.(redis.Error); isReply {
-			if r.script != nil && scripts.IsNoScript(err) {
-				err = mc.noScript(r, err)
-				if err == nil {
-					continue // r went again, as EVAL
-				}
+		mc.rmu.Lock()
+		if f := mc.takeFront(); f != nil {
+			if r != nil {
+				mc.held = append(mc.held, r)
 			}
-			r.to.deliver(nil, err) // any command may get an error reply
-			continue
+			r = f
 		}
-		if err == nil && !r.want.fits(v) {
-			err = &desyncError{cmd: r.cmd, reply: describe(v)}
+		for r != nil {
+			if mc.isClosed() {
+				// A caller reading its own reply failed the connection
+				// and handed the request back: nothing more is read.
+				mc.rmu.Unlock()
+				mc.settle(r)
+				return
+			}
+			if failed := mc.readOne(r); failed {
+				mc.rmu.Unlock()
+				mc.settle(r)
+				return
+			}
+			r = nil
+			if len(mc.held) > 0 {
+				r = mc.held[0]
+				mc.held[0] = nil
+				mc.held = mc.held[1:]
+			}
 		}
-		if err != nil {
-			mc.fail(err)
-			first = r
-			break
-		}
-		r.to.deliver(v, nil)
+		mc.rmu.Unlock()
 	}
-	mc.settle(first)
+}
+
+// takeFront returns the request a caller handed back, if any (under rmu).
+func (mc *muxConn) takeFront() *muxReq {
+	f := mc.front
+	mc.front = nil
+	return f
+}
+
+// readOne reads r's reply and delivers it, with rmu held: r is the oldest
+// request unanswered. It reports whether the connection failed (r is then
+// the request being read, for settle).
+func (mc *muxConn) readOne(r *muxReq) (failed bool) {
+	// The oldest unanswered request bounds the wait.
+	mc.oldest.Store(1 + int64(r.sent.Sub(mc.born)))
+	left := mc.stall - time.Since(r.sent)
+	if left <= 0 {
+		mc.fail(&stallError{mc.stall})
+		return true
+	}
+	v, err := receive(mc.nc, left)
+	mc.heard.Store(1 + int64(time.Since(mc.born)))
+	mc.oldest.Store(0)
+	mc.unanswered.Add(-1)
+	if _, isReply := err.(redis.Error); isReply {
+		if r.script != nil && scripts.IsNoScript(err) {
+			err = mc.noScript(r, err)
+			if err == nil {
+				return false // r went again, as EVAL
+			}
+		}
+		r.to.deliver(nil, err) // any command may get an error reply
+		return false
+	}
+	if err == nil && !r.want.fits(v) {
+		err = &desyncError{cmd: r.cmd, reply: describe(v)}
+	}
+	if err != nil {
+		mc.fail(err)
+		return true
+	}
+	r.to.deliver(v, nil)
+	return false
+}
+
+// readOwn writes r and reads its reply in the caller, when the
+// connection is idle (nothing queued, nothing unanswered, nobody writing
+// or reading) and can wait for a reply without consuming it (rw). A lone
+// master's round (N=1) asks for it: the caller would only wait for the
+// reply anyway, and reading it here saves the hand-off to the reader
+// goroutine and back (on a machine with idle CPUs, each wakes another
+// thread). The caller waits until deadline or ctx's end for the reply to
+// begin arriving; then it hands r back to the reader goroutine, which
+// reads the reply whenever it comes, as it reads every other (front).
+// So stopping the wait never breaks the connection, and a late reply
+// still counts as it would have. It reports whether it took r.
+func (mc *muxConn) readOwn(ctx context.Context, deadline time.Time, r *muxReq) bool {
+	if mc.rw == nil || len(mc.queue) > 0 || mc.unanswered.Load() != 0 || !mc.wmu.TryLock() {
+		return false
+	}
+	if len(mc.queue) > 0 || mc.unanswered.Load() != 0 || mc.isClosed() || !mc.rmu.TryLock() {
+		mc.wmu.Unlock()
+		return false
+	}
+	// rmu is held until r is answered or handed back.
+	if err := mc.nc.Send(r.cmd, r.args...); err != nil {
+		mc.fail(err)
+		mc.unsent = append(mc.unsent, r) // the reader settles it
+		mc.rmu.Unlock()
+		mc.wmu.Unlock()
+		return true
+	}
+	r.sent = time.Now()
+	mc.unanswered.Add(1)
+	err := mc.nc.Flush()
+	mc.wmu.Unlock()
+	if err != nil {
+		mc.fail(err)
+		mc.handBack(r) // the reader settles it, first
+		return true
+	}
+	mc.oldest.Store(1 + int64(r.sent.Sub(mc.born)))
+	if err := mc.rw.WaitReadable(ctx, deadline); err != nil {
+		mc.handBack(r)
+		return true
+	}
+	if failed := mc.readOne(r); failed {
+		mc.handBack(r) // the reader settles it, first
+		return true
+	}
+	mc.rmu.Unlock()
+	mc.mx.ownReads.Add(1)
+	return true
+}
+
+// handBack gives the reading of r's reply, and rmu, to the reader.
+func (mc *muxConn) handBack(r *muxReq) {
+	mc.front = r
+	mc.rmu.Unlock()
+	select {
+	case mc.wakeReader <- struct{}{}:
+	default:
+	}
 }
 
 // noScript runs on the reader when r, an EVALSHA, got NOSCRIPT (the
@@ -518,8 +652,11 @@ func (mc *muxConn) noScript(r *muxReq, err error) error {
 		args[0] = r.script.Source()
 		r.cmd, r.args, r.script = "EVAL", args, nil
 	}
-	if len(mc.queue) == 0 && len(mc.pending) == 0 && mc.wmu.TryLock() {
-		idle := len(mc.queue) == 0 && len(mc.pending) == 0 && !mc.isClosed()
+	// Nothing written behind r is unanswered, and nothing is queued: r is
+	// still next. (Not len(pending): the reader may hold requests taken
+	// from it, and a caller reading its own reply may have written one.)
+	if len(mc.queue) == 0 && mc.unanswered.Load() == 0 && mc.wmu.TryLock() {
+		idle := len(mc.queue) == 0 && mc.unanswered.Load() == 0 && !mc.isClosed()
 		if idle {
 			evalOf(r)
 			if err := mc.nc.Send(r.cmd, r.args...); err != nil {
@@ -527,6 +664,7 @@ func (mc *muxConn) noScript(r *muxReq, err error) error {
 				mc.unsent = append(mc.unsent, r) // the reader settles it
 			} else {
 				r.sent = time.Now()
+				mc.unanswered.Add(1)
 				mc.pending <- r // never full: it was empty
 				if err := mc.nc.Flush(); err != nil {
 					mc.fail(err) // the reader settles r
@@ -572,6 +710,10 @@ func (mc *muxConn) settle(first *muxReq) {
 	if first != nil {
 		all = append(all, first)
 	}
+	mc.rmu.Lock() // whoever read has stopped: held is final
+	all = append(all, mc.held...)
+	mc.held = nil
+	mc.rmu.Unlock()
 	for len(mc.pending) > 0 {
 		all = append(all, <-mc.pending)
 	}
@@ -739,6 +881,7 @@ func (mc *muxConn) writeIdle(r *muxReq) bool {
 		return true
 	}
 	r.sent = time.Now()
+	mc.unanswered.Add(1)
 	mc.pending <- r // never full: it was empty
 	if err := mc.nc.Flush(); err != nil {
 		mc.fail(err) // the reader settles r
@@ -804,7 +947,23 @@ func (mx *mux) Send(cmd *Command) {
 	if cmd.Script != nil {
 		q.cmd, q.script = "EVALSHA", cmd.Script.s
 	}
+	if cmd.wait != nil && mx.readOwn(cmd.wait, cmd.Deadline, q) {
+		return
+	}
 	mx.submit(q)
+}
+
+// readOwn writes q and reads its reply in the caller when the current
+// connection is up and idle (muxConn.readOwn), and reports whether it
+// took q; otherwise q is submitted as any other.
+func (mx *mux) readOwn(ctx context.Context, deadline time.Time, q *muxReq) bool {
+	mx.mu.Lock()
+	mc := mx.cur
+	mx.mu.Unlock()
+	if mc == nil || mc.isClosed() || mc.silence() > 0 {
+		return false
+	}
+	return mc.readOwn(ctx, deadline, q)
 }
 
 // Close fails what its connections still carry with ErrClosed, closes

@@ -327,6 +327,11 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 		l.r, l.i = r, i
 		w.fill(&l.cmd, r)
 		l.cmd.to, l.cmd.Deadline = l, r.deadline
+		if n == 1 && op != opLeave {
+			// The caller waits for this reply alone (collect follows):
+			// a transport may read it in Send.
+			l.cmd.wait = ctx
+		}
 	}
 	for i := range r.legs {
 		r.legs[i].begin(prev)

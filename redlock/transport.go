@@ -263,6 +263,11 @@ type Command struct {
 	// mq is the pipelined redigo transport's request, held here so that
 	// sending a command allocates nothing.
 	mq muxReq
+	// wait, when set, is the caller's context on a round whose caller
+	// only waits for this reply (a lone master's): the pipelined redigo
+	// transport may then read the reply in Send (muxConn.readOwn),
+	// waiting until Deadline or wait's end.
+	wait context.Context
 }
 
 // SendInfo tells the Client what became of a command besides its reply.
