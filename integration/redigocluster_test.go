@@ -119,26 +119,8 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	moves := 0
 	for round := 0; round < 3; round++ {
 		for _, key := range keys {
-			slot := cluster.Slot(key)
-			var mg sync.WaitGroup
-			errs := make([]error, len(members))
-			for m, rc := range members {
-				owner, err := rc.Owner(slot)
-				if err != nil {
-					t.Fatal(err)
-				}
-				next := rc.Nodes[(slices.Index(rc.Nodes, owner)+1)%len(rc.Nodes)]
-				mg.Add(1)
-				go func() {
-					defer mg.Done()
-					errs[m] = rc.MigrateSlot(ctx, slot, next, 200*time.Millisecond)
-				}()
-			}
-			mg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
+			if err := cluster.MigrateOnward(ctx, members, cluster.Slot(key), 200*time.Millisecond); err != nil {
+				t.Fatal(err)
 			}
 			moves++
 			time.Sleep(200 * time.Millisecond)
