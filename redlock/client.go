@@ -321,6 +321,18 @@ func (c *Client) check(ctx context.Context) error {
 	return c.identify(ctx)
 }
 
+// addWorker counts one more goroutine in c.workers, which Close waits
+// for, unless the client is closed; it reports whether it did.
+func (c *Client) addWorker() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.workers.Add(1)
+	return true
+}
+
 // Close stops new work, gives the commands still in flight at most one
 // per-master timeout to be answered, then fails what is still queued or
 // awaiting a reply on the pipelined connections with ErrClosed and closes
