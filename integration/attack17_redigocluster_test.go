@@ -88,6 +88,10 @@ func TestAttack17_kindsDuringMigration(t *testing.T) {
 	var overlaps, backwards, granted [2]atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// The contenders stop (and are waited for) also when a migration
+	// fails the test: no goroutine outlives it.
+	stopContenders := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopContenders()
 	for i := 0; i < clients; i++ {
 		for k := range keys {
 			wg.Add(1)
@@ -143,8 +147,7 @@ func TestAttack17_kindsDuringMigration(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stopContenders()
 	for k, name := range []string{"fenced", "write"} {
 		t.Logf("%s: %d granted, %d overlaps, %d fences backwards", name, granted[k].Load(), overlaps[k].Load(), backwards[k].Load())
 		if overlaps[k].Load() != 0 || backwards[k].Load() != 0 {

@@ -84,6 +84,10 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	var overlaps, granted, refused atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// The contenders stop (and are waited for) also when a migration
+	// fails the test: no goroutine outlives it.
+	stopContenders := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopContenders()
 	for i := 0; i < clients; i++ {
 		for k := range keys {
 			wg.Add(1)
@@ -128,8 +132,7 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	}
 	before := granted.Load()
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stopContenders()
 	t.Logf("%d slot moves in each member; %d locks granted, %d attempts refused, %d overlaps", moves, granted.Load(), refused.Load(), overlaps.Load())
 	if overlaps.Load() != 0 {
 		t.Fatalf("%d overlapping holders", overlaps.Load())
