@@ -1,14 +1,13 @@
 package goredis
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -40,70 +39,13 @@ func TestAttack18_LeaderDuringHandOver(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-
-				var mu sync.Mutex
-				terms := map[string]uint64{}
-				type read struct {
-					v string
-					t uint64
-				}
-				var reads []read
-				rctx, stop := context.WithCancel(ctx)
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					for rctx.Err() == nil {
-						if ld, err := reader.Leader(rctx); err == nil {
-							reads = append(reads, read{ld.Value, ld.Term})
-						}
-					}
-				}()
-				var wg sync.WaitGroup
-				for w := range 3 {
-					e, err := ms.lockClient(t).NewElection("ho", redlock.WithTTL(2*time.Second))
-					if err != nil {
+				candidates := make([]*redlock.Election, 3)
+				for i := range candidates {
+					if candidates[i], err = ms.lockClient(t).NewElection("ho", redlock.WithTTL(2*time.Second)); err != nil {
 						t.Fatal(err)
 					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := range 12 {
-							v := fmt.Sprintf("w%d-%d", w, i)
-							ld, err := e.Campaign(ctx, v)
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							mu.Lock()
-							terms[v] = ld.Term()
-							mu.Unlock()
-							time.Sleep(5 * time.Millisecond)
-							if err := ld.Resign(ctx); err != nil {
-								t.Error(err)
-								return
-							}
-						}
-					}()
 				}
-				wg.Wait()
-				stop()
-				<-done
-				var last uint64
-				bad := 0
-				for _, r := range reads {
-					if want := terms[r.v]; r.t != want {
-						bad++
-						t.Errorf("Leader read %q with term %d; its term is %d", r.v, r.t, want)
-					}
-					if r.t < last {
-						t.Errorf("Leader read term %d after %d", r.t, last)
-					}
-					last = max(last, r.t)
-				}
-				t.Logf("%d reads, %d wrong pairs", len(reads), bad)
-				if len(reads) == 0 {
-					t.Error("Leader never found a leader")
-				}
+				handover.LeaderDuring(ctx, t, reader, candidates, 12)
 			})
 		}
 	}

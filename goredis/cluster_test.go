@@ -61,52 +61,16 @@ func testEveryLockKind(t *testing.T, b cluster.Backend) {
 	}
 }
 
-// A waiter on a cluster member is woken by the holder's release notice:
-// a script's PUBLISH reaches every node of the cluster (the bus
-// broadcasts it), and the transport's subscription is on one of them.
-// The waiter's backoff is far longer than the wait it gets, so polling
-// cannot be what woke it.
+// A waiter on cluster members is woken by the holder's release notice
+// (conformance.ClusterReleaseNotice).
 func TestNew_clusterMembers_releaseNoticeWakesWaiter(t *testing.T) {
-	_, clients := clusterMembers(t, 3, 3)
+	members, clients := clusterMembers(t, 3, 3)
 	c, err := goredis.New(clients, redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, key := range conformance.SlotKeys("wake", 3) {
-		l, err := c.Acquire(ctx, key, redlock.WithTTL(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		type result struct {
-			at  time.Time
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l2, err := c.Acquire(ctx, key, redlock.WithWait(20*time.Second), redlock.WithBackoff(5*time.Second, 5*time.Second))
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- result{time.Now(), err}
-		}()
-		time.Sleep(1500 * time.Millisecond) // the waiter tried, and subscribed
-		released := time.Now()
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r := <-got
-		if r.err != nil {
-			t.Fatalf("%s: waiter: %v", key, r.err)
-		}
-		if d := r.at.Sub(released); d > 2*time.Second {
-			t.Errorf("%s: waiter took %v after the release: woken by its poll, not by the notice", key, d)
-		} else {
-			t.Logf("%s (slot %d): waiter had the lock %v after the release", key, cluster.Slot(key), d.Round(time.Millisecond))
-		}
-	}
+	conformance.ClusterReleaseNotice(t, c, members, 3)
 }
 
 // Many first acquisitions at once on fresh cluster members: they share

@@ -84,6 +84,10 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	var overlaps, granted, refused atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// The contenders stop (and are waited for) also when a migration
+	// fails the test: no goroutine outlives it.
+	stopContenders := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopContenders()
 	for i := 0; i < clients; i++ {
 		for k := range keys {
 			wg.Add(1)
@@ -119,26 +123,8 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	moves := 0
 	for round := 0; round < 3; round++ {
 		for _, key := range keys {
-			slot := cluster.Slot(key)
-			var mg sync.WaitGroup
-			errs := make([]error, len(members))
-			for m, rc := range members {
-				owner, err := rc.Owner(slot)
-				if err != nil {
-					t.Fatal(err)
-				}
-				next := rc.Nodes[(slices.Index(rc.Nodes, owner)+1)%len(rc.Nodes)]
-				mg.Add(1)
-				go func() {
-					defer mg.Done()
-					errs[m] = rc.MigrateSlot(ctx, slot, next, 200*time.Millisecond)
-				}()
-			}
-			mg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
+			if err := cluster.MigrateOnward(ctx, members, cluster.Slot(key), 200*time.Millisecond); err != nil {
+				t.Fatal(err)
 			}
 			moves++
 			time.Sleep(200 * time.Millisecond)
@@ -146,8 +132,7 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 	}
 	before := granted.Load()
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stopContenders()
 	t.Logf("%d slot moves in each member; %d locks granted, %d attempts refused, %d overlaps", moves, granted.Load(), refused.Load(), overlaps.Load())
 	if overlaps.Load() != 0 {
 		t.Fatalf("%d overlapping holders", overlaps.Load())
@@ -416,45 +401,9 @@ func TestRedigoCluster_conformance(t *testing.T) {
 	})
 }
 
-// A waiter on cluster members is woken by the holder's release notice: a
-// script's PUBLISH reaches every node of a cluster, and the transport's
-// subscription is on one of them. The waiter's backoff is far longer than
-// the wait it gets, so polling cannot be what woke it.
+// A waiter on cluster members is woken by the holder's release notice
+// (conformance.ClusterReleaseNotice).
 func TestRedigoCluster_releaseNoticeWakesWaiter(t *testing.T) {
-	_, specs := redigoClusterMembers(t, 3, 3)
-	c := newRedigoClusterClient(t, specs)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, key := range conformance.SlotKeys("wake", 3) {
-		l, err := c.Acquire(ctx, key, redlock.WithTTL(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		type result struct {
-			at  time.Time
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l2, err := c.Acquire(ctx, key, redlock.WithWait(20*time.Second), redlock.WithBackoff(5*time.Second, 5*time.Second))
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- result{time.Now(), err}
-		}()
-		time.Sleep(1500 * time.Millisecond) // the waiter tried, and subscribed
-		released := time.Now()
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r := <-got
-		if r.err != nil {
-			t.Fatalf("%s: waiter: %v", key, r.err)
-		}
-		if d := r.at.Sub(released); d > 2*time.Second {
-			t.Errorf("%s: waiter took %v after the release: woken by its poll, not by the notice", key, d)
-		} else {
-			t.Logf("%s (slot %d): waiter had the lock %v after the release", key, cluster.Slot(key), d.Round(time.Millisecond))
-		}
-	}
+	members, specs := redigoClusterMembers(t, 3, 3)
+	conformance.ClusterReleaseNotice(t, newRedigoClusterClient(t, specs), members, 3)
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/resp"
 )
 
 // Reading a master.
@@ -157,7 +159,7 @@ func (r *Reader) feedMeta(v any) error {
 		if x == nil {
 			continue
 		}
-		m, ok := bulk(x)
+		m, ok := resp.Bulk(x)
 		if !ok {
 			return malformed("HMGET", v)
 		}
@@ -234,7 +236,7 @@ func (r *Reader) feedSize(v []any) ([]Command, error) {
 		if !ok || n < 0 {
 			return nil, malformed("STRLEN", v[0])
 		}
-		tok, ok := bulk(v[1])
+		tok, ok := resp.Bulk(v[1])
 		if !ok || len(tok) > MaxValue {
 			return nil, malformed("GETRANGE", v[1])
 		}
@@ -271,7 +273,7 @@ func (r *Reader) feedHash(v any) error {
 		if !ok || len(a) != 2 {
 			return malformed(name, v)
 		}
-		if _, ok := bulk(a[0]); !ok {
+		if _, ok := resp.Bulk(a[0]); !ok {
 			return malformed(name, v)
 		}
 		v = a[1]
@@ -285,8 +287,8 @@ func (r *Reader) feedHash(v any) error {
 	}
 	fields := make([][2]string, 0, len(pairs)/2)
 	for i := 0; i < len(pairs); i += 2 {
-		f, ok1 := bulk(pairs[i])
-		val, ok2 := bulk(pairs[i+1])
+		f, ok1 := resp.Bulk(pairs[i])
+		val, ok2 := resp.Bulk(pairs[i+1])
 		if !ok1 || !ok2 || len(f) > MaxValue || len(val) > MaxValue {
 			return malformed(name, v)
 		}
@@ -391,8 +393,8 @@ func (r *Reader) readTime(v any) error {
 	if !ok || len(a) != 2 {
 		return malformed("TIME", v)
 	}
-	s, ok1 := bulk(a[0])
-	us, ok2 := bulk(a[1])
+	s, ok1 := resp.Bulk(a[0])
+	us, ok2 := resp.Bulk(a[1])
 	sec, ok3 := decimal(s)
 	micro, ok4 := decimal(us)
 	if !ok1 || !ok2 || !ok3 || !ok4 || sec < 0 || sec > math.MaxInt64/1000-1 || micro < 0 || micro >= 1e6 {
@@ -407,7 +409,7 @@ func (r *Reader) readFence(v any) error {
 	if v == nil {
 		return nil
 	}
-	s, ok := bulk(v)
+	s, ok := resp.Bulk(v)
 	if !ok || len(s) == 0 || len(s) > 20 {
 		return malformed("GET", v)
 	}
@@ -467,8 +469,8 @@ func zpairs(v any) ([]zpair, error) {
 	}
 	ps := make([]zpair, 0, len(a)/2)
 	for i := 0; i < len(a); i += 2 {
-		m, ok1 := bulk(a[i])
-		s, ok2 := bulk(a[i+1])
+		m, ok1 := resp.Bulk(a[i])
+		s, ok2 := resp.Bulk(a[i+1])
 		if !ok1 || !ok2 || len(m) > MaxValue || len(s) > maxStatus {
 			return nil, malformed("ZRANGE", v)
 		}
@@ -480,17 +482,6 @@ func zpairs(v any) ([]zpair, error) {
 		ps = append(ps, zpair{m, f})
 	}
 	return ps, nil
-}
-
-// bulk returns a bulk string reply as a string.
-func bulk(v any) (string, bool) {
-	switch v := v.(type) {
-	case []byte:
-		return string(v), true
-	case string:
-		return v, true
-	}
-	return "", false
 }
 
 // decimal parses a non-negative decimal integer of at most 18 digits (below 2^63),
@@ -512,21 +503,5 @@ func decimal(s string) (int64, bool) {
 
 // malformed describes a reply by its shape and size only.
 func malformed(cmd string, v any) error {
-	return fmt.Errorf("%w: %s replied %s", ErrMalformed, cmd, shape(v))
-}
-
-func shape(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "nil"
-	case int64:
-		return "an integer"
-	case string:
-		return "a string of " + strconv.Itoa(len(v)) + " bytes"
-	case []byte:
-		return "a bulk string of " + strconv.Itoa(len(v)) + " bytes"
-	case []any:
-		return "an array of " + strconv.Itoa(len(v)) + " elements"
-	}
-	return fmt.Sprintf("a %T", v)
+	return fmt.Errorf("%w: %s replied %s", ErrMalformed, cmd, resp.Shape(v))
 }

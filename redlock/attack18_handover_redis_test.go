@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -33,71 +34,13 @@ func TestAttack18_LeaderDuringHandOver(t *testing.T) {
 }
 
 func leaderDuringHandOver(t *testing.T, path connPath, n int) {
-	{
-		rs := startReal(t, n)
-		ctx := ctxT(t)
-		reader := newElection(t, rs.client(t, path), "ho")
-		var mu sync.Mutex
-		terms := map[string]uint64{} // value -> its Leadership's term
-		rctx, stop := context.WithCancel(ctx)
-		type read struct {
-			v string
-			t uint64
-		}
-		var reads []read
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for rctx.Err() == nil {
-				if ld, err := reader.Leader(rctx); err == nil {
-					reads = append(reads, read{ld.Value, ld.Term})
-				}
-			}
-		}()
-		var wg sync.WaitGroup
-		for w := range 3 {
-			e := newElection(t, rs.client(t, path), "ho", redlock.WithTTL(2*time.Second))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range 15 {
-					v := string(rune('a'+w)) + "-" + string(rune('a'+i))
-					ld, err := e.Campaign(ctx, v)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					terms[v] = ld.Term()
-					mu.Unlock()
-					time.Sleep(5 * time.Millisecond)
-					if err := ld.Resign(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		stop()
-		<-done
-		var last uint64
-		bad := 0
-		for _, r := range reads {
-			if want := terms[r.v]; r.t != want {
-				bad++
-				t.Errorf("Leader read %q with term %d; its term is %d", r.v, r.t, want)
-			}
-			if r.t < last {
-				t.Errorf("Leader read term %d after %d", r.t, last)
-			}
-			last = max(last, r.t)
-		}
-		t.Logf("%d reads, %d wrong pairs", len(reads), bad)
-		if len(reads) == 0 {
-			t.Error("Leader never found a leader")
-		}
+	rs := startReal(t, n)
+	reader := newElection(t, rs.client(t, path), "ho")
+	candidates := make([]*redlock.Election, 3)
+	for i := range candidates {
+		candidates[i] = newElection(t, rs.client(t, path), "ho", redlock.WithTTL(2*time.Second))
 	}
+	handover.LeaderDuring(ctxT(t), t, reader, candidates, 15)
 }
 
 // Leader while a minority master is frozen (SIGSTOP) and terms change

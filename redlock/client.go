@@ -86,15 +86,9 @@ type master struct {
 // Close closes them. The connections a *redis.Pool dials are not guarded
 // against hostile replies unless its dial function uses pool.GuardConn.
 func New(pools []pool.Pool, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := newConfig(len(pools), opts)
+	if err != nil {
 		return nil, err
-	}
-	if len(pools) == 0 {
-		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
 	ts := make([]Transport, len(pools))
 	seen := make(map[any]int, len(pools))
@@ -143,15 +137,9 @@ func transportOf(addr string, p pool.Pool, cfg config) Transport {
 // (Transport.Close), after the commands in flight had one per-master
 // timeout to be answered.
 func NewWithTransports(ts []Transport, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := newConfig(len(ts), opts)
+	if err != nil {
 		return nil, err
-	}
-	if len(ts) == 0 {
-		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
 	for i, t := range ts {
 		if isNil(t) {
@@ -236,15 +224,9 @@ func withoutCredentials(addr string) string {
 // member, WithClusterSlots is on. See docs/operations.md, "Quorum members
 // that are Redis Clusters".
 func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := newConfig(len(addrs), opts)
+	if err != nil {
 		return nil, err
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
 	var owned []*pool.RedisPool
 	var clusters []*clusterTransport
@@ -337,6 +319,18 @@ func (c *Client) check(ctx context.Context) error {
 		return err
 	}
 	return c.identify(ctx)
+}
+
+// addWorker counts one more goroutine in c.workers, which Close waits
+// for, unless the client is closed; it reports whether it did.
+func (c *Client) addWorker() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.workers.Add(1)
+	return true
 }
 
 // Close stops new work, gives the commands still in flight at most one

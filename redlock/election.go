@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/resp"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
@@ -331,7 +332,7 @@ func parseLeaderRead(v any) (leaderRead, error) {
 	}
 	a, ok := v.([]any)
 	if !ok || len(a) != 0 && len(a) != 4 {
-		return leaderRead{}, fmt.Errorf("%w: leader read replied %s", layout.ErrMalformed, replyShape(v))
+		return leaderRead{}, fmt.Errorf("%w: leader read replied %s", layout.ErrMalformed, resp.Shape(v))
 	}
 	var lr leaderRead
 	if len(a) == 0 {
@@ -340,7 +341,7 @@ func parseLeaderRead(v any) (leaderRead, error) {
 	bad := func(what string) (leaderRead, error) {
 		return leaderRead{}, fmt.Errorf("%w: leader read: bad %s", layout.ErrMalformed, what)
 	}
-	tok, ok := bulkString(a[0])
+	tok, ok := resp.Bulk(a[0])
 	if !ok || tok == "" || len(tok) > maxToken {
 		return bad("token")
 	}
@@ -356,7 +357,7 @@ func parseLeaderRead(v any) (leaderRead, error) {
 		lr.ttl = time.Duration(pttl) * time.Millisecond
 	}
 	if a[2] != nil {
-		t, ok := bulkString(a[2])
+		t, ok := resp.Bulk(a[2])
 		if !ok {
 			return bad("term")
 		}
@@ -367,33 +368,13 @@ func parseLeaderRead(v any) (leaderRead, error) {
 		lr.term = n
 	}
 	if a[3] != nil {
-		m, ok := bulkString(a[3])
+		m, ok := resp.Bulk(a[3])
 		if !ok || len(m) > layout.MaxMeta {
 			return bad("value")
 		}
 		lr.value = m
 	}
 	return lr, nil
-}
-
-// bulkString returns a bulk string reply ([]byte, or a string as an
-// Inspector may give it) as a string.
-func bulkString(v any) (string, bool) {
-	switch v := v.(type) {
-	case []byte:
-		return string(v), true
-	case string:
-		return v, true
-	}
-	return "", false
-}
-
-// replyShape names a reply's shape, never its bytes.
-func replyShape(v any) string {
-	if a, ok := v.([]any); ok {
-		return "an array of " + strconv.Itoa(len(a)) + " elements"
-	}
-	return fmt.Sprintf("a %T", v)
 }
 
 // leaderOf finds the leader in what the masters hold: the token a quorum

@@ -271,14 +271,11 @@ func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs
 		why = "no answer before the key's TTL"
 	}
 	if why == "" && !f.running {
-		c.mu.Lock()
-		if c.closed {
-			f.closed, why = true, "-"
-		} else {
-			c.workers.Add(1)
+		if c.addWorker() {
 			f.running, a.start = true, true
+		} else {
+			f.closed, why = true, "-"
 		}
-		c.mu.Unlock()
 	}
 	if why != "" {
 		f.pending--
@@ -403,13 +400,7 @@ func (f *finisher) close(c *Client) {
 
 // try sends e once more, tracked in Client.workers.
 func (f *finisher) try(c *Client, e *finEntry) {
-	c.mu.Lock()
-	closed := c.closed
-	if !closed {
-		c.workers.Add(1)
-	}
-	c.mu.Unlock()
-	if closed {
+	if !c.addWorker() {
 		f.mu.Lock()
 		f.closed = true
 		f.mu.Unlock()

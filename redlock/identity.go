@@ -206,13 +206,7 @@ func (c *Client) identify(ctx context.Context) error {
 // they answered and calls done (if not nil). It reports false, starting
 // nothing, when the client is closed. id.mu is held.
 func (c *Client) probe(idx []int, done func()) bool {
-	c.mu.Lock()
-	closed := c.closed
-	if !closed {
-		c.workers.Add(1)
-	}
-	c.mu.Unlock()
-	if closed {
+	if !c.addWorker() {
 		return false
 	}
 	id := &c.ident

@@ -119,17 +119,12 @@ func (l *Lock) startMonitorLocked() error {
 	if l.mon != nil || l.lostErr != nil || l.released {
 		return nil
 	}
-	c := l.c
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !l.c.addWorker() {
 		l.lostErr = newKeyError(ErrLockLost, l.key, "", ErrClosed)
 		l.endValidity()
 		close(l.lost)
 		return l.lostErr
 	}
-	c.workers.Add(1)
-	c.mu.Unlock()
 	m := &monitor{stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	l.mon = m
 	go l.watch(m)

@@ -67,6 +67,22 @@ func defaultConfig() config {
 	}
 }
 
+// newConfig returns the defaults with opts applied, checked, for a client
+// of masters masters.
+func newConfig(masters int, opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return cfg, err
+	}
+	if masters == 0 {
+		return cfg, fmt.Errorf("%w: no masters given", ErrInvalid)
+	}
+	return cfg, nil
+}
+
 func (c *config) check() error {
 	switch {
 	case c.timeout <= 0:

@@ -328,14 +328,10 @@ func (w *waker) startSubscriber(i int) *subscriber {
 	c := w.c
 	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(), kick: make(chan struct{}, 1)}
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.addWorker() {
 		s.stop()
 		return nil
 	}
-	c.workers.Add(1)
-	c.mu.Unlock()
 	go s.run()
 	return s
 }

@@ -40,8 +40,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,6 +445,31 @@ func (rc *RedisCluster) MigrateSlot(ctx context.Context, slot int, dst *Node, ho
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// MigrateOnward moves slot, in every one of members at once, from its
+// owner to the node after it in Nodes (the first after the last), with
+// MigrateSlot and its hold, and returns once every move is done; the error
+// is the moves' failures joined. The next node must be a primary: the
+// members have no replicas.
+func MigrateOnward(ctx context.Context, members []*RedisCluster, slot int, hold time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(members))
+	for m, rc := range members {
+		owner, err := rc.Owner(slot)
+		if err != nil {
+			errs[m] = err
+			continue
+		}
+		next := rc.Nodes[(slices.Index(rc.Nodes, owner)+1)%len(rc.Nodes)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[m] = rc.MigrateSlot(ctx, slot, next, hold)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // newMasterPool is the pool Start gives each master.

@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -244,6 +245,69 @@ func FreeOn(t *testing.T, members []*cluster.RedisCluster, key string) {
 		}
 		if i == 300 {
 			t.Fatalf("%s still on %d members after 3s", key, held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ClusterReleaseNotice checks that a waiter on c, whose members are the
+// Redis Clusters members of s primaries each, is woken by the holder's
+// release notice, on a key owned by each primary: a script's PUBLISH
+// reaches every node of a cluster (the bus broadcasts it), and the
+// transport's subscription is on one of them. The waiter's backoff is an
+// hour, far past the case's deadline, so polling cannot be what gives it
+// the lock; it waits until the waiter is subscribed on every member (it
+// subscribes after its first attempt failed) before the release.
+func ClusterReleaseNotice(t *testing.T, c *redlock.Client, members []*cluster.RedisCluster, s int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, key := range SlotKeys(t.Name(), s) {
+		l, err := c.Acquire(ctx, key, redlock.WithTTL(time.Minute))
+		must(t, err)
+		got := make(chan error, 1)
+		go func() {
+			l2, err := c.Acquire(ctx, key, redlock.WithBackoff(time.Hour, time.Hour))
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- err
+		}()
+		subscribedOn(t, members, layout.WakeChannel(key))
+		released := time.Now()
+		must(t, l.Release(ctx))
+		if err := <-got; err != nil {
+			t.Fatalf("%s: waiter not woken by the release notice: %v", key, err)
+		}
+		t.Logf("%s (slot %d): waiter had the lock %v after the release", key, cluster.Slot(key), time.Since(released).Round(time.Millisecond))
+		FreeOn(t, members, key)
+	}
+}
+
+// subscribedOn waits (generously) until some node of every one of members
+// has a subscriber on channel.
+func subscribedOn(t *testing.T, members []*cluster.RedisCluster, channel string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		subscribed := 0
+		for _, m := range members {
+			n := 0
+			for _, node := range m.Nodes {
+				vals, err := redis.Values(node.Do("PUBSUB", "NUMSUB", channel))
+				if err != nil || len(vals) != 2 {
+					t.Fatalf("PUBSUB NUMSUB on %s: %v, %v", node.Addr(), vals, err)
+				}
+				k, _ := redis.Int(vals[1], nil)
+				n += k
+			}
+			if n > 0 {
+				subscribed++
+			}
+		}
+		if subscribed == len(members) {
+			return
+		}
+		if i == 1000 {
+			t.Fatalf("%s subscribed on %d of %d members after 10s", channel, subscribed, len(members))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
