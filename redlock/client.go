@@ -58,6 +58,9 @@ type Client struct {
 	// abandoned: Close completed, itself, what the transports left
 	// unanswered after their Close; nothing is sent any more.
 	abandoned atomic.Bool
+	// beforeWait, when set (tests), runs after a failed attempt, before
+	// the waiter registers for release notices.
+	beforeWait func()
 }
 
 type master struct {
@@ -481,6 +484,9 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			}
 		}
 		if wt == nil {
+			if c.beforeWait != nil {
+				c.beforeWait()
+			}
 			wt = c.waker.wait(k.keys(key))
 		} else {
 			c.waker.revive()

@@ -53,3 +53,8 @@ func FinishOwners(c *Client) int {
 	defer c.mu.Unlock()
 	return len(c.fin.owners)
 }
+
+// SetBeforeWait sets a hook that runs in Acquire after an attempt failed
+// and before the waiter registers for release notices (the window a
+// release must not be lost in).
+func SetBeforeWait(c *Client, f func()) { c.beforeWait = f }
