@@ -439,6 +439,10 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	var wt *waiting              // set once the first attempt failed
 	var last *round              // the latest attempt
 	tries := 0
+	keys := k.keys(key)
+	// Read before the first attempt: whether a release between its
+	// refusal and the registration could go unheard (waiting.recheck).
+	mark := c.waker.mark(keys)
 	if c.obs != nil {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
@@ -487,13 +491,32 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			if c.beforeWait != nil {
 				c.beforeWait()
 			}
-			wt = c.waker.wait(k.keys(key))
+			wt = c.waker.wait(keys, mark)
 		} else {
 			c.waker.revive()
 		}
 		delay := min(wt.delay(lc, attempt, k.leaves(), err), left)
 		t := c.clock.NewTimer(delay)
+		// A release between the refusal and the registration may have
+		// gone unheard: try once more as soon as every key's channel is
+		// live on every master (checked every recheckPoll, real time,
+		// for at most the per-master timeout).
+		var poll <-chan time.Time
+		var pollT *time.Timer
+		var pollEnd time.Time
+		if wt.recheck {
+			wt.recheck = false
+			pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
+			poll = pollT.C
+		}
+	wait:
 		select {
+		case <-poll:
+			if !wt.live() && time.Now().Before(pollEnd) {
+				pollT.Reset(recheckPoll)
+				goto wait
+			}
+			t.Stop()
 		case <-t.C():
 		case <-wt.ch:
 			// Released: try again now, and should that fail, soon again
@@ -518,11 +541,17 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
+			if pollT != nil {
+				pollT.Stop()
+			}
 			var qe *QuorumError
 			if asQuorumError(err, &qe) {
 				qe.ctxErr = ctx.Err()
 			}
 			return nil, err
+		}
+		if pollT != nil {
+			pollT.Stop()
 		}
 	}
 }
@@ -546,6 +575,10 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
 const wakeSpread = time.Millisecond
+
+// recheckPoll spaces the checks of a new waiter's subscriptions before
+// its second attempt.
+const recheckPoll = 500 * time.Microsecond
 
 // backoff returns the delay before retry number attempt+1: a random
 // duration in [d/2, d] where d = min(max, min×2^attempt).
