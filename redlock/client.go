@@ -517,6 +517,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				goto wait
 			}
 			t.Stop()
+			c.spread(ctx, k)
 		case <-t.C():
 		case <-wt.ch:
 			// Released: try again now, and should that fail, soon again
@@ -527,14 +528,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
 			attempt = -1
-			if len(c.masters) > 1 && !k.queued() {
-				j := time.NewTimer(rand.N(wakeSpread))
-				select {
-				case <-j.C:
-				case <-ctx.Done():
-					j.Stop()
-				}
-			}
+			c.spread(ctx, k)
 		case <-c.closing:
 			// The client is closing: the next attempt fails at once
 			// with ErrClosed, rather than after this timer.
@@ -575,6 +569,20 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
 const wakeSpread = time.Millisecond
+
+// spread waits the random moment of a woken waiter on several masters
+// (at most wakeSpread, real time), unless its lock is queued (fair).
+func (c *Client) spread(ctx context.Context, k kind) {
+	if len(c.masters) == 1 || k.queued() {
+		return
+	}
+	j := time.NewTimer(rand.N(wakeSpread))
+	defer j.Stop()
+	select {
+	case <-j.C:
+	case <-ctx.Done():
+	}
+}
 
 // recheckPoll spaces the checks of a new waiter's subscriptions before
 // its second attempt.

@@ -209,7 +209,8 @@ func (wg *waiting) stop(acquired, shared bool) {
 	}
 }
 
-// unregister removes a waiter; the last waiter of a key unsubscribes it.
+// unregister removes a waiter; the last waiter of a key leaves it lingering
+// (lingerLocked).
 // A waiter that was woken and gives up without the lock passes the notice
 // on to the next waiter of its key, and so does a reader that got in: the
 // next one may be a reader that can get in too (a release's notices wake
