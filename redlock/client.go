@@ -439,10 +439,9 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	var wt *waiting              // set once the first attempt failed
 	var last *round              // the latest attempt
 	tries := 0
-	keys := k.keys(key)
 	// Read before the first attempt: whether a release between its
 	// refusal and the registration could go unheard (waiting.recheck).
-	mark := c.waker.mark(keys)
+	mark := c.waker.mark(key, k)
 	if c.obs != nil {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
@@ -491,7 +490,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			if c.beforeWait != nil {
 				c.beforeWait()
 			}
-			wt = c.waker.wait(keys, mark)
+			wt = c.waker.wait(k.keys(key), mark)
 		} else {
 			c.waker.revive()
 		}

@@ -124,13 +124,18 @@ type mark struct {
 	live bool
 }
 
-// mark reads the mark of keys (see mark).
-func (w *waker) mark(keys []string) mark {
+// mark reads the mark of the keys of a lock of kind k on key (see mark).
+// It asks k for the keys only when some key is followed: no allocation
+// on the path of a client that waits for nothing.
+func (w *waker) mark(key string, k kind) mark {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	m := mark{gen: w.gen, live: true}
-	for _, k := range keys {
-		if w.waiters[k] == nil || w.liveLocked(k) < len(w.subs) {
+	m := mark{gen: w.gen, live: len(w.waiters) > 0}
+	if !m.live {
+		return m
+	}
+	for _, each := range k.keys(key) {
+		if w.waiters[each] == nil || w.liveLocked(each) < len(w.subs) {
 			m.live = false
 			break
 		}
