@@ -71,7 +71,7 @@ type keyWaiters struct {
 	recent [8]announced // ring of releases recently announced
 	next   int
 	born   uint64    // waker.gen when the entry was made
-	heard  uint64    // waker.gen at its latest notice
+	heard  uint64    // waker.gen at its latest notice that woke nobody
 	idle   time.Time // when its last waiter left; zero while it has waiters
 }
 
@@ -405,8 +405,12 @@ func (w *waker) notify(key, id string) {
 	if kw == nil {
 		return
 	}
-	w.gen++
-	kw.heard = w.gen
+	if len(kw.queue) == 0 {
+		// Nobody here is woken by it: a waiter registering now, whose
+		// attempt it may have come after, must try again (mark).
+		w.gen++
+		kw.heard = w.gen
+	}
 	if !kw.announce(id, w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
