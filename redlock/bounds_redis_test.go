@@ -130,6 +130,11 @@ func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
 		})
 		stopWaiting()
 		wg.Wait()
+		// The keys' channels linger a while after their last waiter, at
+		// most MaxLinger of them.
+		if n := redlock.Lingering(c); n > redlock.MaxLinger {
+			t.Errorf("%d keys linger, want at most %d", n, redlock.MaxLinger)
+		}
 		// One subscriber connection per master, whatever the number of keys:
 		// the goroutines while waiting are the waiters' own plus a few per
 		// master (the client's pipelined connections and subscribers, two
@@ -142,8 +147,8 @@ func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
 			chans, _ := redis.Strings(rs.servers[0].Do("PUBSUB", "CHANNELS", "quorumlock:released:w:*"))
 			return len(chans) == 0
 		})
-		if _, w, _ := c.Sizes(); w != 0 {
-			t.Errorf("%d keys still have waiters", w)
+		if _, w, _ := c.Sizes(); w != 0 || redlock.Lingering(c) != 0 {
+			t.Errorf("%d keys still have waiters, %d linger", w, redlock.Lingering(c))
 		}
 		for _, l := range held {
 			_ = l.Release(context.Background())

@@ -58,6 +58,9 @@ type Client struct {
 	// abandoned: Close completed, itself, what the transports left
 	// unanswered after their Close; nothing is sent any more.
 	abandoned atomic.Bool
+	// beforeWait, when set (tests), runs after a failed attempt, before
+	// the waiter registers for release notices.
+	beforeWait func()
 }
 
 type master struct {
@@ -430,6 +433,9 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	var wt *waiting              // set once the first attempt failed
 	var last *round              // the latest attempt
 	tries := 0
+	// Read before the first attempt: whether a release between its
+	// refusal and the registration could go unheard (waiting.recheck).
+	mark := c.waker.mark(key, k)
 	if c.obs != nil {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
@@ -475,13 +481,36 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			}
 		}
 		if wt == nil {
-			wt = c.waker.wait(k.keys(key))
+			if c.beforeWait != nil {
+				c.beforeWait()
+			}
+			wt = c.waker.wait(k.keys(key), mark)
 		} else {
 			c.waker.revive()
 		}
 		delay := min(wt.delay(lc, attempt, k.leaves(), err), left)
 		t := c.clock.NewTimer(delay)
+		// A release between the refusal and the registration may have
+		// gone unheard: try once more as soon as every key's channel is
+		// live on every master (checked every recheckPoll, real time,
+		// for at most the per-master timeout).
+		var poll <-chan time.Time
+		var pollT *time.Timer
+		var pollEnd time.Time
+		if wt.recheck {
+			wt.recheck = false
+			pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
+			poll = pollT.C
+		}
+	wait:
 		select {
+		case <-poll:
+			if !wt.live() && time.Now().Before(pollEnd) {
+				pollT.Reset(recheckPoll)
+				goto wait
+			}
+			t.Stop()
+			c.spread(ctx, k)
 		case <-t.C():
 		case <-wt.ch:
 			// Released: try again now, and should that fail, soon again
@@ -492,25 +521,24 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
 			attempt = -1
-			if len(c.masters) > 1 && !k.queued() {
-				j := time.NewTimer(rand.N(wakeSpread))
-				select {
-				case <-j.C:
-				case <-ctx.Done():
-					j.Stop()
-				}
-			}
+			c.spread(ctx, k)
 		case <-c.closing:
 			// The client is closing: the next attempt fails at once
 			// with ErrClosed, rather than after this timer.
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
+			if pollT != nil {
+				pollT.Stop()
+			}
 			var qe *QuorumError
 			if asQuorumError(err, &qe) {
 				qe.ctxErr = ctx.Err()
 			}
 			return nil, err
+		}
+		if pollT != nil {
+			pollT.Stop()
 		}
 	}
 }
@@ -534,6 +562,24 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 
 // wakeSpread bounds the random delay of a woken waiter on several masters.
 const wakeSpread = time.Millisecond
+
+// spread waits the random moment of a woken waiter on several masters
+// (at most wakeSpread, real time), unless its lock is queued (fair).
+func (c *Client) spread(ctx context.Context, k kind) {
+	if len(c.masters) == 1 || k.queued() {
+		return
+	}
+	j := time.NewTimer(rand.N(wakeSpread))
+	defer j.Stop()
+	select {
+	case <-j.C:
+	case <-ctx.Done():
+	}
+}
+
+// recheckPoll spaces the checks of a new waiter's subscriptions before
+// its second attempt.
+const recheckPoll = 500 * time.Microsecond
 
 // backoff returns the delay before retry number attempt+1: a random
 // duration in [d/2, d] where d = min(max, min×2^attempt).

@@ -8,7 +8,7 @@ var Backoff = backoff
 // Sizes reports the client's per-key and per-connection bookkeeping, for
 // tests that check it stays bounded: in-flight releases and chained
 // rounds tracked, keys
-// with waiters, live pipelined connections.
+// with waiters (not those lingering), live pipelined connections.
 func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	c.mu.Lock()
 	releasing = len(c.releasing) + len(c.chains)
@@ -19,7 +19,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 		}
 	}
 	c.waker.mu.Lock()
-	waitedKeys = len(c.waker.waiters)
+	waitedKeys = len(c.waker.waiters) - len(c.waker.lingering)
 	c.waker.mu.Unlock()
 	return releasing, waitedKeys, muxConns
 }
@@ -53,3 +53,18 @@ func FinishOwners(c *Client) int {
 	defer c.mu.Unlock()
 	return len(c.fin.owners)
 }
+
+// SetBeforeWait sets a hook that runs in Acquire after an attempt failed
+// and before the waiter registers for release notices (the window a
+// release must not be lost in).
+func SetBeforeWait(c *Client, f func()) { c.beforeWait = f }
+
+// Lingering reports how many keys without waiters stay subscribed.
+func Lingering(c *Client) int {
+	c.waker.mu.Lock()
+	defer c.waker.mu.Unlock()
+	return len(c.waker.lingering)
+}
+
+// MaxLinger is how many keys may linger per client.
+const MaxLinger = maxLinger

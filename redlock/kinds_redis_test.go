@@ -26,7 +26,13 @@ func expectWake(t *testing.T, path connPath, rs *realSet, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	c := rs.client(t, path, redlock.WithClock(fake))
+	expectWakeOn(t, rs, rs.client(t, path, redlock.WithClock(fake)), fake, keys, acquire, release)
+}
+
+// expectWakeOn is expectWake with the waiter's client c, on clock fake.
+func expectWakeOn(t *testing.T, rs *realSet, c *redlock.Client, fake *clock.Fake, keys []string,
+	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
+	t.Helper()
 	got := make(chan error, 1)
 	go func() {
 		rel, err := acquire(c)

@@ -23,11 +23,26 @@ import (
 // subscribes just after the release): waiters always keep a timer (their
 // backoff, or the fallback poll below), so correctness never depends on a
 // message.
+//
+// A release between a waiter's refused first attempt and its subscription
+// is not lost: a waiter whose keys' channels were not all live on every
+// master before that attempt, or on which a notice came since, tries once
+// more as soon as they are (see Acquire and docs/design.md). A key's
+// channel stays subscribed for lingerFor after its last waiter left (at
+// most maxLinger keys), so the waiters of a busy key neither SUBSCRIBE and
+// UNSUBSCRIBE per wait nor need that second attempt.
 
 // wakeChannel is the channel the release of key publishes on.
 func wakeChannel(key string) string { return layout.WakeChannel(key) }
 
 const wakePrefix = layout.WakePrefix
+
+// lingerFor is how long a key's channel stays subscribed after its last
+// waiter left; maxLinger bounds the keys kept so per client.
+const (
+	lingerFor = time.Second
+	maxLinger = 256
+)
 
 // subscriberRestartDelay spaces the restarts of a subscriber whose
 // connection failed.
@@ -38,9 +53,15 @@ type waker struct {
 	c *Client
 
 	mu      sync.Mutex
-	waiters map[string]*keyWaiters // by key
-	subs    []*subscriber          // by master; nil until needed
-	closed  bool
+	waiters map[string]*keyWaiters // by key, with waiters or lingering
+	// lingering holds the keys without waiters whose channel stays
+	// subscribed until their idle time plus lingerFor.
+	lingering map[string]*keyWaiters
+	subs      []*subscriber // by master; nil until needed
+	closed    bool
+	// gen counts the keys' births and notices: a waiter compares the
+	// stamps of its keys with the value it read before its first attempt.
+	gen uint64
 }
 
 // keyWaiters are the waiters of one key, longest waiting first, and the
@@ -49,6 +70,9 @@ type keyWaiters struct {
 	queue  []*waiter
 	recent [8]announced // ring of releases recently announced
 	next   int
+	born   uint64    // waker.gen when the entry was made
+	heard  uint64    // waker.gen at its latest notice that woke nobody
+	idle   time.Time // when its last waiter left; zero while it has waiters
 }
 
 // announced is one release and how many masters have announced it.
@@ -88,23 +112,59 @@ type waiter struct {
 }
 
 func newWaker(c *Client) *waker {
-	return &waker{c: c, waiters: map[string]*keyWaiters{}, subs: make([]*subscriber, len(c.masters))}
+	return &waker{c: c, waiters: map[string]*keyWaiters{}, lingering: map[string]*keyWaiters{},
+		subs: make([]*subscriber, len(c.masters))}
 }
 
-// registerOn adds a waiter for key, notified on ch, and makes sure every master's subscriber
-// is (or will shortly be) subscribed to the key's channel.
-func (w *waker) registerOn(key string, ch chan struct{}) *waiter {
+// mark is what a waiter reads before its first attempt: the waker's
+// generation, and whether each of keys had its channel live on every
+// master then.
+type mark struct {
+	gen  uint64
+	live bool
+}
+
+// mark reads the mark of the keys of a lock of kind k on key (see mark).
+// It asks k for the keys only when some key is followed: no allocation
+// on the path of a client that waits for nothing.
+func (w *waker) mark(key string, k kind) mark {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := mark{gen: w.gen, live: len(w.waiters) > 0}
+	if !m.live {
+		return m
+	}
+	for _, each := range k.keys(key) {
+		if w.waiters[each] == nil || w.liveLocked(each) < len(w.subs) {
+			m.live = false
+			break
+		}
+	}
+	return m
+}
+
+// registerOn adds a waiter for key, notified on ch, and makes sure every
+// master's subscriber is (or will shortly be) subscribed to the key's
+// channel. It reports whether the key was followed since gen with no
+// notice heard: a key's entry (and its subscriptions) older than gen,
+// no notice since.
+func (w *waker) registerOn(key string, ch chan struct{}, gen uint64) (*waiter, bool) {
 	wt := &waiter{key: key, ch: ch}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
 	if kw == nil {
-		kw = &keyWaiters{}
+		w.gen++
+		kw = &keyWaiters{born: w.gen}
 		w.waiters[key] = kw
+	}
+	if !kw.idle.IsZero() {
+		kw.idle = time.Time{}
+		delete(w.lingering, key)
 	}
 	kw.queue = append(kw.queue, wt)
 	w.syncLocked()
-	return wt
+	return wt, kw.born <= gen && kw.heard <= gen
 }
 
 // waiting is one Acquire waiting for the release of any of its keys (a
@@ -113,15 +173,37 @@ type waiting struct {
 	w  *waker
 	ch chan struct{}
 	ws []*waiter
+	// recheck: a release between the refusal of the first attempt and
+	// the registration may have gone unheard — a key's channel was not
+	// live on every master before that attempt, or was unsubscribed
+	// since, or a notice of a key came meanwhile. The waiter tries once
+	// more as soon as every key's channel is live (Acquire).
+	recheck bool
 }
 
-// wait registers a waiter for each key, all on one channel.
-func (w *waker) wait(keys []string) *waiting {
-	wg := &waiting{w: w, ch: make(chan struct{}, 1)}
+// wait registers a waiter for each key, all on one channel, and compares
+// the keys with m, read before the first attempt (see waiting.recheck).
+func (w *waker) wait(keys []string, m mark) *waiting {
+	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wg.ws = append(wg.ws, w.registerOn(k, wg.ch))
+		wt, quiet := w.registerOn(k, wg.ch, m.gen)
+		wg.ws = append(wg.ws, wt)
+		wg.recheck = wg.recheck || !quiet
 	}
 	return wg
+}
+
+// live reports whether every key's channel is live on every master.
+func (wg *waiting) live() bool {
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wt := range wg.ws {
+		if w.liveLocked(wt.key) < len(w.subs) {
+			return false
+		}
+	}
+	return true
 }
 
 // stop unregisters the waiters; acquired tells whether the Acquire got
@@ -132,7 +214,8 @@ func (wg *waiting) stop(acquired, shared bool) {
 	}
 }
 
-// unregister removes a waiter; the last waiter of a key unsubscribes it.
+// unregister removes a waiter; the last waiter of a key leaves it lingering
+// (lingerLocked).
 // A waiter that was woken and gives up without the lock passes the notice
 // on to the next waiter of its key, and so does a reader that got in: the
 // next one may be a reader that can get in too (a release's notices wake
@@ -146,13 +229,70 @@ func (w *waker) unregister(wt *waiter, acquired, shared bool) {
 	}
 	kw.queue = slices.DeleteFunc(kw.queue, func(x *waiter) bool { return x == wt })
 	if len(kw.queue) == 0 {
-		delete(w.waiters, wt.key)
-		w.syncLocked()
+		w.lingerLocked(wt.key, kw)
 		return
 	}
 	if wt.woken && !acquired || acquired && shared {
 		kw.wakeFirst()
 	}
+}
+
+// lingerLocked keeps the channel of key, whose last waiter left,
+// subscribed for lingerFor; beyond maxLinger such keys, the one idle
+// longest is unsubscribed at once.
+func (w *waker) lingerLocked(key string, kw *keyWaiters) {
+	kw.idle = time.Now()
+	w.lingering[key] = kw
+	defer w.syncLocked() // the subscribers arm their expiry timers
+	if len(w.lingering) <= maxLinger {
+		return
+	}
+	var oldest string
+	for k, x := range w.lingering {
+		if oldest == "" || x.idle.Before(w.lingering[oldest].idle) {
+			oldest = k
+		}
+	}
+	delete(w.lingering, oldest)
+	delete(w.waiters, oldest)
+}
+
+// expire unsubscribes the keys that lingered for lingerFor, and returns
+// when the next one will have (zero: none lingers).
+func (w *waker) expire() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	changed := false
+	for k, kw := range w.lingering {
+		at := kw.idle.Add(lingerFor)
+		if !at.After(now) {
+			delete(w.lingering, k)
+			delete(w.waiters, k)
+			changed = true
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if changed {
+		w.syncLocked()
+	}
+	return next
+}
+
+// nextExpiry returns when the next lingering key's time is up (zero:
+// none lingers).
+func (w *waker) nextExpiry() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var next time.Time
+	for _, kw := range w.lingering {
+		if at := kw.idle.Add(lingerFor); next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
 }
 
 // Fallback poll.
@@ -241,8 +381,8 @@ func (w *waker) syncLocked() {
 	}
 	for i, s := range w.subs {
 		if s == nil || (s.isDead() && time.Since(s.started) > subscriberRestartDelay) {
-			if len(w.waiters) == 0 {
-				continue
+			if len(w.waiters) == len(w.lingering) {
+				continue // no waiter: lingering keys do not restart one
 			}
 			s = w.startSubscriber(i)
 			if s == nil {
@@ -262,7 +402,16 @@ func (w *waker) notify(key, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
-	if kw == nil || !kw.announce(id, w.c.quorum) {
+	if kw == nil {
+		return
+	}
+	if len(kw.queue) == 0 {
+		// Nobody here is woken by it: a waiter registering now, whose
+		// attempt it may have come after, must try again (mark).
+		w.gen++
+		kw.heard = w.gen
+	}
+	if !kw.announce(id, w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
 	kw.wakeFirst()
@@ -386,8 +535,16 @@ func (s *subscriber) run() {
 	s.mu.Lock()
 	s.sub = sub
 	s.mu.Unlock()
+	// expiry fires when a lingering key's time is up (lingerFor).
+	expiry := time.NewTimer(lingerFor)
+	defer expiry.Stop()
 	for {
 		select {
+		case <-expiry.C:
+			if next := s.w.expire(); !next.IsZero() {
+				expiry.Reset(time.Until(next))
+			}
+			continue // expire pokes the subscribers when it unsubscribed keys
 		case <-s.ctx.Done():
 			return
 		case <-sub.Done():
@@ -406,6 +563,9 @@ func (s *subscriber) run() {
 				s.fail(nil)
 			}
 			return
+		}
+		if next := s.w.nextExpiry(); !next.IsZero() {
+			expiry.Reset(time.Until(next))
 		}
 	}
 }

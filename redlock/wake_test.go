@@ -413,3 +413,70 @@ func (b *backoffCounter) NewTimer(d time.Duration) clock.Timer {
 	}
 	return b.Fake.NewTimer(d)
 }
+
+// A release that happens after a waiter's attempt was refused but before
+// its subscription is live is not lost: the waiter, on a fake clock whose
+// backoff never fires, still gets the lock. Both with the key's channel
+// not yet subscribed (the waiter subscribes, then tries once more) and
+// with it still subscribed from an earlier wait (the notice is counted).
+func TestRedis_ReleaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			for _, warm := range []bool{false, true} {
+				t.Run(fmt.Sprintf("subscribed=%v", warm), func(t *testing.T) {
+					rs := startReal(t, n)
+					ctx := ctxT(t)
+					holder := rs.client(t, path)
+					fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+					w := rs.client(t, path, redlock.WithClock(fake))
+					if warm {
+						// An earlier wait on the key, woken by a release.
+						l, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+						if err != nil {
+							t.Fatal(err)
+						}
+						expectWakeOn(t, rs, w, fake, []string{"k"}, func(c *redlock.Client) (func(context.Context) error, error) {
+							return releaser(c.Acquire(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour)))
+						}, l.Release)
+					}
+					l, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+					if err != nil {
+						t.Fatal(err)
+					}
+					var once sync.Once
+					redlock.SetBeforeWait(w, func() {
+						once.Do(func() {
+							if err := l.Release(context.Background()); err != nil {
+								t.Error(err)
+							}
+							waitUntil(t, "every master ran the release", func() bool {
+								for i := range rs.servers {
+									if n, _ := redis.Int(rs.servers[i].Do("EXISTS", "k")); n != 0 {
+										return false
+									}
+								}
+								return true
+							})
+						})
+					})
+					got := make(chan error, 1)
+					go func() {
+						l, err := w.Acquire(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
+						if err == nil {
+							err = l.Release(context.Background())
+						}
+						got <- err
+					}()
+					select {
+					case err := <-got:
+						if err != nil {
+							t.Fatal(err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("the release in the window was not heard: the waiter sleeps")
+					}
+				})
+			}
+		})
+	})
+}
