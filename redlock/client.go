@@ -52,6 +52,10 @@ type Client struct {
 	someOrdered bool     // at least one master's transport is Ordered
 	fin         finisher // retries of releases and rollbacks that masters missed
 	ident       identity // the masters' run_ids: two addresses of one server are refused
+	// failing[i]: master i's latest answer was a failure, or it kept an
+	// arbiter waiting; it is not chosen as arbiter until it answers
+	// again (arbiter.go).
+	failing []atomic.Bool
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -201,6 +205,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))
 	}
+	c.failing = make([]atomic.Bool, len(ts))
 	c.waker = newWaker(c)
 	c.fin.init(len(ts))
 	return c, nil
@@ -436,6 +441,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	var wt *waiting              // set once the first attempt failed
 	var last *round              // the latest attempt
 	tries := 0
+	contended := false // the next attempt follows evidence of contention (arbiter.go)
 	if c.obs != nil {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
@@ -451,7 +457,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		l, r, err := c.attempt(ctx, key, lc, k)
+		l, r, err := c.attempt(ctx, key, lc, k, c.arbitrate(key, k, contended))
 		if r != nil {
 			last = r
 			tries++
@@ -460,14 +466,15 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			l.waited, l.attempts = c.clock.Since(begun), tries
 			return l, nil
 		}
-		if !isQuorumError(err) {
+		var qe *QuorumError
+		if !asQuorumError(err, &qe) {
 			return l, err
 		}
+		contended = len(qe.Refused) > 0
 		if cerr := ctx.Err(); cerr != nil {
 			// ctx ended after the attempt's round was counted: the error
 			// matches ctx.Err() all the same, as documented.
-			var qe *QuorumError
-			if asQuorumError(err, &qe) && qe.ctxErr == nil {
+			if qe.ctxErr == nil {
 				qe.ctxErr = cerr
 			}
 			return nil, err
@@ -495,10 +502,12 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// of other clients were woken by the same release; a short
 			// random spread (real time, shorter than a few round trips)
 			// lets one of them reach a quorum before the others split the
-			// vote. In fair mode only the head of the queue can win.
+			// vote. In fair mode only the head of the queue can win; an
+			// arbitrated attempt needs none (arbiter.go).
 			t.Stop()
 			attempt = -1
-			if len(c.masters) > 1 && !k.queued() {
+			contended = true
+			if len(c.masters) > 1 && !k.queued() && c.arbitrate(key, k, true) < 0 {
 				j := time.NewTimer(rand.N(wakeSpread))
 				select {
 				case <-j.C:
@@ -512,10 +521,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
-			var qe *QuorumError
-			if asQuorumError(err, &qe) {
-				qe.ctxErr = ctx.Err()
-			}
+			qe.ctxErr = ctx.Err()
 			return nil, err
 		}
 	}
@@ -555,8 +561,9 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 }
 
 // attempt makes one acquisition attempt of a lock of kind k, with the
-// token k gives (a fresh one, or a reentrant lock's owner).
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind) (*Lock, *round, error) {
+// token k gives (a fresh one, or a reentrant lock's owner): to every
+// master at once, or with arb >= 0 to master arb first (arbiter.go).
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind, arb int) (*Lock, *round, error) {
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
@@ -568,11 +575,16 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	if lc.fencing {
 		fence = &fencing{counter: FenceKey(key)}
 	}
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, k, fence)
+	r, err := c.start(ctx, opAcquire, key, token, ttl, nil, k, fence, arb)
 	if err != nil {
 		return nil, nil, err
 	}
-	t := c.collect(ctx, r)
+	var t tally
+	if arb >= 0 {
+		t = c.collectFrom(ctx, r, c.askArbiter(ctx, r))
+	} else {
+		t = c.collect(ctx, r)
+	}
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	// failed describes a failure after the acquisition's own round: the
 	// fence commit's.

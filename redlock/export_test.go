@@ -53,3 +53,10 @@ func FinishOwners(c *Client) int {
 	defer c.mu.Unlock()
 	return len(c.fin.owners)
 }
+
+// ArbiterShare: an arbitrated attempt waits for its arbiter the
+// per-master timeout divided by this.
+const ArbiterShare = arbiterShare
+
+// Arbiter returns the master c's contended attempts on key ask first.
+func Arbiter(c *Client, key string) int { return c.arbiter(key) }
