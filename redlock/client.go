@@ -413,7 +413,10 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 // it waits for the key's release to be announced by a master (see
 // docs/design.md), and at most a jittered exponential backoff or, once
 // that is at its maximum and the announcements reach this client, a
-// fallback poll of at most 2 s. On failure the error matches ErrNotAcquired, and also
+// fallback poll of at most 2 s. An attempt after evidence of contention
+// asks the key's arbiter master first and the others only if it grants
+// (docs/design.md, "Contended attempts ask one master first"); the first
+// attempt asks every master at once. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
