@@ -833,3 +833,34 @@ func TestAcquire_arbiterIsTheSameForEveryClient(t *testing.T) {
 		}
 	}
 }
+
+// An arbiter that fails does not hold contended attempts up: they ask the
+// other masters as a parallel attempt does, and the client picks the next
+// master in order as the key's arbiter until the failed one answers again.
+func TestAcquire_failingArbiterIsSkipped(t *testing.T) {
+	fs := newFakes(t, 3)
+	arb := redlock.Arbiter(fs.client, "k")
+	for i, m := range fs.masters {
+		if i != arb {
+			m.Set("k", "other", 30*time.Millisecond)
+		}
+	}
+	fs.masters[arb].SetReplyError(errors.New("ERR injected"))
+	r := driveBackoff(t, fs, async(func() lockResult {
+		l, err := fs.client.Acquire(context.Background(), "k", redlock.WithTTL(fakeTTL), redlock.WithWait(time.Second))
+		return lockResult{l, err}
+	}))
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if next := redlock.Arbiter(fs.client, "k"); next == arb || next < 0 {
+		t.Errorf("arbiter %d failed, and the arbiter is now %d", arb, next)
+	}
+	fs.masters[arb].SetReplyError(nil)
+	if err := r.lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a := redlock.Arbiter(fs.client, "k"); a != arb {
+		t.Errorf("master %d answered the release, and the arbiter is %d", arb, a)
+	}
+}
