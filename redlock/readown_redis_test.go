@@ -23,7 +23,13 @@ import (
 // loneMaster returns a pipelined client on one real master, and its mux.
 func loneMaster(t *testing.T, s *redistest.Server, timeout time.Duration) (*Client, *mux) {
 	t.Helper()
-	c, err := New([]pool.Pool{s.Pool()}, WithTimeout(timeout))
+	return loneMasterOn(t, s.Pool(), timeout)
+}
+
+// loneMasterOn returns a pipelined client on the master behind p, and its mux.
+func loneMasterOn(t *testing.T, p pool.Pool, timeout time.Duration) (*Client, *mux) {
+	t.Helper()
+	c, err := New([]pool.Pool{p}, WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,140 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Attacks on a lone master's reply read by its caller (muxConn.readOwn).
+
+// splitReplyProxy returns a proxy in front of s that answers the SET of
+// key with its first byte only ("+"), closes split, and sends the rest
+// ("OK\r\n") once gate closes, before it runs the SET: a master whose
+// reply is cut between two TCP segments and then stalls (SIGSTOPped, or a
+// network that drops the second segment for a while).
+func splitReplyProxy(t *testing.T, s *redistest.Server, key string) (p *hostile.Proxy, split, gate chan struct{}) {
+	split, gate = make(chan struct{}), make(chan struct{})
+	p = hostile.NewProxy(t, s.Addr(), func(c *hostile.Conn, cmd []string) hostile.Verdict {
+		if cmd[0] != "SET" || len(cmd) < 2 || cmd[1] != key {
+			return hostile.Forward
+		}
+		_ = c.Write("+")
+		close(split)
+		select {
+		case <-gate:
+		case <-c.Quit():
+			return hostile.Swallow
+		}
+		_ = c.Write("OK\r\n")
+		return hostile.Swallow // it runs now, after its reply
+	})
+	return p, split, gate
+}
+
+// splitClient returns a pipelined client on the master behind p with the
+// per-master timeout, its mux, warmed up so that the next round may be
+// read by its caller.
+func splitClient(t *testing.T, p *hostile.Proxy, timeout time.Duration) (*Client, *mux) {
+	t.Helper()
+	pl, err := pool.New(p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	c, mx := loneMasterOn(t, pl, timeout)
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "atk:warm", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, mx
+}
+
+// The first byte of the reply reaches the caller, the rest is late: the
+// caller must still give up at its round's deadline and hand the reading
+// back, as it does when no byte came (the reader then reads the reply,
+// the late grant is rolled back, and the connection stays). A caller that
+// reads on in receive, bounded by the stall bound instead of its
+// deadline, breaks the connection at the stall bound, and the late grant
+// is never rolled back.
+func TestAttackOwn_splitReplyDeadlineHandsBack(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	p, split, gate := splitReplyProxy(t, s, "atk:split")
+	c, mx := splitClient(t, p, 200*time.Millisecond) // stall bound: 1s
+	before := mx.ownReads.Load()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := c.TryAcquire(context.Background(), "atk:split", WithTTL(time.Minute))
+		done <- err
+	}()
+	<-split
+	err := <-done
+	t.Logf("TryAcquire returned after %v: %v", time.Since(start), err)
+	close(gate)
+	if err == nil {
+		t.Fatal("TryAcquire succeeded on a reply that came after its deadline")
+	}
+	// The late grant counts: rolled back on the same connection.
+	waitGone(t, s, "atk:split", 10*time.Second)
+	if p.LockConn(1) != nil {
+		t.Errorf("a second lock connection was dialed: the late reply broke the first (its caller read past its deadline)")
+	}
+	l, err := c.TryAcquire(context.Background(), "atk:split2", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if mx.ownReads.Load() <= before {
+		t.Error("no reply read by its caller")
+	}
+}
+
+// As above with ctx cancelled once the first byte arrived, and a
+// per-master timeout of 10 s (stall bound 100 s): the caller must return
+// with ctx's error long before either.
+func TestAttackOwn_splitReplyCancelEndsTheWait(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	p, split, gate := splitReplyProxy(t, s, "atk:splitc")
+	c, _ := splitClient(t, p, 10*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryAcquire(ctx, "atk:splitc", WithTTL(time.Minute))
+		done <- err
+	}()
+	<-split
+	// Give the caller the time to take the first byte (a cancel before it
+	// ends the wait with nothing read, which is handled).
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		close(gate) // lets it return
+		<-done
+		t.Fatal("TryAcquire went on waiting 30s after its ctx was cancelled: its caller reads a split reply up to the stall bound (100s), not its round deadline (10s)")
+	}
+	t.Logf("TryAcquire returned %v after the cancel: %v", time.Since(start), err)
+	close(gate)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("TryAcquire: %v, want context.Canceled", err)
+	}
+	waitGone(t, s, "atk:splitc", 20*time.Second)
+}
