@@ -125,6 +125,15 @@ func TestReadOwn_pausedMasterLateReleaseFreesTheKey(t *testing.T) {
 		t.Errorf("release error %v, want a timeout", err)
 	}
 	waitGone(t, s, "own:paused", 20*time.Second) // the TTL is a minute
+	// The key is gone once the master ran the release; the reader reads
+	// its reply a moment later (under load, after more than the 100ms
+	// timeout: until then the connection is down, and an acquisition
+	// fails unsent).
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if !redistest.WaitFor(wctx, func() bool { return mx.silence() == 0 }) {
+		t.Fatal("the late reply was never read")
+	}
 	// The connection that carried it still works, and replies are read
 	// by their callers again.
 	l2, err := c.TryAcquire(ctx, "own:paused")
