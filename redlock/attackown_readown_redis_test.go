@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,6 +49,14 @@ func splitClient(t *testing.T, p *hostile.Proxy, timeout time.Duration) (*Client
 	}
 	t.Cleanup(func() { pl.Close() })
 	c, mx := loneMasterOn(t, pl, timeout)
+	warmUp(t, c)
+	return c, mx
+}
+
+// warmUp makes c's first contact (its rounds are served by the reader),
+// so that the next round may be read by its caller.
+func warmUp(t *testing.T, c *Client) {
+	t.Helper()
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "atk:warm", WithTTL(time.Minute))
 	if err != nil {
@@ -56,7 +65,6 @@ func splitClient(t *testing.T, p *hostile.Proxy, timeout time.Duration) (*Client
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return c, mx
 }
 
 // The first byte of the reply reaches the caller, the rest is late: the
@@ -137,4 +145,76 @@ func TestAttackOwn_splitReplyCancelEndsTheWait(t *testing.T) {
 		t.Errorf("TryAcquire: %v, want context.Canceled", err)
 	}
 	waitGone(t, s, "atk:splitc", 20*time.Second)
+}
+
+// Close while a caller waits for the rest of a split reply it reads
+// itself: Close ends the wait (it fails the connection) once the grace of
+// one per-master timeout has passed, the caller returns with an error,
+// and no goroutine is left (goleak in TestMain).
+func TestAttackOwn_closeDuringSplitReplyWait(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	p, split, gate := splitReplyProxy(t, s, "atk:close")
+	defer close(gate)
+	c, mx := splitClient(t, p, time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryAcquire(context.Background(), "atk:close", WithTTL(time.Minute))
+		done <- err
+	}()
+	<-split
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("TryAcquire succeeded across Close")
+	}
+	if n := mx.liveConns(); n != 0 {
+		t.Errorf("%d live connections after Close", n)
+	}
+}
+
+// Callers whose ctx ends at about the moment their reply arrives: every
+// late grant is rolled back (no key stays), the connection is never
+// broken (the hand-back and the reader's reading race, not the stream),
+// and the client goes on working.
+func TestAttackOwn_cancelAsTheReplyArrives(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	c, mx := loneMaster(t, s, 5*time.Second)
+	ctx := context.Background()
+	warmUp(t, c)
+	var got, canceled int
+	for i := range 300 {
+		key := "atk:race:" + strconv.Itoa(i)
+		cctx, cancel := context.WithCancel(ctx)
+		tm := time.AfterFunc(time.Duration(i%30)*10*time.Microsecond, cancel)
+		l, err := c.TryAcquire(cctx, key, WithTTL(time.Minute))
+		tm.Stop()
+		cancel()
+		switch {
+		case err == nil:
+			got++
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("release %s: %v", key, err)
+			}
+		case errors.Is(err, context.Canceled):
+			canceled++
+		default:
+			t.Fatalf("TryAcquire %s: %v", key, err)
+		}
+	}
+	t.Logf("%d acquired, %d cancelled, %d replies read by their callers", got, canceled, mx.ownReads.Load())
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if !redistest.WaitFor(wctx, func() bool {
+		n, err := s.Do("DBSIZE")
+		return err == nil && n == int64(0)
+	}) {
+		keys, _ := s.Do("KEYS", "*")
+		t.Fatalf("keys left on the master (late grants not rolled back): %s", keys)
+	}
+	if n := mx.liveConns(); n != 1 {
+		t.Errorf("%d live connections, want 1 (none broken)", n)
+	}
 }
