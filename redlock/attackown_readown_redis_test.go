@@ -3,7 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,5 +219,135 @@ func TestAttackOwn_cancelAsTheReplyArrives(t *testing.T) {
 	}
 	if n := mx.liveConns(); n != 1 {
 		t.Errorf("%d live connections, want 1 (none broken)", n)
+	}
+}
+
+// Callers reading their own replies beside callers served by the reader,
+// on plain, fair and read-write locks of a lone master, while the master
+// is disrupted: its script cache flushed (NOSCRIPT), the client's
+// connections killed (re-sent on a new one), the master SIGSTOPped for
+// less than the per-master timeout. Each shared lock stays exclusive,
+// and every caller gets through.
+func TestAttackOwn_mixedKindsUnderDisruption(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	c, mx := loneMaster(t, s, 300*time.Millisecond)
+	warmUp(t, c)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	disrupted := make(chan int)
+	go func() {
+		n := 0
+		defer func() { disrupted <- n }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			switch i % 3 {
+			case 0:
+				_, _ = s.Do("SCRIPT", "FLUSH")
+			case 1:
+				_, _ = s.Do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+			case 2:
+				if s.Pause() == nil {
+					time.Sleep(30 * time.Millisecond)
+					_ = s.Resume()
+				}
+			}
+			n++
+		}
+	}()
+	type shared struct {
+		name    string
+		acquire func() (*Lock, error)
+	}
+	var plainHeld, fairHeld, writers, readers atomic.Int32
+	var overlaps, releaseErrs atomic.Int32
+	wait := []LockOption{WithWait(30 * time.Second), WithBackoff(2*time.Millisecond, 5*time.Millisecond)}
+	kinds := []shared{
+		{"plain", func() (*Lock, error) { return c.Acquire(ctx, "atk:mix:plain", wait...) }},
+		{"fair", func() (*Lock, error) { return c.Acquire(ctx, "atk:mix:fair", append(wait, WithFair())...) }},
+		{"write", func() (*Lock, error) { return c.AcquireWrite(ctx, "atk:mix:rw", wait...) }},
+		{"read", func() (*Lock, error) { return c.AcquireRead(ctx, "atk:mix:rw", wait...) }},
+	}
+	hold := func(k string) func() {
+		check := func(n int32) {
+			if n > 1 {
+				overlaps.Add(1)
+			}
+		}
+		switch k {
+		case "plain":
+			check(plainHeld.Add(1))
+			return func() { plainHeld.Add(-1) }
+		case "fair":
+			check(fairHeld.Add(1))
+			return func() { fairHeld.Add(-1) }
+		case "write":
+			check(writers.Add(1))
+			if readers.Load() > 0 {
+				overlaps.Add(1)
+			}
+			return func() { writers.Add(-1) }
+		default:
+			readers.Add(1)
+			if writers.Load() > 0 {
+				overlaps.Add(1)
+			}
+			return func() { readers.Add(-1) }
+		}
+	}
+	everyGoroutine(t, 8, func(g int) error {
+		k := kinds[g%len(kinds)]
+		for i := range 40 {
+			l, err := k.acquire()
+			if err != nil {
+				return fmt.Errorf("%s goroutine %d, cycle %d: %w", k.name, g, i, err)
+			}
+			done := hold(k.name)
+			time.Sleep(100 * time.Microsecond)
+			done()
+			if err := l.Release(ctx); err != nil {
+				releaseErrs.Add(1) // unconfirmed: the key goes at its TTL
+			}
+		}
+		return nil
+	})
+	close(stop)
+	n := <-disrupted
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping holds of a shared lock", n)
+	}
+	t.Logf("%d disruptions, %d releases unconfirmed, %d replies read by their callers", n, releaseErrs.Load(), mx.ownReads.Load())
+	l, err := c.TryAcquire(ctx, "atk:mix:after")
+	if err != nil {
+		t.Fatalf("after the disruptions: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// everyGoroutine runs fn(0)...fn(n-1) on n goroutines, waits for them,
+// and fails t with each error they return.
+func everyGoroutine(t *testing.T, n int, fn func(g int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(g); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,41 +192,29 @@ func TestReadOwn_concurrentCallersStayExclusive(t *testing.T) {
 	c, mx := loneMaster(t, s, 5*time.Second)
 	ctx := context.Background()
 	var holders, overlaps atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 100 {
-				key := fmt.Sprintf("own:g%d", g)
-				if i%2 == 0 {
-					key = "own:shared"
-				}
-				l, err := c.Acquire(ctx, key, WithWait(30*time.Second), WithBackoff(2*time.Millisecond, 5*time.Millisecond))
-				if err != nil {
-					errs <- fmt.Errorf("goroutine %d, cycle %d: %w", g, i, err)
-					return
-				}
-				if key == "own:shared" {
-					if holders.Add(1) > 1 {
-						overlaps.Add(1)
-					}
-					time.Sleep(50 * time.Microsecond)
-					holders.Add(-1)
-				}
-				if err := l.Release(ctx); err != nil {
-					errs <- fmt.Errorf("goroutine %d, cycle %d: release: %w", g, i, err)
-					return
-				}
+	everyGoroutine(t, 16, func(g int) error {
+		for i := range 100 {
+			key := fmt.Sprintf("own:g%d", g)
+			if i%2 == 0 {
+				key = "own:shared"
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			l, err := c.Acquire(ctx, key, WithWait(30*time.Second), WithBackoff(2*time.Millisecond, 5*time.Millisecond))
+			if err != nil {
+				return fmt.Errorf("goroutine %d, cycle %d: %w", g, i, err)
+			}
+			if key == "own:shared" {
+				if holders.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(50 * time.Microsecond)
+				holders.Add(-1)
+			}
+			if err := l.Release(ctx); err != nil {
+				return fmt.Errorf("goroutine %d, cycle %d: release: %w", g, i, err)
+			}
+		}
+		return nil
+	})
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d overlapping holds of the shared key", n)
 	}
