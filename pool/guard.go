@@ -180,32 +180,38 @@ func (g *guardConn) Read(p []byte) (int, error) {
 			g.start += int64(g.off)
 			g.off = 0
 		}
-		g.stash = slices.Grow(g.stash, 4096)
-		end := len(g.stash)
-		n, err := g.Conn.Read(g.stash[end:cap(g.stash)])
-		if ferr := g.f.feed(g.stash[end : end+n]); ferr != nil {
-			g.err = ferr
-			g.drop()
-			return 0, ferr
+		_, err := g.stashMore()
+		if g.err != nil {
+			return 0, g.err
 		}
-		g.stash = g.stash[:end+n]
 		if err != nil && g.f.free <= g.start {
 			return 0, err // (with something to pass on, the error comes again)
 		}
 	}
 }
 
-// WaitReadable waits until a byte of the next reply has arrived, reading
-// it into the stash, so that nothing is consumed (ReadWaiter). The read
-// deadline it sets is replaced by the next reader's own.
+// WaitReadable waits until the next reply has arrived whole, reading it
+// into the stash, so that nothing is consumed (ReadWaiter): the read that
+// follows takes it without waiting for the network. (Waiting only for its
+// first byte would leave that read to wait for the rest, past the
+// caller's deadline and ctx, and unable to stop without breaking the
+// connection.) A wait that ends first keeps what arrived in the stash,
+// for the next read to pass on. The read deadline it sets is replaced by
+// the next reader's own.
 func (g *guardConn) WaitReadable(ctx context.Context, deadline time.Time) error {
-	if g.off < len(g.stash) || g.err != nil || g.rerr != nil {
+	if g.err != nil || g.rerr != nil || (g.off < len(g.stash) && g.f.between()) {
 		return nil // something to pass on already
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	g.drop()
+	if g.off == len(g.stash) {
+		// Everything fed was passed on: the stash starts afresh at the
+		// next byte of the stream.
+		g.drop()
+		g.start = g.f.pos
+	}
+	_ = g.Conn.SetReadDeadline(deadline) // before ctx's end can move it
 	g.wmu.Lock()
 	g.waiting = true
 	g.wmu.Unlock()
@@ -219,37 +225,61 @@ func (g *guardConn) WaitReadable(ctx context.Context, deadline time.Time) error 
 			g.wmu.Unlock()
 		})
 	}
-	_ = g.Conn.SetReadDeadline(deadline)
-	g.stash = slices.Grow(g.stash[:0], 4096)
-	n, err := g.Conn.Read(g.stash[:cap(g.stash)])
+	err := g.fill()
 	g.wmu.Lock()
 	g.waiting = false
 	g.wmu.Unlock()
 	if stop != nil {
 		stop()
 	}
-	if n > 0 {
-		base := g.f.pos
-		if ferr := g.f.feed(g.stash[:n]); ferr != nil {
-			g.err = ferr
-			g.stash = g.stash[:0]
-			return nil // the next Read reports it
-		}
-		g.stash, g.off, g.start = g.stash[:n], 0, base
-		return nil
+	if err == nil || g.err != nil {
+		return nil // the next Read passes the reply on, or reports the violation
 	}
-	g.stash = g.stash[:0]
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}
 		return err
 	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
 	g.rerr = err
 	return nil
+}
+
+// fill reads into the stash until the replies in it are whole (the
+// framer is between replies), the framing breaks (g.err), or a read
+// fails, which it returns.
+func (g *guardConn) fill() error {
+	for {
+		n, err := g.stashMore()
+		if g.err != nil {
+			return nil
+		}
+		if n > 0 && g.f.between() {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrNoProgress
+		}
+	}
+}
+
+// stashMore reads once into the stash, behind what it holds, and feeds
+// the framer what it read; bytes that break the framing set g.err and
+// empty the stash.
+func (g *guardConn) stashMore() (int, error) {
+	g.stash = slices.Grow(g.stash, 4096)
+	end := len(g.stash)
+	n, err := g.Conn.Read(g.stash[end:cap(g.stash)])
+	if ferr := g.f.feed(g.stash[end : end+n]); ferr != nil {
+		g.err = ferr
+		g.drop()
+		return 0, ferr
+	}
+	g.stash = g.stash[:end+n]
+	return n, err
 }
 
 // drop empties the stash, keeping a small buffer for the next hold.
@@ -470,6 +500,9 @@ func (f *framer) charge(i int, c int64) error {
 	}
 	return nil
 }
+
+// between reports whether the bytes fed so far end with a whole reply.
+func (f *framer) between() bool { return f.st == stType && len(f.stack) == 0 }
 
 // done completes a value, and with it every array it completes.
 func (f *framer) done() {

@@ -75,18 +75,20 @@ type Dialer interface {
 	Dial(ctx context.Context) (redis.Conn, error)
 }
 
-// A ReadWaiter waits for the next reply on a connection to begin
-// arriving, without consuming it: a reader that stops waiting leaves the
+// A ReadWaiter waits for the next reply on a connection to arrive
+// whole, without consuming it: a reader that stops waiting leaves the
 // connection as it was, so another reader can go on reading it where it
 // stands. (A read with a deadline cannot do that: redigo takes a read
 // that timed out as a broken connection.) The redlock client uses it to
 // read a lone master's reply in the caller's goroutine, and hand the
 // reading back to its reader goroutine when the caller stops waiting.
 //
-// WaitReadable returns nil once a byte of the reply has arrived (or the
-// connection failed: the next read reports how), and an error matching
+// WaitReadable returns nil once the whole reply has arrived, so that the
+// read that follows does not wait for the network (or the connection
+// failed: the next read reports how), and an error matching
 // os.ErrDeadlineExceeded at deadline or ctx's error when ctx ends first,
-// with nothing read. It must not be called while another goroutine reads
+// with nothing consumed (a part of the reply that arrived is kept for the
+// next read). It must not be called while another goroutine reads
 // the connection.
 type ReadWaiter interface {
 	WaitReadable(ctx context.Context, deadline time.Time) error
@@ -344,7 +346,7 @@ const guardedAt = 2
 
 // DialWaiter is Dial, and also returns the connection's ReadWaiter: the
 // guard under the connection, which can wait for the master's next reply
-// to begin arriving without consuming it. It is nil when a dial option
+// to arrive whole without consuming it. It is nil when a dial option
 // of the caller's (WithDialOptions) replaced the pool's guarded dial.
 // DialWaiter makes RedisPool a WaitDialer.
 func (p *RedisPool) DialWaiter(ctx context.Context) (redis.Conn, ReadWaiter, error) {

@@ -177,3 +177,33 @@ func TestRedisPool_DialWaiter(t *testing.T) {
 		t.Error("a connection the caller's dial made has a waiter")
 	}
 }
+
+// A reply that has only begun to arrive does not end the wait: the
+// caller would then block in its read for the rest, past its deadline
+// and ctx. The wait ends at its deadline with the bytes kept, and the
+// next read passes the whole reply on once the rest has come.
+func TestWaitReadable_partReplyWaitsForTheRest(t *testing.T) {
+	g, rw, master := waiter(t)
+	go master.Write([]byte("$5\r\nhe"))
+	err := rw.WaitReadable(context.Background(), time.Now().Add(50*time.Millisecond))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WaitReadable on a part of a reply: %v, want os.ErrDeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if err := rw.WaitReadable(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitReadable on a part of a reply, ctx cancelled: %v, want context.Canceled", err)
+	}
+	go master.Write([]byte("llo\r\n+OK\r\n"))
+	if err := rw.WaitReadable(context.Background(), time.Now().Add(5*time.Second)); err != nil {
+		t.Fatalf("WaitReadable once the reply is whole: %v", err)
+	}
+	_ = g.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(g)
+	head, _ := br.ReadString('\n')
+	body, _ := br.ReadString('\n')
+	next, err := br.ReadString('\n')
+	if err != nil || head != "$5\r\n" || body != "hello\r\n" || next != "+OK\r\n" {
+		t.Fatalf("read %q %q %q (%v), want $5, hello and +OK", head, body, next, err)
+	}
+}

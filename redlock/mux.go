@@ -178,7 +178,7 @@ type muxConn struct {
 
 	// Reading its own reply (readOwn): a caller that wrote to an idle
 	// connection may read the reply itself, saving the hand-offs to and
-	// from the reader goroutine. rw waits for a reply to begin arriving
+	// from the reader goroutine. rw waits for a reply to arrive whole
 	// without consuming it (nil: the connection cannot, and every reply
 	// is the reader's). rmu is held by whoever reads the connection.
 	// front is a request such a caller wrote and stopped waiting for:
@@ -580,8 +580,9 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 // master's round (N=1) asks for it: the caller would only wait for the
 // reply anyway, and reading it here saves the hand-off to the reader
 // goroutine and back (on a machine with idle CPUs, each wakes another
-// thread). The caller waits until deadline or ctx's end for the reply to
-// begin arriving; then it hands r back to the reader goroutine, which
+// thread). The caller waits until deadline or ctx's end for the whole
+// reply to arrive (not only its first bytes: then its read would wait for
+// the rest past both, up to the stall bound); then it hands r back to the reader goroutine, which
 // reads the reply whenever it comes, as it reads every other (front).
 // So stopping the wait never breaks the connection, and a late reply
 // still counts as it would have. It reports whether it took r.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +22,13 @@ import (
 // loneMaster returns a pipelined client on one real master, and its mux.
 func loneMaster(t *testing.T, s *redistest.Server, timeout time.Duration) (*Client, *mux) {
 	t.Helper()
-	c, err := New([]pool.Pool{s.Pool()}, WithTimeout(timeout))
+	return loneMasterOn(t, s.Pool(), timeout)
+}
+
+// loneMasterOn returns a pipelined client on the master behind p, and its mux.
+func loneMasterOn(t *testing.T, p pool.Pool, timeout time.Duration) (*Client, *mux) {
+	t.Helper()
+	c, err := New([]pool.Pool{p}, WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +124,15 @@ func TestReadOwn_pausedMasterLateReleaseFreesTheKey(t *testing.T) {
 		t.Errorf("release error %v, want a timeout", err)
 	}
 	waitGone(t, s, "own:paused", 20*time.Second) // the TTL is a minute
+	// The key is gone once the master ran the release; the reader reads
+	// its reply a moment later (under load, after more than the 100ms
+	// timeout: until then the connection is down, and an acquisition
+	// fails unsent).
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if !redistest.WaitFor(wctx, func() bool { return mx.silence() == 0 }) {
+		t.Fatal("the late reply was never read")
+	}
 	// The connection that carried it still works, and replies are read
 	// by their callers again.
 	l2, err := c.TryAcquire(ctx, "own:paused")
@@ -178,41 +192,29 @@ func TestReadOwn_concurrentCallersStayExclusive(t *testing.T) {
 	c, mx := loneMaster(t, s, 5*time.Second)
 	ctx := context.Background()
 	var holders, overlaps atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 100 {
-				key := fmt.Sprintf("own:g%d", g)
-				if i%2 == 0 {
-					key = "own:shared"
-				}
-				l, err := c.Acquire(ctx, key, WithWait(30*time.Second), WithBackoff(2*time.Millisecond, 5*time.Millisecond))
-				if err != nil {
-					errs <- fmt.Errorf("goroutine %d, cycle %d: %w", g, i, err)
-					return
-				}
-				if key == "own:shared" {
-					if holders.Add(1) > 1 {
-						overlaps.Add(1)
-					}
-					time.Sleep(50 * time.Microsecond)
-					holders.Add(-1)
-				}
-				if err := l.Release(ctx); err != nil {
-					errs <- fmt.Errorf("goroutine %d, cycle %d: release: %w", g, i, err)
-					return
-				}
+	everyGoroutine(t, 16, func(g int) error {
+		for i := range 100 {
+			key := fmt.Sprintf("own:g%d", g)
+			if i%2 == 0 {
+				key = "own:shared"
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			l, err := c.Acquire(ctx, key, WithWait(30*time.Second), WithBackoff(2*time.Millisecond, 5*time.Millisecond))
+			if err != nil {
+				return fmt.Errorf("goroutine %d, cycle %d: %w", g, i, err)
+			}
+			if key == "own:shared" {
+				if holders.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(50 * time.Microsecond)
+				holders.Add(-1)
+			}
+			if err := l.Release(ctx); err != nil {
+				return fmt.Errorf("goroutine %d, cycle %d: release: %w", g, i, err)
+			}
+		}
+		return nil
+	})
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d overlapping holds of the shared key", n)
 	}
