@@ -569,10 +569,6 @@ func acquireOutcome(err error) AcquireOutcome {
 		return AcquireFailedMasters
 	case len(qe.Refused) > 0 && len(qe.Refused)+failed > spare:
 		return AcquireContended
-	case len(qe.Refused) > 0 && len(qe.NotAsked) > 0:
-		// The arbiter refused: a holder decided the attempt, which
-		// spared the other masters (arbiter.go).
-		return AcquireContended
 	case qe.ctxErr != nil:
 		return AcquireCancelled
 	case len(qe.Refused) > 0:

@@ -40,16 +40,6 @@ func TestAcquireOutcome_classifies_each_failure(t *testing.T) {
 		{"cancelled before the answers", qe([]int{0}, 0, false, context.Canceled), AcquireCancelled},
 		{"deadline while held", qe([]int{0, 1, 2}, 0, false, context.DeadlineExceeded), AcquireContended},
 		{"ctx ended before the first attempt", context.Canceled, AcquireCancelled},
-		{"arbiter refused, the others spared, then ctx ended", func() error {
-			e := qe([]int{2}, 0, false, context.DeadlineExceeded).(*QuorumError)
-			e.NotAsked = []int{0, 1, 3, 4}
-			return e
-		}(), AcquireContended},
-		{"ctx ended waiting for the arbiter", func() error {
-			e := qe(nil, 0, false, context.Canceled).(*QuorumError)
-			e.NotAsked = []int{0, 1, 3, 4}
-			return e
-		}(), AcquireCancelled},
 		{"closed", errors.Join(ErrClosed), AcquireClosed},
 	} {
 		if got := acquireOutcome(tc.err); got != tc.want {
