@@ -52,10 +52,6 @@ type Client struct {
 	someOrdered bool     // at least one master's transport is Ordered
 	fin         finisher // retries of releases and rollbacks that masters missed
 	ident       identity // the masters' run_ids: two addresses of one server are refused
-	// failing[i]: master i's latest answer was a failure, or it kept an
-	// arbiter waiting; it is not chosen as arbiter until it answers
-	// again (arbiter.go).
-	failing []atomic.Bool
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -196,7 +192,6 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))
 	}
-	c.failing = make([]atomic.Bool, len(ts))
 	c.waker = newWaker(c)
 	c.fin.init(len(ts))
 	return c, nil
@@ -410,10 +405,7 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 // it waits for the key's release to be announced by a master (see
 // docs/design.md), and at most a jittered exponential backoff or, once
 // that is at its maximum and the announcements reach this client, a
-// fallback poll of at most 2 s. An attempt after evidence of contention
-// asks the key's arbiter master first and the others only if it grants
-// (docs/design.md, "Contended attempts ask one master first"); the first
-// attempt asks every master at once. On failure the error matches ErrNotAcquired, and also
+// fallback poll of at most 2 s. On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
@@ -444,7 +436,6 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	// Read before the first attempt: whether a release between its
 	// refusal and the registration could go unheard (waiting.recheck).
 	mark := c.waker.mark(key, k)
-	contended := false // the next attempt follows evidence of contention (arbiter.go)
 	if c.obs != nil {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
@@ -460,7 +451,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		l, r, err := c.attempt(ctx, key, lc, k, c.arbitrate(key, k, contended))
+		l, r, err := c.attempt(ctx, key, lc, k)
 		if r != nil {
 			last = r
 			tries++
@@ -469,15 +460,14 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			l.waited, l.attempts = c.clock.Since(begun), tries
 			return l, nil
 		}
-		var qe *QuorumError
-		if !asQuorumError(err, &qe) {
+		if !isQuorumError(err) {
 			return l, err
 		}
-		contended = len(qe.Refused) > 0
 		if cerr := ctx.Err(); cerr != nil {
 			// ctx ended after the attempt's round was counted: the error
 			// matches ctx.Err() all the same, as documented.
-			if qe.ctxErr == nil {
+			var qe *QuorumError
+			if asQuorumError(err, &qe) && qe.ctxErr == nil {
 				qe.ctxErr = cerr
 			}
 			return nil, err
@@ -520,9 +510,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				goto wait
 			}
 			t.Stop()
-			if c.arbitrate(key, k, contended) < 0 {
-				c.spread(ctx, k)
-			}
+			c.spread(ctx, k)
 		case <-t.C():
 		case <-wt.ch:
 			// Released: try again now, and should that fail, soon again
@@ -530,14 +518,10 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// of other clients were woken by the same release; a short
 			// random spread (real time, shorter than a few round trips)
 			// lets one of them reach a quorum before the others split the
-			// vote. In fair mode only the head of the queue can win; an
-			// arbitrated attempt needs none (arbiter.go).
+			// vote. In fair mode only the head of the queue can win.
 			t.Stop()
 			attempt = -1
-			contended = true
-			if c.arbitrate(key, k, true) < 0 {
-				c.spread(ctx, k)
-			}
+			c.spread(ctx, k)
 		case <-c.closing:
 			// The client is closing: the next attempt fails at once
 			// with ErrClosed, rather than after this timer.
@@ -611,9 +595,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 }
 
 // attempt makes one acquisition attempt of a lock of kind k, with the
-// token k gives (a fresh one, or a reentrant lock's owner): to every
-// master at once, or with arb >= 0 to master arb first (arbiter.go).
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind, arb int) (*Lock, *round, error) {
+// token k gives (a fresh one, or a reentrant lock's owner).
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind) (*Lock, *round, error) {
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
@@ -625,16 +608,11 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	if lc.fencing {
 		fence = &fencing{counter: FenceKey(key)}
 	}
-	r, err := c.start(ctx, opAcquire, key, token, ttl, nil, k, fence, arb)
+	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, k, fence)
 	if err != nil {
 		return nil, nil, err
 	}
-	var t tally
-	if arb >= 0 {
-		t = c.collectFrom(ctx, r, c.askArbiter(ctx, r))
-	} else {
-		t = c.collect(ctx, r)
-	}
+	t := c.collect(ctx, r)
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	// failed describes a failure after the acquisition's own round: the
 	// fence commit's.

@@ -142,12 +142,6 @@ type QuorumError struct {
 	// they are the masters that check still awaited. Their answers, when they come, are handled as the round's
 	// (a grant is rolled back).
 	Unanswered []int
-	// NotAsked holds the indices of masters an acquisition did not ask:
-	// it followed evidence of contention, asked the key's arbiter first,
-	// and the arbiter refused (Refused holds it; see "Contended attempts
-	// ask one master first" in docs/design.md). Nothing was sent to them,
-	// so nothing is rolled back there.
-	NotAsked []int
 
 	sentinel error
 	ctxErr   error
@@ -210,10 +204,6 @@ func (e *QuorumError) Error() string {
 		} else if e.ctxErr == nil {
 			b.WriteString(" (a quorum was out of reach without their answers)")
 		}
-	}
-	if len(e.NotAsked) > 0 {
-		b.WriteString("; not asked, the arbiter refused: ")
-		e.writeMasters(&b, e.NotAsked, nil)
 	}
 	if e.ctxErr != nil {
 		b.WriteString("; ")

@@ -68,10 +68,3 @@ func Lingering(c *Client) int {
 
 // MaxLinger is how many keys may linger per client.
 const MaxLinger = maxLinger
-
-// ArbiterShare: an arbitrated attempt waits for its arbiter the
-// per-master timeout divided by this.
-const ArbiterShare = arbiterShare
-
-// Arbiter returns the master c's contended attempts on key ask first.
-func Arbiter(c *Client, key string) int { return c.arbiter(key) }

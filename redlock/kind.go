@@ -67,9 +67,6 @@ type kind interface {
 	// forRelease returns the kind a Lock's release sends, or nil when it
 	// is this one.
 	forRelease() kind
-	// arbitrated reports whether an attempt that follows evidence of
-	// contention asks the key's arbiter first (arbiter.go).
-	arbitrated() bool
 }
 
 // baseKind is what a kind is unless it says otherwise: a fresh random
@@ -86,16 +83,12 @@ func (baseKind) oneToken() bool           { return false }
 func (baseKind) renews() bool             { return false }
 func (baseKind) partial() bool            { return false }
 func (baseKind) forRelease() kind         { return nil }
-func (baseKind) arbitrated() bool         { return false }
 
 // plainKind is the plain lock (Client.Acquire without WithFair): SET NX
 // PX, or with WithFencing the fenced acquisition's script.
 type plainKind struct{ baseKind }
 
 var _ kind = plainKind{}
-
-// arbitrated: a plain lock's contended attempts ask the arbiter first.
-func (plainKind) arbitrated() bool { return true }
 
 func (plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
 	key, token := r.key, r.token

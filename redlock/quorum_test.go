@@ -62,8 +62,7 @@ func newFakes(t *testing.T, n int, opts ...redlock.Option) *fakeSet {
 }
 
 // backoffClock reports the client's timers other than the collector's
-// (which runs for exactly the per-master timeout) and an arbitrated
-// attempt's wait for its arbiter (a quarter of it): its backoff delays,
+// (which runs for exactly the per-master timeout): its backoff delays,
 // which a test then advances past.
 type backoffClock struct {
 	*clock.Fake
@@ -72,7 +71,7 @@ type backoffClock struct {
 
 func (b *backoffClock) NewTimer(d time.Duration) clock.Timer {
 	t := b.Fake.NewTimer(d)
-	if d != fakeTimeout && d != fakeTimeout/redlock.ArbiterShare {
+	if d != fakeTimeout {
 		b.backoffs <- d
 	}
 	return t
@@ -770,97 +769,5 @@ func TestBackoff_jitteredExponentialWithCap(t *testing.T) {
 				t.Fatalf("attempt %d: delay %v outside [%v, %v]", attempt, got, d/2, d)
 			}
 		}
-	}
-}
-
-// A contended attempt asks the key's arbiter first: with the key held on
-// every master, the first attempt asks all three, and each retry only the
-// arbiter, whose refusal ends it with the others not asked.
-func TestAcquire_contendedRetriesAskOnlyTheArbiter(t *testing.T) {
-	fs := newFakes(t, 3)
-	for _, m := range fs.masters {
-		m.Set("k", "other", time.Hour)
-	}
-	arb := redlock.Arbiter(fs.client, "k")
-	err := driveBackoff(t, fs, async(func() error {
-		_, err := fs.client.Acquire(context.Background(), "k", redlock.WithTTL(fakeTTL), redlock.WithWait(300*time.Millisecond))
-		return err
-	}))
-	var qe *redlock.QuorumError
-	if !errors.As(err, &qe) || !errors.Is(err, redlock.ErrNotAcquired) {
-		t.Fatalf("err = %v, want a QuorumError matching ErrNotAcquired", err)
-	}
-	if len(qe.Refused) != 1 || qe.Refused[0] != arb || len(qe.NotAsked) != 2 || len(qe.Unanswered) != 0 {
-		t.Errorf("last attempt: refused %v, not asked %v, unanswered %v; want refused by the arbiter %d, the others not asked",
-			qe.Refused, qe.NotAsked, qe.Unanswered, arb)
-	}
-	if !strings.Contains(err.Error(), "not asked, the arbiter refused") {
-		t.Errorf("message does not say the others were not asked: %v", err)
-	}
-	for i, m := range fs.masters {
-		n := m.Calls("SET")
-		if i == arb && n < 3 || i != arb && n != 1 {
-			t.Errorf("master %d ran %d SETs (arbiter %d): the others run the first attempt's only", i, n, arb)
-		}
-	}
-}
-
-// Every client picks the same arbiter for a key, and TryAcquire (an
-// uncontended attempt) asks every master at once.
-func TestAcquire_arbiterIsTheSameForEveryClient(t *testing.T) {
-	a, b := newFakes(t, 5), newFakes(t, 5)
-	seen := map[int]bool{}
-	for _, key := range []string{"k", "orders", "jobs/42", "x", "y", "z"} {
-		if x, y := redlock.Arbiter(a.client, key), redlock.Arbiter(b.client, key); x != y || x < 0 || x >= 5 {
-			t.Fatalf("arbiter of %q: %d and %d", key, x, y)
-		} else {
-			seen[x] = true
-		}
-	}
-	if len(seen) < 2 {
-		t.Errorf("six keys, one arbiter: %v", seen)
-	}
-	for _, m := range a.masters {
-		m.Set("k", "other", time.Hour)
-	}
-	r := <-a.tryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL))
-	if !errors.Is(r.err, redlock.ErrNotAcquired) {
-		t.Fatal(r.err)
-	}
-	for i, m := range a.masters {
-		if m.Calls("SET") != 1 {
-			t.Errorf("TryAcquire sent master %d %d SETs, want 1", i, m.Calls("SET"))
-		}
-	}
-}
-
-// An arbiter that fails does not hold contended attempts up: they ask the
-// other masters as a parallel attempt does, and the client picks the next
-// master in order as the key's arbiter until the failed one answers again.
-func TestAcquire_failingArbiterIsSkipped(t *testing.T) {
-	fs := newFakes(t, 3)
-	arb := redlock.Arbiter(fs.client, "k")
-	for i, m := range fs.masters {
-		if i != arb {
-			m.Set("k", "other", 30*time.Millisecond)
-		}
-	}
-	fs.masters[arb].SetReplyError(errors.New("ERR injected"))
-	r := driveBackoff(t, fs, async(func() lockResult {
-		l, err := fs.client.Acquire(context.Background(), "k", redlock.WithTTL(fakeTTL), redlock.WithWait(time.Second))
-		return lockResult{l, err}
-	}))
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if next := redlock.Arbiter(fs.client, "k"); next == arb || next < 0 {
-		t.Errorf("arbiter %d failed, and the arbiter is now %d", arb, next)
-	}
-	fs.masters[arb].SetReplyError(nil)
-	if err := r.lock.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if a := redlock.Arbiter(fs.client, "k"); a != arb {
-		t.Errorf("master %d answered the release, and the arbiter is %d", arb, a)
 	}
 }

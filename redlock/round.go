@@ -57,7 +57,6 @@ const (
 	voteYes  vote = iota + 1 // granted, extended or released
 	voteNo                   // held by another token / not ours
 	voteFail                 // error or timeout: the outcome on that master is unknown
-	voteSkip                 // not asked: the arbiter refused (arbiter.go)
 )
 
 type reply struct {
@@ -100,12 +99,6 @@ type round struct {
 	seen []MasterResult
 
 	replies chan reply
-
-	// arb is the arbiter's index in an arbitrated acquisition, else -1;
-	// its other legs are held until the attempt releases or skips them
-	// (arbiter.go), and then begin after prev.
-	arb  int
-	prev *round
 
 	mu      sync.Mutex // guards decided, failed and the legs' state
 	decided bool
@@ -205,7 +198,6 @@ type leg struct {
 	vote    vote
 	rolling bool // the rollback was sent
 	ended   bool
-	skip    bool // not asked (the arbiter refused): it ends where it would send
 }
 
 // event fires once; what waits for it runs then (on the goroutine that
@@ -275,16 +267,9 @@ func (e *event) fire() {
 // the round's own deadline; a leg that gave up still ends only after the
 // round it follows, so the chain holds through it.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing) (*round, error) {
-	return c.start(ctx, op, key, token, ttl, after, k, fence, -1)
-}
-
-// start is startRound; with arb >= 0 (an arbitrated acquisition) it
-// sends only master arb's leg, and holds the others (arbiter.go).
-func (c *Client) start(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing, arb int) (*round, error) {
 	n := len(c.masters)
 	r := newRound(n)
 	r.c, r.op, r.key, r.token, r.ttlMS = c, op, key, token, ttl.Milliseconds()
-	r.arb = arb
 	r.k, r.fence = k, fence
 	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(c.timeout), ctx
 	if c.obs != nil {
@@ -348,11 +333,6 @@ func (c *Client) start(ctx context.Context, op opKind, key, token string, ttl ti
 			l.cmd.wait = ctx
 		}
 	}
-	if arb >= 0 {
-		r.prev = prev
-		r.legs[arb].begin(prev)
-		return r, nil
-	}
 	for i := range r.legs {
 		r.legs[i].begin(prev)
 	}
@@ -403,17 +383,18 @@ func (l *leg) ready() {
 		r.mu.Unlock()
 		return
 	}
-	gaveUp := l.gaveUp || l.skip
+	gaveUp := l.gaveUp
 	if gaveUp {
 		l.ended = true
+	} else {
+		l.timer.Stop()
 	}
-	l.timer.Stop()
 	r.mu.Unlock()
 	if !gaveUp {
 		l.send()
 		return
 	}
-	if finishes(r.op, r) && !l.skip {
+	if finishes(r.op, r) {
 		// A release that never went out is sent later.
 		r.c.finishLater(r, l.i, r.op, l.errGaveUp())
 	}
@@ -427,7 +408,7 @@ func (l *leg) ready() {
 func (l *leg) expire() {
 	r := l.r
 	r.mu.Lock()
-	if l.waits == 0 || l.gaveUp || l.skip {
+	if l.waits == 0 || l.gaveUp {
 		r.mu.Unlock()
 		return
 	}
@@ -448,13 +429,6 @@ func (l *leg) errGaveUp() error {
 func (l *leg) send() {
 	r := l.r
 	r.mu.Lock()
-	if l.skip {
-		// Not asked: it ends here, after what it followed.
-		l.ended = true
-		r.mu.Unlock()
-		l.end()
-		return
-	}
 	l.sent = true
 	r.mu.Unlock()
 	if r.c.abandoned.Load() {
@@ -477,7 +451,6 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 		err = r.c.nodeError(m, err)
 	}
 	r.answered(l.i, r.op, v, err)
-	r.c.seenFailing(l.i, v == voteFail)
 	r.mu.Lock()
 	l.replied, l.vote = true, v
 	act := l.nextLocked()
@@ -539,8 +512,8 @@ func (l *leg) nextActLocked() legAct {
 	switch {
 	case l.ended || l.rolling:
 		return legWait
-	case l.gaveUp || l.skip:
-		return legWait // ends once what it waited for has (ready, send)
+	case l.gaveUp:
+		return legWait // ends once what it waited for has (ready)
 	case r.op != opAcquire:
 		if l.replied {
 			return legEnd
@@ -1005,7 +978,6 @@ func quotable(s string) bool {
 // tally counts a round's replies.
 type tally struct {
 	yes, no, fail int
-	skip          int    // not asked (the arbiter refused)
 	votes         []vote // by master; 0 while it has not answered
 	refused       []int
 	errs          []error
@@ -1022,8 +994,6 @@ func (t *tally) add(rp reply) {
 	case voteNo:
 		t.no++
 		t.refused = append(t.refused, rp.index)
-	case voteSkip:
-		t.skip++
 	default:
 		t.fail++
 		t.errs = append(t.errs, rp.err)
@@ -1038,20 +1008,13 @@ func (t *tally) add(rp reply) {
 // (overdue): then collect waits on, up to one more per-master timeout
 // from when the timer fired.
 func (c *Client) collect(ctx context.Context, r *round) tally {
-	return c.collectFrom(ctx, r, tally{votes: make([]vote, len(c.masters))})
-}
-
-// collectFrom is collect, from the replies t counted already (an
-// arbitrated attempt: the arbiter's). The legs sent after the arbiter
-// answered keep the round's deadline, from its start (Command.Deadline):
-// their transports complete them by then.
-func (c *Client) collectFrom(ctx context.Context, r *round, t tally) tally {
 	n := len(c.masters)
+	t := tally{votes: make([]vote, n)}
 	timer := c.clock.NewTimer(c.timeout)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(c.timeout)
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
-	for t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum {
+	for t.yes < c.quorum && t.no+t.fail <= n-c.quorum {
 		select {
 		case rp := <-r.replies:
 			t.add(rp)
@@ -1071,7 +1034,7 @@ func (c *Client) collectFrom(ctx context.Context, r *round, t tally) tally {
 				// than the timeout gave its readers no chance either.
 				last = c.clock.Now().Add(c.timeout)
 			}
-			open := t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum
+			open := t.yes < c.quorum && t.no+t.fail <= n-c.quorum
 			if more := c.overdue(&t, due, last); open && more > 0 {
 				due = c.clock.Now().Add(more)
 				timer = c.clock.NewTimer(more)
@@ -1159,9 +1122,6 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 	for i, v := range t.votes {
 		if v == 0 && !failedAt(t.errs, i) {
 			qe.Unanswered = append(qe.Unanswered, i)
-		}
-		if v == voteSkip {
-			qe.NotAsked = append(qe.NotAsked, i)
 		}
 	}
 	return qe

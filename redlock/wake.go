@@ -336,8 +336,8 @@ func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error)
 		return d
 	}
 	var qe *QuorumError
-	if !asQuorumError(failed, &qe) || len(qe.Refused) <= qe.Masters-qe.Quorum && len(qe.NotAsked) == 0 {
-		return d // (an arbiter's refusal stands for the masters it spared)
+	if !asQuorumError(failed, &qe) || len(qe.Refused) <= qe.Masters-qe.Quorum {
+		return d
 	}
 	w := wg.w
 	need := len(w.c.masters) - w.c.quorum + 1
@@ -394,14 +394,11 @@ func (w *waker) syncLocked() {
 	}
 }
 
-// notify wakes the longest-waiting waiter of key for release id, which
-// master from announced, at the release's first notice, at the notice
-// that completes a quorum and at the key's arbiter's notice: a waiter
-// woken by an earlier notice whose arbitrated attempt found the arbiter
-// not yet past the release (refused) retries then, not after a backoff
-// (arbiter.go). The woken waiter goes to the back of the queue: if it
-// loses the race it waits its turn again.
-func (w *waker) notify(key, id string, from int) {
+// notify wakes the longest-waiting waiter of key for release id at the
+// release's first notice and at the notice that completes a quorum. The
+// woken waiter goes to the back of the queue: if it loses the race it
+// waits its turn again.
+func (w *waker) notify(key, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -414,10 +411,7 @@ func (w *waker) notify(key, id string, from int) {
 		w.gen++
 		kw.heard = w.gen
 	}
-	// The arbiter's own notice wakes too (arbiter.go): a waiter woken
-	// earlier may have found the arbiter not yet released.
-	wake := kw.announce(id, w.c.quorum) || from == w.c.arbiter(key)
-	if !wake || len(kw.queue) == 0 {
+	if !kw.announce(id, w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
 	kw.wakeFirst()
@@ -529,7 +523,7 @@ func (s *subscriber) run() {
 	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)
 	sub, err := s.m.t.Subscribe(ctx, func(channel, payload string) {
 		if key, ok := strings.CutPrefix(channel, wakePrefix); ok {
-			s.w.notify(key, payload, s.m.index)
+			s.w.notify(key, payload)
 		}
 	})
 	cancel()
