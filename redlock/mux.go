@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -415,15 +416,12 @@ func (mc *muxConn) writeBatch() {
 	if mc.isClosed() {
 		return
 	}
-	batch := mc.batch[:0]
-	for len(batch) < muxBatch {
-		select {
-		case q := <-mc.queue:
-			batch = append(batch, q)
-			continue
-		default:
-		}
-		break
+	batch := mc.take(mc.batch[:0])
+	if len(batch) > 0 && len(batch) < muxBatch {
+		// Let callers that are ready to run submit theirs first: one
+		// write then carries them all (design.md, "Pipelining").
+		runtime.Gosched()
+		batch = mc.take(batch)
 	}
 	if len(batch) == muxBatch {
 		mc.poke() // more may be queued
@@ -453,6 +451,19 @@ func (mc *muxConn) writeBatch() {
 	}
 	clear(batch)
 	mc.batch = batch[:0]
+}
+
+// take appends what is queued to batch, up to muxBatch, without waiting.
+func (mc *muxConn) take(batch []*muxReq) []*muxReq {
+	for len(batch) < muxBatch {
+		select {
+		case q := <-mc.queue:
+			batch = append(batch, q)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (mc *muxConn) poke() {
