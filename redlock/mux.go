@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -383,8 +384,17 @@ func (mc *muxConn) isClosed() bool {
 }
 
 // fail closes the connection for err (the first cause wins); its reader
-// then settles what it carried.
+// then settles what it carried. A write or read that met the socket
+// closed (net.ErrClosed) while this connection was still open met
+// redigo's own close, which it makes as it fails a read or write: that
+// failure (the reader's EOF when the master closed the connection, say)
+// is the cause, whichever goroutine reaches fail first.
 func (mc *muxConn) fail(err error) {
+	if errors.Is(err, net.ErrClosed) {
+		if first := mc.nc.Err(); first != nil && !errors.Is(first, net.ErrClosed) {
+			err = first
+		}
+	}
 	mc.qmu.Lock()
 	first := !mc.isClosed()
 	if first {
