@@ -127,7 +127,7 @@ func transportOf(addr string, p pool.Pool, cfg config) Transport {
 		}
 		return mx
 	}
-	return &pooledTransport{addr: addr, pool: p, dial: dial}
+	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: cfg.timeout, clock: cfg.clock}
 }
 
 // NewWithTransports returns a client for the masters behind ts, one

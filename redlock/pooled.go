@@ -3,10 +3,12 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -22,6 +24,16 @@ type pooledTransport struct {
 	addr string
 	pool pool.Pool
 	dial pool.Dialer // fresh connections for a re-send and the subscription; nil: the pool's
+	// grace is how long past its deadline a command's reply is still
+	// read (the per-master timeout): on a busy process the goroutine that
+	// reads it may run later than the master answered (see silence).
+	grace time.Duration
+	clock clock.Clock // the client's: silence is measured on it
+
+	// What silence measures, in nanoseconds since the Unix epoch.
+	inflight  atomic.Int64 // commands sent and not yet answered or failed
+	busySince atomic.Int64 // when inflight last rose from zero
+	heard     atomic.Int64 // when a command last got its reply
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -55,9 +67,13 @@ func (p *pooledTransport) run(cmd *Command) {
 	ctx := context.Background()
 	if !cmd.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline)
+		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(p.grace))
 		defer cancel()
 	}
+	if p.inflight.Add(1) == 1 {
+		p.busySince.Store(p.clock.Now().UnixNano())
+	}
+	defer p.inflight.Add(-1)
 	v, err, sent := p.once(ctx, cmd, false)
 	info := SendInfo{Sent: sent}
 	if err != nil && cmd.Resend && brokenConn(err) {
@@ -88,7 +104,7 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 		return nil, err, false
 	}
 	defer conn.Close()
-	timeout := time.Until(cmd.Deadline)
+	timeout := time.Until(cmd.Deadline.Add(p.grace))
 	if cmd.Deadline.IsZero() {
 		timeout = 0 // the connection's own read timeout
 	} else if timeout <= 0 {
@@ -98,6 +114,9 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 		v, err = cmd.Script.s.DoKeys(conn, timeout, cmd.NumKeys, cmd.Args...)
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
+	}
+	if _, ok := err.(redis.Error); ok || err == nil {
+		p.heard.Store(p.clock.Now().UnixNano())
 	}
 	if re, ok := err.(redis.Error); ok {
 		return nil, ReplyError(re), true
@@ -111,6 +130,20 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 		return nil, &desyncError{cmd: name, reply: describe(v)}, true
 	}
 	return v, err, true
+}
+
+// silence says how long the master has kept this process's readers
+// waiting (silencer): with commands in flight, the time since the later
+// of the last reply any of them got and the moment they began to be in
+// flight. A master that answers steadily is not silent however long one
+// command's reader took to run; a hung one is silent from its first
+// unanswered command.
+func (p *pooledTransport) silence() time.Duration {
+	if p.inflight.Load() == 0 {
+		return 0
+	}
+	since := max(p.heard.Load(), p.busySince.Load())
+	return time.Duration(p.clock.Now().UnixNano() - since)
 }
 
 // Subscribe opens the master's release-notice subscription: on a

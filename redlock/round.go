@@ -343,7 +343,7 @@ func (c *Client) startRound(ctx context.Context, op opKind, key, token string, t
 // another, once the leg of the round it follows (prev) has ended (a fence
 // commit: once its acquisition was answered there) and a retry of a
 // superseded round still in flight there has ended (finish.go), or gives
-// up at the round's deadline.
+// up one per-master timeout after the round's deadline.
 func (l *leg) begin(prev *round) {
 	r := l.r
 	m := &r.c.masters[l.i]
@@ -366,7 +366,10 @@ func (l *leg) begin(prev *round) {
 	}
 	r.mu.Lock()
 	l.waits = len(waits)
-	l.timer = time.AfterFunc(time.Until(r.deadline), l.expire)
+	// One per-master timeout past the deadline, as collect waits for a
+	// master that is not silent: on a busy process the command it follows
+	// may have been answered in time and its reader not have run yet.
+	l.timer = time.AfterFunc(time.Until(r.deadline)+r.c.timeout, l.expire)
 	r.mu.Unlock()
 	for _, e := range waits {
 		e.then(l.ready)
