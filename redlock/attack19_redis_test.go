@@ -269,13 +269,22 @@ func TestAttack19_failedFairTryWithAPausedMaster(t *testing.T) {
 }
 
 // queued returns the one waiter in key's queue on master 0.
+//
+// An acquisition returns at a quorum, so master 0 may answer a moment
+// after it did: its queue is read until it holds an entry, at most 2 s.
 func queued(t *testing.T, rs *realSet, key string) string {
 	t.Helper()
-	ids, err := redis.Strings(rs.servers[0].Do("ZRANGE", layout.QueueKey(key), 0, -1))
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("queue of %s on master 0: %v, %v; want the holder alone", key, ids, err)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ids, err := redis.Strings(rs.servers[0].Do("ZRANGE", layout.QueueKey(key), 0, -1))
+		if err == nil && len(ids) == 1 {
+			return ids[0]
+		}
+		if err != nil || len(ids) > 1 || time.Now().After(deadline) {
+			t.Fatalf("queue of %s on master 0: %v, %v; want the holder alone", key, ids, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return ids[0]
 }
 
 // onlyHolderQueued reports whether key's queue holds nothing but holder on
