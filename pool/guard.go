@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -109,12 +110,19 @@ func (e *ProtocolError) Error() string {
 // RedisPool is guarded; use GuardConn for pools of your own, for example
 // with redis.DialContextFunc (over the TLS connection, not under it).
 func GuardConn(c net.Conn, l Limits) net.Conn {
-	return &guardConn{Conn: c, f: newFramer(l)}
+	return guardOver(c, c, l)
+}
+
+// guardOver guards c, whose bytes come through the socket of raw (c
+// itself, or the TCP connection under c's TLS).
+func guardOver(c, raw net.Conn, l Limits) *guardConn {
+	return &guardConn{Conn: c, f: newFramer(l), raw: rawOf(raw)}
 }
 
 type guardConn struct {
 	net.Conn
-	f framer
+	f   framer
+	raw syscall.RawConn // the socket, for ReplyWaiting; nil: none to look at
 	// rerr is a read error WaitReadable met with nothing read, for the
 	// next Read to report.
 	rerr error

@@ -65,6 +65,7 @@ func guardedDial(useTLS bool, cfg *tls.Config, l Limits) func(ctx context.Contex
 		if err != nil {
 			return nil, err
 		}
+		tcp := c
 		if useTLS {
 			var tc *tls.Config
 			if cfg != nil {
@@ -87,6 +88,6 @@ func guardedDial(useTLS bool, cfg *tls.Config, l Limits) func(ctx context.Contex
 			}
 			c = conn
 		}
-		return GuardConn(c, l), nil
+		return guardOver(c, tcp, l), nil
 	}
 }

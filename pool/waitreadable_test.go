@@ -207,3 +207,69 @@ func TestWaitReadable_partReplyWaitsForTheRest(t *testing.T) {
 		t.Fatalf("read %q %q %q (%v), want $5, hello and +OK", head, body, next, err)
 	}
 }
+
+// ReplyWaiting sees a reply that waits in the socket while nobody reads
+// it, consumes none of it, and answers beside a read that is blocked.
+func TestReplyPeeker_seesAReplyWaitingUnread(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	p := s.Pool()
+	c, rw, err := p.DialWaiter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peek, ok := rw.(pool.ReplyPeeker)
+	if !ok {
+		t.Fatalf("the ReadWaiter of a RedisPool connection (%T) is not a ReplyPeeker", rw)
+	}
+	if peek.ReplyWaiting() {
+		t.Fatal("a reply waits with nothing sent")
+	}
+	if err := c.Send("ECHO", "quorum"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !peek.ReplyWaiting() {
+		if time.Now().After(deadline) {
+			t.Fatal("the ECHO's reply never showed as waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	v, err := redis.String(redis.ReceiveWithTimeout(c, 5*time.Second))
+	if err != nil || v != "quorum" {
+		t.Fatalf("ECHO after the peek: %q, %v (the peek consumed it?)", v, err)
+	}
+	if peek.ReplyWaiting() {
+		t.Fatal("a reply still waits after it was read")
+	}
+	// Beside a blocked read: the peek must not wait for the reader.
+	read := make(chan error, 1)
+	go func() {
+		_, err := redis.ReceiveWithTimeout(c, 5*time.Second)
+		read <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the reader is blocked by now
+	done := make(chan bool, 1)
+	go func() { done <- peek.ReplyWaiting() }()
+	select {
+	case w := <-done:
+		if w {
+			t.Error("a reply waits though nothing more was sent")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("ReplyWaiting blocked behind the reader")
+	}
+	if err := c.Send("PING"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Fatalf("the blocked read: %v", err)
+	}
+}

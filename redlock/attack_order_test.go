@@ -280,8 +280,9 @@ func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
 }
 
 // Close while many holders' rounds are chained behind commands pending
-// on a frozen master returns within a bound (on the pooled path about
-// two per-master timeouts: the oldest command's and its rollback's; on
+// on a frozen master returns within a bound (on the pooled path a few
+// per-master timeouts: the oldest command's read, which runs one timeout
+// past its deadline once its master is silent, and its rollback's; on
 // the pipelined path the connection's stall timeout, ten per-master
 // timeouts, fails what is pending), and every call returns.
 func TestAttack_CloseWithRoundsChainedOnAFrozenMaster(t *testing.T) {

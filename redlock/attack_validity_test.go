@@ -317,7 +317,10 @@ func proxiedClient(t *testing.T, rs *realSet, opts []redlock.Option) (*redlock.C
 func extendLong(t *testing.T, ctx context.Context, l *redlock.Lock) {
 	t.Helper()
 	var err error
-	for range 5 {
+	// Five tries at least, and for 3 s: the commands it follows on a
+	// master whose reply is held are given up a second past their
+	// deadline (pooled reads, lateBound) or with their connection.
+	for i, deadline := 0, time.Now().Add(3*time.Second); i < 5 || time.Now().Before(deadline); i++ {
 		if err = l.Extend(ctx, 30*time.Second); !errors.Is(err, redlock.ErrNotExtended) {
 			break
 		}
@@ -370,9 +373,10 @@ func waitGivenUp(t *testing.T, path connPath, c *redlock.Client, want int) {
 // An Extend to a shorter TTL whose command is delayed on its way to two
 // of three masters fails; a later Extend to a longer TTL succeeds on all
 // three; then the delayed command arrives and runs last. On the pooled
-// path the two go out on different connections; on the pipelined one the
-// later Extend goes out on a new connection once the stalled one was
-// given up (after a second). Either way two masters end with the short
+// path the later Extend goes out on another connection once the delayed
+// command's read was given up (a second past its deadline); on the
+// pipelined one on a new connection once the stalled one was given up
+// (after a second). Either way two masters end with the short
 // TTL, so the later Extend must not have promised more than it.
 func TestRedis_Lock_Extend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {

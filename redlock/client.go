@@ -32,6 +32,7 @@ type Client struct {
 	timeout     time.Duration
 	driftFactor float64
 	clock       clock.Clock
+	realClock   bool // clock is clock.Real(): its timers' lateness is this process's
 	logger      *slog.Logger
 	obs         Observer          // nil: none (observe.go)
 	health      []masterHealth    // each master's state; nil without logger and observer
@@ -127,7 +128,7 @@ func transportOf(addr string, p pool.Pool, cfg config) Transport {
 		}
 		return mx
 	}
-	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: cfg.timeout, clock: cfg.clock}
+	return newPooled(addr, p, dial, cfg.timeout, cfg.clock)
 }
 
 // NewWithTransports returns a client for the masters behind ts, one
@@ -166,6 +167,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
+		realClock:    cfg.clock == clock.Real(),
 		logger:       cfg.logger,
 		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
@@ -340,8 +342,10 @@ func (c *Client) addWorker() bool {
 // per-master timeout to be answered, then fails what is still queued or
 // awaiting a reply on the pipelined connections with ErrClosed and closes
 // them; it does not wait for a slow master to answer a long queue. (On the
-// pooled path each command in flight is bounded by the timeout, a failed
-// acquisition's rollback by one more.) It ends the waits of Acquire calls
+// pooled path Close waits for each command in flight, and for the rollback
+// a late grant among them sends: a command whose master stops answering
+// while it is in flight holds Close up to one per-master timeout, at least
+// a second, past that command's deadline.) It ends the waits of Acquire calls
 // (they return an error matching ErrClosed), stops the watchdogs of
 // auto-extended locks (they count as lost, with ErrClosed) and closes the
 // pools NewFromAddrs made. Locks not released before Close expire at their

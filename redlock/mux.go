@@ -350,11 +350,7 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	stall := 10 * mx.timeout
-	if stall < time.Second {
-		stall = time.Second
-	}
-	mc := &muxConn{mx: mx, nc: nc, stall: stall, queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
+	mc := &muxConn{mx: mx, nc: nc, stall: stallBound(mx.timeout), queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
 		pending: make(chan *muxReq, muxQueue+muxBatch), closed: make(chan struct{}),
 		batch: make([]*muxReq, 0, muxBatch+1), born: time.Now(), rw: rw, wakeReader: make(chan struct{}, 1)}
 	mx.mu.Lock()
@@ -481,6 +477,12 @@ func (mc *muxConn) poke() {
 	case mc.kick <- struct{}{}:
 	default:
 	}
+}
+
+// stallBound is how long a connection waits for its oldest reply before
+// it counts as stalled: ten per-master timeouts, at least a second.
+func stallBound(timeout time.Duration) time.Duration {
+	return max(10*timeout, time.Second)
 }
 
 // stallError is the cause of a connection broken because its oldest
@@ -829,13 +831,41 @@ func (mc *muxConn) silence() time.Duration {
 // connection is up at once. Releases and rollbacks are not dropped: a
 // master that was only slow still runs them, where dropping one would
 // leave the key there until its TTL.
+// The silence is the master's (blamed), not what this process's own
+// stalls made of it.
 func (mc *muxConn) down() error {
 	d := mc.mx.timeout
-	if s := mc.silence(); s > d {
+	if s := mc.blamed(d); s > d {
 		// down since the silence passed the timeout
 		return &notTriedError{since: time.Now().Add(d - s), cause: &downError{d}}
 	}
 	return nil
+}
+
+// blamed is the silence (above d) that the master is to blame for. A
+// process that did not run (a busy machine, SIGSTOP) read nothing, so every
+// master looks silent when it runs again, and its rounds may start before
+// its readers have run. So the latest stall this process saw is taken off
+// (stallIn), and the master is not silent at all while this process is
+// behind on its timers (roundBeat: a stall whose end no timer has told of
+// yet) or when a reply already waits unread in the socket
+// (pool.ReplyPeeker: the reader has not run yet). Below d nothing is
+// looked at.
+func (mc *muxConn) blamed(d time.Duration) time.Duration {
+	s := mc.silence()
+	if s <= d {
+		return s
+	}
+	if roundBeat.behind() {
+		return 0
+	}
+	if s -= stallIn(time.Now(), s); s <= d {
+		return s
+	}
+	if p, ok := mc.rw.(pool.ReplyPeeker); ok && p.ReplyWaiting() {
+		return 0
+	}
+	return s
 }
 
 // silence is how long the master has kept its current connection's reader
@@ -850,7 +880,7 @@ func (mx *mux) silence() time.Duration {
 	if mc == nil || mc.isClosed() {
 		return mx.timeout
 	}
-	return mc.silence()
+	return mc.blamed(mx.timeout)
 }
 
 // enqueue hands r to the connection: written at once by the caller when

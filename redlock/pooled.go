@@ -18,62 +18,99 @@ import (
 // pool that cannot dial a connection of its own). It is not Ordered: two
 // commands in flight together run on two connections, in either order,
 // so the Client chains a holder's commands (docs/design.md, "Ordering on
-// each master"). Each command runs on a goroutine of its own, bounded by
-// its deadline; Close waits for them.
+// each master"). Each command runs on a goroutine of its own, bounded past
+// its deadline (see run); Close waits for them.
 type pooledTransport struct {
 	addr string
 	pool pool.Pool
 	dial pool.Dialer // fresh connections for a re-send and the subscription; nil: the pool's
 	// grace is how long past its deadline a command's reply is still
-	// read (the per-master timeout): on a busy process the goroutine that
-	// reads it may run later than the master answered (see silence).
-	grace time.Duration
-	clock clock.Clock // the client's: silence is measured on it
+	// read when its master is silent (the per-master timeout); stall
+	// (lateBound), as long as it is not: on a busy process the goroutine
+	// that reads a reply may run much later than the master answered.
+	grace, stall time.Duration
+	clock        clock.Clock // the client's: silence is measured on it
+	realClock    bool        // clock is clock.Real(): stalls count (stallIn)
 
-	// What silence measures, in nanoseconds since the Unix epoch.
-	inflight  atomic.Int64 // commands sent and not yet answered or failed
-	busySince atomic.Int64 // when inflight last rose from zero
-	heard     atomic.Int64 // when a command last got its reply
+	// unheard is when the earliest command sent since the last reply was
+	// sent (0: every command sent was followed by a reply), in nanoseconds
+	// since the Unix epoch on clock: what silence measures.
+	unheard atomic.Int64
+	// beat tells, while commands are in flight, whether this process is
+	// behind on its timers (a stall it has not yet seen a timer fire late
+	// for): then no master is judged silent.
+	beat *beat
 
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	closed bool
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	running int // goroutines of run, under mu
+	closed  bool
+}
+
+// newPooled returns the pooled transport of the master named addr.
+func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, clk clock.Clock) *pooledTransport {
+	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: lateBound(timeout),
+		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond))}
 }
 
 // Addr names the master (Transport).
 func (p *pooledTransport) Addr() string { return p.addr }
 
 // Send runs cmd on a pooled connection, on a goroutine of its own
-// (Transport).
+// (Transport). Once Close has begun, it still runs an Undo sent while
+// commands are in flight to a master that is not silent: a failed
+// attempt's grant read while Close waits for it is rolled back, not left
+// until its TTL.
 func (p *pooledTransport) Send(cmd *Command) {
 	p.mu.Lock()
-	if p.closed {
+	if p.closed && (!cmd.Undo || p.running == 0 || p.silence() >= p.grace) {
 		p.mu.Unlock()
 		cmd.Complete(nil, ErrClosed, SendInfo{})
 		return
 	}
+	p.running++
 	p.wg.Add(1)
 	p.mu.Unlock()
 	go p.run(cmd)
 }
 
-// run sends cmd, bounded by its deadline. A pooled connection that the
-// master closed (it restarted, or dropped idle clients) fails at its first
-// use; when cmd may be re-sent, run tries once more on a fresh connection
-// within the same deadline (the other idle connections are likely as
-// stale), and says so (SendInfo.Resent).
+// run sends cmd and reads its reply past its deadline: up to lateBound
+// (one per-master timeout, at least a second), unless the master has not
+// answered for a per-master timeout since the earliest command it left
+// unanswered (silence; a stall of this process does not count), and then
+// up to one per-master timeout (grace), so that a hung master does not
+// pile up connections nor hold Close long. The round does not wait for
+// that (collect counts a silent master failed at its timeout); a reply
+// read late is a late reply. What the bound is for is a busy process: a
+// goroutine that did not run for longer than the timeout would otherwise
+// find its read's deadline passed with the reply waiting in the socket,
+// and fail a master that answered in time. Close waits for these reads,
+// so a master that stops answering while one is in flight holds Close up
+// to lateBound past that command's deadline. A pooled connection that
+// the master closed (it restarted, or dropped idle clients) fails at its
+// first use; when cmd may be re-sent, run tries once more on a fresh
+// connection within the same bound (the other idle connections are
+// likely as stale), and says so (SendInfo.Resent).
 func (p *pooledTransport) run(cmd *Command) {
-	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		p.running--
+		p.mu.Unlock()
+		p.wg.Done()
+	}()
+	p.beat.enter()
+	defer p.beat.leave()
 	ctx := context.Background()
 	if !cmd.Deadline.IsZero() {
+		bound := p.stall
+		if p.silence() >= p.grace {
+			bound = p.grace
+		}
+		p.unheard.CompareAndSwap(0, p.clock.Now().UnixNano())
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(p.grace))
+		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(bound))
 		defer cancel()
 	}
-	if p.inflight.Add(1) == 1 {
-		p.busySince.Store(p.clock.Now().UnixNano())
-	}
-	defer p.inflight.Add(-1)
 	v, err, sent := p.once(ctx, cmd, false)
 	info := SendInfo{Sent: sent}
 	if err != nil && cmd.Resend && brokenConn(err) {
@@ -104,11 +141,11 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 		return nil, err, false
 	}
 	defer conn.Close()
-	timeout := time.Until(cmd.Deadline.Add(p.grace))
-	if cmd.Deadline.IsZero() {
-		timeout = 0 // the connection's own read timeout
-	} else if timeout <= 0 {
-		return nil, context.DeadlineExceeded, false
+	var timeout time.Duration // 0: the connection's own read timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return nil, context.DeadlineExceeded, false
+		}
 	}
 	if cmd.Script != nil {
 		v, err = cmd.Script.s.DoKeys(conn, timeout, cmd.NumKeys, cmd.Args...)
@@ -116,7 +153,7 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}
 	if _, ok := err.(redis.Error); ok || err == nil {
-		p.heard.Store(p.clock.Now().UnixNano())
+		p.unheard.Store(0)
 	}
 	if re, ok := err.(redis.Error); ok {
 		return nil, ReplyError(re), true
@@ -132,18 +169,25 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 	return v, err, true
 }
 
-// silence says how long the master has kept this process's readers
-// waiting (silencer): with commands in flight, the time since the later
-// of the last reply any of them got and the moment they began to be in
-// flight. A master that answers steadily is not silent however long one
-// command's reader took to run; a hung one is silent from its first
-// unanswered command.
+// silence says how long the master has kept this process waiting
+// (silencer): the time since the earliest command it has not answered
+// was sent, when no reply came after that send, less what of it this
+// process spent stalled (stallIn); none while this process is behind on
+// its timers (beat), a stall it has not yet seen the end of. A master that answers steadily is not
+// silent however long one command's reader took to run; a hung one is
+// silent from its first unanswered command, whatever came and went
+// unanswered since.
 func (p *pooledTransport) silence() time.Duration {
-	if p.inflight.Load() == 0 {
+	u := p.unheard.Load()
+	if u == 0 || p.beat.behind() {
 		return 0
 	}
-	since := max(p.heard.Load(), p.busySince.Load())
-	return time.Duration(p.clock.Now().UnixNano() - since)
+	now := p.clock.Now()
+	s := time.Duration(now.UnixNano() - u)
+	if p.realClock {
+		s -= stallIn(now, s)
+	}
+	return max(s, 0)
 }
 
 // Subscribe opens the master's release-notice subscription: on a
@@ -153,13 +197,15 @@ func (p *pooledTransport) Subscribe(ctx context.Context, notify func(channel, pa
 	return subscribeRedigo(ctx, p.dial, p.pool, notify)
 }
 
-// Close waits for the commands in flight, each bounded by its deadline
-// (Transport). The pool is the caller's: Close leaves it open.
+// Close waits for the commands in flight, each bounded as run says, and
+// for the rollbacks their late replies send (Transport). The pool is the
+// caller's: Close leaves it open.
 func (p *pooledTransport) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.beat.stop()
 	return nil
 }
 

@@ -191,7 +191,8 @@ type leg struct {
 
 	// Under round.mu:
 	waits   int         // events the leg waits for before it sends
-	timer   *time.Timer // ends that wait at the round's deadline
+	timer   *time.Timer // ends that wait past the round's deadline (expire)
+	due     time.Time   // when timer is due
 	gaveUp  bool        // it stopped waiting: nothing was sent
 	sent    bool
 	replied bool
@@ -369,7 +370,8 @@ func (l *leg) begin(prev *round) {
 	// One per-master timeout past the deadline, as collect waits for a
 	// master that is not silent: on a busy process the command it follows
 	// may have been answered in time and its reader not have run yet.
-	l.timer = time.AfterFunc(time.Until(r.deadline)+r.c.timeout, l.expire)
+	l.due = r.deadline.Add(r.c.timeout)
+	l.timer = time.AfterFunc(time.Until(l.due), l.expire)
 	r.mu.Unlock()
 	for _, e := range waits {
 		e.then(l.ready)
@@ -404,16 +406,38 @@ func (l *leg) ready() {
 	l.end()
 }
 
-// expire gives up the leg's wait at the round's deadline: the previous
-// command on this master is still pending (the master is slow or hung).
-// Nothing was sent, so nothing needs undoing; the leg ends only after
-// what it waited for, so the rounds chained after it still follow that.
+// expire gives up the leg's wait one per-master timeout past the round's
+// deadline: the previous command on this master is still pending (the
+// master is slow or hung). On a transport whose replies a goroutine of
+// this process reads (silencer), it waits on as collect does (overdue),
+// up to lateBound past the deadline: while the master is not
+// silent, and for as long again (at most a timeout) when this timer fired
+// late — on a busy process the command it follows may have been answered
+// in time and its reader not have run yet. Nothing was sent, so nothing
+// needs undoing; the leg ends only after what it waited for, so the
+// rounds chained after it still follow that.
 func (l *leg) expire() {
 	r := l.r
 	r.mu.Lock()
 	if l.waits == 0 || l.gaveUp {
 		r.mu.Unlock()
 		return
+	}
+	if s, ok := r.c.masters[l.i].t.(silencer); ok {
+		now, timeout := time.Now(), r.c.timeout
+		var more time.Duration
+		if late := now.Sub(l.due); late > time.Millisecond {
+			more = min(late, timeout)
+		}
+		if left := timeout - s.silence(); left > more {
+			more = max(left, time.Millisecond)
+		}
+		if more > 0 && now.Before(r.deadline.Add(lateBound(timeout))) {
+			l.due = now.Add(more)
+			l.timer.Reset(more)
+			r.mu.Unlock()
+			return
+		}
 	}
 	l.gaveUp, l.replied, l.vote = true, true, voteFail
 	r.mu.Unlock()
@@ -1009,13 +1033,19 @@ func (t *tally) add(rp reply) {
 // not need. At the timeout, a master that did not answer counts as failed
 // unless this process, not the master, is why its answer was not read
 // (overdue): then collect waits on, up to one more per-master timeout
-// from when the timer fired.
+// from when the timer fired — from when it last fired late, when this
+// process keeps stalling, but never past lateBound.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n)}
 	timer := c.clock.NewTimer(c.timeout)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(c.timeout)
+	bound := due.Add(lateBound(c.timeout)) // the latest any wait may end
+	if c.realClock {
+		roundBeat.enter()
+		defer roundBeat.leave()
+	}
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
 	for t.yes < c.quorum && t.no+t.fail <= n-c.quorum {
 		select {
@@ -1031,11 +1061,20 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 					drained = true
 				}
 			}
-			if last.IsZero() {
+			now := c.clock.Now()
+			late := c.realClock && now.Sub(due) > time.Millisecond
+			if late {
+				noteStall(due, now)
+			}
+			if last.IsZero() || late {
 				// One more timeout from when this goroutine ran again,
 				// however late: a process that did not run for longer
-				// than the timeout gave its readers no chance either.
-				last = c.clock.Now().Add(c.timeout)
+				// than the timeout gave its readers no chance either;
+				// nor did one that stopped again before they ran.
+				last = now.Add(c.timeout)
+				if last.After(bound) {
+					last = bound
+				}
 			}
 			open := t.yes < c.quorum && t.no+t.fail <= n-c.quorum
 			if more := c.overdue(&t, due, last); open && more > 0 {
