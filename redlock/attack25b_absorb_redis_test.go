@@ -290,3 +290,72 @@ func TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow(t *testing.T) {
 		})
 	})
 }
+
+// TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice (held): the same
+// absorption tried within one read-write key, one master. In the waiter
+// client a writer waits (registered first) and then a reader, held back
+// by the writer's intent; another client holds two read holds. Had the
+// first reader's release been announced, it would have woken the writer
+// (refused: one reader still in, sent to the back of the queue), and the
+// last one the reader (refused on the intent, absorbing the notice). It
+// holds because rw.lua announces a read release only when the last reader
+// leaves: the one notice wakes the writer, which gets in.
+func TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 1)
+		ctx := ctxT(t)
+		holder := rs.client(t, path)
+		r1, err := holder.AcquireRead(ctx, "rw", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := holder.AcquireRead(ctx, "rw", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+		w := rs.client(t, path, redlock.WithClock(fake))
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		wrote := make(chan error, 1)
+		go func() {
+			l, err := w.AcquireWrite(wctx, "rw", redlock.WithTTL(time.Minute))
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			wrote <- err
+		}()
+		waitUntil(t, "the writer waits", func() bool { return fake.Pending() >= 1 })
+		read := make(chan error, 1)
+		go func() {
+			l, err := w.AcquireRead(wctx, "rw", redlock.WithTTL(time.Minute))
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			read <- err
+		}()
+		waitUntil(t, "the reader waits", func() bool { return fake.Pending() >= 2 })
+		if err := r1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the writer is woken and refused (r2 is in)
+		if err := r2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-wrote:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(3 * time.Second):
+			cancel()
+			<-wrote
+			<-read
+			t.Fatal("every reader left and the key is free for the writer, but the writer slept for 3 s: " +
+				"the last release woke the reader held back by the writer's intent, which did not pass it on")
+		}
+		if err := <-read; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
