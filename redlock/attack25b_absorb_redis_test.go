@@ -2,12 +2,9 @@ package redlock_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -192,8 +189,7 @@ func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 		// in w... it shares w's connection: wait for its first refusal
 		// instead, then a little for its registration.
 		waitUntil(t, "the plain waiter was refused", func() bool {
-			info, _ := redis.String(rs.servers[0].Do("INFO", "commandstats"))
-			return countSETs(info) >= 3 // holder's k, l and the plain waiter's SET
+			return cmdCalls(t, rs, 0, "set") >= 3 // holder's k, l and the plain waiter's SET
 		})
 		time.Sleep(100 * time.Millisecond)
 		released := time.Now()
@@ -212,29 +208,6 @@ func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 			t.Fatal("the plain waiter did not get k within 10 s")
 		}
 	})
-}
-
-// countSETs parses cmdstat_set's calls from INFO commandstats.
-func countSETs(info string) int {
-	var calls int
-	for _, line := range splitLines(info) {
-		if _, err := fmt.Sscanf(line, "cmdstat_set:calls=%d", &calls); err == nil {
-			return calls
-		}
-	}
-	return 0
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 // TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow: the "passes the
