@@ -515,3 +515,109 @@ func TestRedis_Attack25b_CancelAsNoticeArrives(t *testing.T) {
 		})
 	})
 }
+
+// Close while waiters wait and one master is frozen (SIGSTOP: its
+// subscriber's SUBSCRIBE is never acknowledged, the waiters' attempts time
+// out there) returns within a few per-master timeouts, and the waiters
+// return errors matching ErrClosed.
+func TestRedis_Attack25b_CloseWithFrozenMasterEndsWaiters(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		holder := rs.client(t, path)
+		if _, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.servers[0].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = rs.servers[0].Resume() }()
+		fake := newFake()
+		w := rs.client(t, path, redlock.WithClock(fake))
+		const waiters = 4
+		errs := make(chan error, waiters)
+		for i := 0; i < waiters; i++ {
+			go func() {
+				_, err := w.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
+				errs <- err
+			}()
+		}
+		// Each waiter, its first attempt failed (master 0 timed out), waits
+		// on its timer or polls for its subscription's acknowledgement.
+		time.Sleep(2 * realTimeout)
+		closed := make(chan error, 1)
+		start := time.Now()
+		go func() { closed <- w.Close() }()
+		if err := awaitErr(t, closed, 4*realTimeout+2*time.Second, "Close with a frozen master"); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < waiters; i++ {
+			if err := awaitErr(t, errs, 5*time.Second, "a waiter after Close"); !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("waiter after Close: %v, want ErrClosed", err)
+			}
+		}
+		t.Logf("Close and its waiters returned in %v", time.Since(start))
+	})
+}
+
+// A multi-key waiter on five keys held by five locks (one of them a
+// multi-key lock on two) is woken by each release in turn and gets its
+// keys at the last one, on a fake clock: every release's notice reaches
+// it, including the ones that come while it is making an attempt.
+func TestRedis_Attack25b_MultiKeyWaiterWokenByLastOfManyReleases(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			holder := rs.client(t, path)
+			var locks []*redlock.Lock
+			for _, k := range []string{"a", "b", "c"} {
+				l, err := holder.Acquire(ctx, k, redlock.WithTTL(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				locks = append(locks, l)
+			}
+			l, err := holder.AcquireMulti(ctx, []string{"d", "e"}, redlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks = append(locks, l)
+			fake := newFake()
+			w := rs.client(t, path, redlock.WithClock(fake))
+			got := make(chan error, 1)
+			go func() {
+				l, err := w.AcquireMulti(ctx, []string{"e", "d", "c", "b", "a"}, redlock.WithTTL(time.Minute))
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				got <- err
+			}()
+			waitUntil(t, "the waiter subscribed", func() bool {
+				for i := range rs.servers {
+					for _, k := range []string{"a", "b", "c", "d", "e"} {
+						if numSub(t, rs, i, "quorumlock:released:"+k) != 1 {
+							return false
+						}
+					}
+				}
+				return fake.Pending() >= 1
+			})
+			for i, l := range locks {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if i < len(locks)-1 {
+					select {
+					case err := <-got:
+						t.Fatalf("the waiter returned (%v) with %d locks still held", err, len(locks)-1-i)
+					case <-time.After(time.Duration(i%2) * 5 * time.Millisecond):
+					}
+				}
+			}
+			if err := awaitErr(t, got, 5*time.Second, "the multi-key waiter after the last release"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
