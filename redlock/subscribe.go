@@ -28,9 +28,18 @@ type redigoSub struct {
 	wmu  sync.Mutex      // serializes Set
 	have map[string]bool // the channels subscribed (under wmu)
 
-	mu   sync.Mutex
-	live map[string]bool // channels whose subscription the master acknowledged
-	err  error           // why it broke, when a panic of the parser did it
+	mu sync.Mutex
+	// want: the channels asked for by the latest Set; acked: those whose
+	// latest acknowledgement was a subscribe; pend: per channel, the
+	// SUBSCRIBEs and UNSUBSCRIBEs sent and not yet acknowledged. A
+	// channel is live only when wanted, acknowledged, with nothing
+	// pending (Live): an acknowledgement of an earlier SUBSCRIBE, read
+	// after a later UNSUBSCRIBE and SUBSCRIBE were sent, does not count.
+	want  map[string]bool
+	acked map[string]bool
+	pend  map[string]int
+	ended bool  // the reader stopped: nothing more is heard
+	err   error // why it broke, when a panic of the parser did it
 
 	done       chan struct{} // closed once broken or closed
 	doneOnce   sync.Once
@@ -53,6 +62,7 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 		return nil, err
 	}
 	s := &redigoSub{conn: conn, borrowed: borrowed, notify: notify, have: map[string]bool{},
+		want: map[string]bool{}, acked: map[string]bool{}, pend: map[string]int{},
 		done: make(chan struct{}), readerDone: make(chan struct{})}
 	s.readCtx, s.stopRead = context.WithCancel(context.Background())
 	go s.read()
@@ -72,11 +82,14 @@ func (s *redigoSub) Err() error {
 }
 
 // Live reports whether the master acknowledged the subscription to
-// channel on a connection that is still read.
+// channel, with no SUBSCRIBE or UNSUBSCRIBE of it pending since, on a
+// connection that is still read. A channel whose UNSUBSCRIBE was sent is
+// not live, even before the master acknowledges it: a release announced
+// then may reach nobody.
 func (s *redigoSub) Live(channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.live[channel]
+	return !s.ended && s.want[channel] && s.acked[channel] && s.pend[channel] == 0
 }
 
 // Set subscribes the channels not yet subscribed and unsubscribes the
@@ -110,6 +123,17 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 			unsub = append(unsub, ch)
 		}
 	}
+	// Counted pending before they are written: their acknowledgements
+	// may be read before the writes return.
+	s.mu.Lock()
+	for _, ch := range sub {
+		s.pend[ch.(string)]++
+	}
+	for _, ch := range unsub {
+		s.pend[ch.(string)]++
+	}
+	s.want = want
+	s.mu.Unlock()
 	psc := redis.PubSubConn{Conn: s.conn}
 	var err error
 	if len(sub) > 0 {
@@ -140,7 +164,8 @@ func (s *redigoSub) read() {
 	defer func() {
 		p := recover()
 		s.mu.Lock()
-		s.live = nil // nothing more is heard on this connection
+		s.ended = true // nothing more is heard on this connection
+		clear(s.acked)
 		if p != nil {
 			s.err = panicError(p)
 		}
@@ -162,19 +187,33 @@ func (s *redigoSub) read() {
 		case redis.Message:
 			s.notify(v.Channel, string(v.Data))
 		case redis.Subscription:
-			s.mu.Lock()
-			switch v.Kind {
-			case "subscribe":
-				if s.live == nil {
-					s.live = map[string]bool{}
-				}
-				s.live[v.Channel] = true
-			case "unsubscribe":
-				delete(s.live, v.Channel)
-			}
-			s.mu.Unlock()
+			s.ack(v)
 		case error:
 			return
+		}
+	}
+}
+
+// ack records an acknowledgement. One that answers nothing sent (a
+// hostile master) never makes a channel live; an unsubscribe of it still
+// makes it not live.
+func (s *redigoSub) ack(v redis.Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pending := s.pend[v.Channel] > 0
+	switch v.Kind {
+	case "subscribe":
+		if pending {
+			s.acked[v.Channel] = true
+		}
+	case "unsubscribe":
+		delete(s.acked, v.Channel)
+	default:
+		return
+	}
+	if pending {
+		if s.pend[v.Channel]--; s.pend[v.Channel] == 0 {
+			delete(s.pend, v.Channel)
 		}
 	}
 }

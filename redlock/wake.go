@@ -109,6 +109,11 @@ type waiter struct {
 	// on to the next waiter of the key, which might otherwise sleep until
 	// its fallback poll.
 	woken bool
+	// multi: the waiter waits for several keys (a multi-key lock). Woken
+	// by the release of one, it may fail on another still held and go on
+	// waiting, neither taking this key nor giving up: a notice that wakes
+	// it cannot be counted on to hand the key over (notify).
+	multi bool
 }
 
 func newWaker(c *Client) *waker {
@@ -148,8 +153,8 @@ func (w *waker) mark(key string, k kind) mark {
 // channel. It reports whether the key was followed since gen with no
 // notice heard: a key's entry (and its subscriptions) older than gen,
 // no notice since.
-func (w *waker) registerOn(key string, ch chan struct{}, gen uint64) (*waiter, bool) {
-	wt := &waiter{key: key, ch: ch}
+func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi bool) (*waiter, bool) {
+	wt := &waiter{key: key, ch: ch, multi: multi}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -186,7 +191,7 @@ type waiting struct {
 func (w *waker) wait(keys []string, m mark) *waiting {
 	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wt, quiet := w.registerOn(k, wg.ch, m.gen)
+		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1)
 		wg.ws = append(wg.ws, wt)
 		wg.recheck = wg.recheck || !quiet
 	}
@@ -219,7 +224,9 @@ func (wg *waiting) stop(acquired, shared bool) {
 // A waiter that was woken and gives up without the lock passes the notice
 // on to the next waiter of its key, and so does a reader that got in: the
 // next one may be a reader that can get in too (a release's notices wake
-// only one or two waiters per client).
+// only one or two waiters per client). With no next waiter, the notice is
+// kept as heard: a waiter registering next, whose first attempt it may
+// have come after, tries again (mark).
 func (w *waker) unregister(wt *waiter, acquired, shared bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -229,6 +236,10 @@ func (w *waker) unregister(wt *waiter, acquired, shared bool) {
 	}
 	kw.queue = slices.DeleteFunc(kw.queue, func(x *waiter) bool { return x == wt })
 	if len(kw.queue) == 0 {
+		if wt.woken && !acquired {
+			w.gen++
+			kw.heard = w.gen
+		}
 		w.lingerLocked(wt.key, kw)
 		return
 	}
@@ -397,7 +408,11 @@ func (w *waker) syncLocked() {
 // notify wakes the longest-waiting waiter of key for release id at the
 // release's first notice and at the notice that completes a quorum. The
 // woken waiter goes to the back of the queue: if it loses the race it
-// waits its turn again.
+// waits its turn again. A woken multi-key waiter may fail on another of
+// its keys and keep waiting, neither taking this key nor passing the
+// notice on: the next waiter is woken too, until one waiting for this key
+// alone is (or every waiter was), and the notice counts as heard, so that
+// a waiter registering now tries again (mark).
 func (w *waker) notify(key, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -414,13 +429,19 @@ func (w *waker) notify(key, id string) {
 	if !kw.announce(id, w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
-	kw.wakeFirst()
+	for range len(kw.queue) {
+		if !kw.wakeFirst().multi {
+			return
+		}
+		w.gen++
+		kw.heard = w.gen
+	}
 }
 
 // wakeFirst wakes the key's longest-waiting waiter and sends it to the
 // back of the queue: if it loses the race it waits its turn again. The
-// caller holds waker.mu.
-func (kw *keyWaiters) wakeFirst() {
+// caller holds waker.mu. It returns the waiter woken.
+func (kw *keyWaiters) wakeFirst() *waiter {
 	wt := kw.queue[0]
 	copy(kw.queue, kw.queue[1:])
 	kw.queue[len(kw.queue)-1] = wt
@@ -429,6 +450,7 @@ func (kw *keyWaiters) wakeFirst() {
 	case wt.ch <- struct{}{}:
 	default:
 	}
+	return wt
 }
 
 // close stops every subscriber; the client waits for their goroutines.
