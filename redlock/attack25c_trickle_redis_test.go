@@ -1,0 +1,162 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// trickleProxy stands in front of upstream: on each lock connection, the
+// first SET is answered with "+" and then one byte every 30 ms, never a
+// whole reply; what comes after it on that connection is run and not
+// answered. The reader of a pipelined connection thus always has bytes
+// arriving (ReplyWaiting may see one) and never a reply.
+func trickleProxy(t *testing.T, upstream string) (*hostile.Proxy, func() int) {
+	var (
+		mu       sync.Mutex
+		trickled = map[*hostile.Conn]bool{}
+		sets     int
+	)
+	p := hostile.NewProxy(t, upstream, func(c *hostile.Conn, cmd []string) hostile.Verdict {
+		if c.LockIndex < 0 {
+			return hostile.Forward
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if cmd[0] == "SET" {
+			sets++
+		}
+		if trickled[c] {
+			return hostile.Swallow
+		}
+		if cmd[0] != "SET" {
+			return hostile.Forward
+		}
+		trickled[c] = true
+		go func() {
+			if c.Write("+") != nil {
+				return
+			}
+			tk := time.NewTicker(30 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-c.Quit():
+					return
+				case <-c.Gone():
+					return
+				case <-tk.C:
+				}
+				if c.Write("O") != nil {
+					return
+				}
+			}
+		}()
+		return hostile.Swallow
+	})
+	return p, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return sets
+	}
+}
+
+// TestAttack25c_trickleMasterOnAPipelinedConnection: a master that
+// trickles a byte every 30 ms and never completes a reply, on a pipelined
+// connection (timeout 50 ms, N=3). Rounds that do not need it end at the
+// quorum; rounds that need it (another value holds the key on a second
+// master) must fail within a few timeouts, not be held while bytes keep
+// coming; the connection is broken at the stall bound (1 s) and redialed,
+// not piled up; Close is bounded and leaves no goroutine.
+func TestAttack25c_trickleMasterOnAPipelinedConnection(t *testing.T) {
+	redistest.SkipShort(t)
+	reals := redistest.Start(t, 3)
+	ignore := goleak.IgnoreCurrent()
+	proxy, sets := trickleProxy(t, reals[2].Addr())
+	const timeout = 50 * time.Millisecond
+	c, err := redlock.NewFromAddrs([]string{reals[0].Addr(), reals[1].Addr(), proxy.Addr()},
+		redlock.WithTimeout(timeout), redlock.WithPipelining(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	// Not needed: two masters answer.
+	var free []time.Duration
+	end := time.Now().Add(time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		begin := time.Now()
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("a25c:trickle:free:%d", i), redlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatalf("acquire with two masters of three up: %v", err)
+		}
+		_ = l.Release(ctx)
+		free = append(free, time.Since(begin))
+	}
+	setsFree := sets()
+	// Needed: master 1 holds the key for someone else.
+	if _, err := reals[1].Do("SET", "a25c:trickle:held", "someone-else", "PX", 60000); err != nil {
+		t.Fatal(err)
+	}
+	var needed []time.Duration
+	g0 := runtime.NumGoroutine()
+	gmax := g0
+	end = time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(end) {
+		begin := time.Now()
+		l, err := c.TryAcquire(ctx, "a25c:trickle:held", redlock.WithTTL(10*time.Second))
+		needed = append(needed, time.Since(begin))
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatal("acquired a key another value holds on one master of three, the third trickling")
+		}
+		gmax = max(gmax, runtime.NumGoroutine())
+	}
+	begin := time.Now()
+	_ = c.Close()
+	closed = true
+	closeTook := time.Since(begin)
+	t.Logf("not needed: TryAcquire+Release %s, %d SETs reached the trickling master; needed: failed TryAcquire %s; "+
+		"%d connections to the trickling master (%d SETs in all); goroutines %d -> max %d; Close took %v",
+		durStats(free), setsFree, durStats(needed), proxy.Accepted(), sets(), g0, gmax, closeTook.Round(time.Millisecond))
+	if m := maxDur(needed); m > 10*timeout {
+		t.Errorf("a round that needed the trickling master took %v (timeout %v)", m, timeout)
+	}
+	if closeTook > 2*time.Second {
+		t.Errorf("Close took %v", closeTook)
+	}
+	if n := proxy.Accepted(); n > 10 {
+		t.Errorf("%d connections to the trickling master in 2.5 s", n)
+	}
+	if gmax > g0+50 {
+		t.Errorf("goroutines grew from %d to %d", g0, gmax)
+	}
+	// The proxy's own goroutines end when the test does.
+	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/quorumlock/quorumlock/internal/hostile.(*master).accept"),
+		goleak.IgnoreAnyFunction("github.com/quorumlock/quorumlock/internal/hostile.(*Proxy).serve"),
+		goleak.IgnoreAnyFunction("github.com/quorumlock/quorumlock/internal/hostile.listen.func1"),
+		goleak.IgnoreAnyFunction("github.com/quorumlock/quorumlock/internal/hostile.(*master).accept.func1"),
+		goleak.IgnoreAnyFunction("github.com/quorumlock/quorumlock/redlock_test.trickleProxy.func1.1"))
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
