@@ -24,8 +24,10 @@ import (
 // read gets lateBound). The excuse should be bounded by how far behind
 // the beat is, not be the whole silence.
 //
-// These fail as of 9692045; TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad
-// shows what it costs a caller.
+// These failed as of 9692045 (the silence was zeroed while the beat was
+// behind; it is now reduced by how far behind);
+// TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad shows what it cost
+// a caller.
 
 // setBehind makes b look overdue by late (armed, its timer not running),
 // restoring its state when the test ends.
@@ -33,7 +35,7 @@ func setBehind(t *testing.T, b *beat, late time.Duration) {
 	t.Helper()
 	armed, due := b.armed.Load(), b.due.Load()
 	b.armed.Store(true)
-	b.due.Store(time.Now().Add(-late).UnixNano())
+	b.due.Store(int64(mono() - late))
 	t.Cleanup(func() {
 		b.due.Store(due)
 		b.armed.Store(armed)
@@ -45,7 +47,8 @@ func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testi
 	const timeout = 50 * time.Millisecond
 	p := newPooled("hung", nil, nil, timeout, clock.Real())
 	defer p.beat.stop()
-	p.unheard.Store(time.Now().Add(-10 * time.Second).UnixNano()) // unanswered for 10 s
+	p.epoch = p.epoch.Add(-time.Minute)
+	p.unheard.Store(int64(p.clock.Since(p.epoch)-10*time.Second) + 1) // unanswered for 10 s
 	if s := p.silence(); s < 9*time.Second {
 		t.Fatalf("silence %v of a master unanswered for 10 s, with the process on time", s)
 	}

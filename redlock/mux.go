@@ -846,20 +846,17 @@ func (mc *muxConn) down() error {
 // process that did not run (a busy machine, SIGSTOP) read nothing, so every
 // master looks silent when it runs again, and its rounds may start before
 // its readers have run. So the latest stall this process saw is taken off
-// (stallIn), and the master is not silent at all while this process is
-// behind on its timers (roundBeat: a stall whose end no timer has told of
-// yet) or when a reply already waits unread in the socket
-// (pool.ReplyPeeker: the reader has not run yet). Below d nothing is
-// looked at.
+// (stallIn), or how far this process is behind on its timers (roundBeat:
+// a stall whose end no timer has told of yet), whichever is more; and the
+// master is not silent at all when a reply already waits unread in the
+// socket (pool.ReplyPeeker: the reader has not run yet). Below d nothing
+// is looked at.
 func (mc *muxConn) blamed(d time.Duration) time.Duration {
 	s := mc.silence()
 	if s <= d {
 		return s
 	}
-	if roundBeat.behind() {
-		return 0
-	}
-	if s -= stallIn(time.Now(), s); s <= d {
+	if s -= max(roundBeat.overdue(), stallIn(time.Now(), s)); s <= d {
 		return s
 	}
 	if p, ok := mc.rw.(pool.ReplyPeeker); ok && p.ReplyWaiting() {

@@ -33,9 +33,12 @@ type pooledTransport struct {
 	realClock    bool        // clock is clock.Real(): stalls count (stallIn)
 
 	// unheard is when the earliest command sent since the last reply was
-	// sent (0: every command sent was followed by a reply), in nanoseconds
-	// since the Unix epoch on clock: what silence measures.
+	// sent, as the time since epoch on clock plus 1 (0: every command sent
+	// was followed by a reply): what silence measures. (Since epoch, so
+	// that the real clock's monotonic reading is used: a step of the wall
+	// clock is neither silence nor its end.)
 	unheard atomic.Int64
+	epoch   time.Time
 	// beat tells, while commands are in flight, whether this process is
 	// behind on its timers (a stall it has not yet seen a timer fire late
 	// for): then no master is judged silent.
@@ -50,7 +53,7 @@ type pooledTransport struct {
 // newPooled returns the pooled transport of the master named addr.
 func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, clk clock.Clock) *pooledTransport {
 	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: lateBound(timeout),
-		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond))}
+		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now()}
 }
 
 // Addr names the master (Transport).
@@ -106,7 +109,7 @@ func (p *pooledTransport) run(cmd *Command) {
 		if p.silence() >= p.grace {
 			bound = p.grace
 		}
-		p.unheard.CompareAndSwap(0, p.clock.Now().UnixNano())
+		p.unheard.CompareAndSwap(0, int64(p.clock.Since(p.epoch))+1)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(bound))
 		defer cancel()
@@ -172,20 +175,19 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 // silence says how long the master has kept this process waiting
 // (silencer): the time since the earliest command it has not answered
 // was sent, when no reply came after that send, less what of it this
-// process spent stalled (stallIn); none while this process is behind on
-// its timers (beat), a stall it has not yet seen the end of. A master that answers steadily is not
-// silent however long one command's reader took to run; a hung one is
-// silent from its first unanswered command, whatever came and went
-// unanswered since.
+// process did not run (on the real clock: the latest stall it saw,
+// stallIn, or how far it is behind on its timers, beat, whichever is
+// more). A master that answers steadily is not silent however long one
+// command's reader took to run; a hung one is silent from its first
+// unanswered command, whatever came and went unanswered since.
 func (p *pooledTransport) silence() time.Duration {
 	u := p.unheard.Load()
-	if u == 0 || p.beat.behind() {
+	if u == 0 {
 		return 0
 	}
-	now := p.clock.Now()
-	s := time.Duration(now.UnixNano() - u)
+	s := p.clock.Since(p.epoch) - time.Duration(u-1)
 	if p.realClock {
-		s -= stallIn(now, s)
+		s -= max(p.beat.overdue(), roundBeat.overdue(), stallIn(time.Now(), s))
 	}
 	return max(s, 0)
 }

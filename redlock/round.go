@@ -1033,8 +1033,8 @@ func (t *tally) add(rp reply) {
 // not need. At the timeout, a master that did not answer counts as failed
 // unless this process, not the master, is why its answer was not read
 // (overdue): then collect waits on, up to one more per-master timeout
-// from when the timer fired — from when it last fired late, when this
-// process keeps stalling, but never past lateBound.
+// from when the timer fired, and as long again as each later firing was
+// late (a process that keeps stalling), but never past lateBound.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n)}
@@ -1062,19 +1062,26 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				}
 			}
 			now := c.clock.Now()
-			late := c.realClock && now.Sub(due) > time.Millisecond
+			lateBy := now.Sub(due)
+			late := c.realClock && lateBy > time.Millisecond
 			if late {
 				noteStall(due, now)
 			}
-			if last.IsZero() || late {
+			switch {
+			case last.IsZero():
 				// One more timeout from when this goroutine ran again,
 				// however late: a process that did not run for longer
-				// than the timeout gave its readers no chance either;
-				// nor did one that stopped again before they ran.
+				// than the timeout gave its readers no chance either.
 				last = now.Add(c.timeout)
-				if last.After(bound) {
-					last = bound
-				}
+			case late:
+				// Nor did one that stopped again before they ran: the
+				// time it lost is added (not a whole timeout, so that a
+				// process always a little late does not wait on a hung
+				// master much longer than a timeout).
+				last = last.Add(lateBy)
+			}
+			if last.After(bound) {
+				last = bound
 			}
 			open := t.yes < c.quorum && t.no+t.fail <= n-c.quorum
 			if more := c.overdue(&t, due, last); open && more > 0 {

@@ -87,7 +87,7 @@ type beat struct {
 	period time.Duration
 	users  atomic.Int64
 	armed  atomic.Bool
-	due    atomic.Int64 // when the timer is due, ns since the Unix epoch
+	due    atomic.Int64 // when the timer is due, as mono() (a monotonic reading)
 	timer  *time.Timer
 }
 
@@ -109,16 +109,16 @@ func (b *beat) leave() { b.users.Add(-1) }
 
 func (b *beat) arm() {
 	if b.armed.CompareAndSwap(false, true) {
-		b.due.Store(time.Now().Add(b.period).UnixNano())
+		b.due.Store(int64(mono() + b.period))
 		b.timer.Reset(b.period)
 	}
 }
 
 func (b *beat) tick() {
-	now := time.Now()
-	noteStall(time.Unix(0, b.due.Load()), now)
+	now := mono()
+	noteStall(monoTime(time.Duration(b.due.Load())), monoTime(now))
 	if b.users.Load() > 0 {
-		b.due.Store(now.Add(b.period).UnixNano())
+		b.due.Store(int64(now + b.period))
 		b.timer.Reset(b.period)
 		return
 	}
@@ -131,12 +131,30 @@ func (b *beat) tick() {
 // behind reports whether the timer is overdue by more than a period (at
 // least 5 ms): this process has not been running its goroutines.
 func (b *beat) behind() bool {
-	if !b.armed.Load() {
-		return false
-	}
-	late := time.Duration(time.Now().UnixNano() - b.due.Load())
-	return late > max(b.period, 5*time.Millisecond)
+	return b.overdue() > max(b.period, 5*time.Millisecond)
 }
+
+// overdue is how long past due the timer has not fired: at least how
+// long, of late, this process has not run its timers (nor, likely, its
+// readers). Silence that long is not a master's: a master silent for far
+// longer still is (a process always a few milliseconds late must not
+// excuse a master hung for seconds).
+func (b *beat) overdue() time.Duration {
+	if !b.armed.Load() {
+		return 0
+	}
+	return max(mono()-time.Duration(b.due.Load()), 0)
+}
+
+// procStart is a monotonic reference: mono and monoTime measure from it,
+// so that a step of the wall clock is not taken for a stall.
+var procStart = time.Now()
+
+// mono is the time since procStart, on the monotonic clock.
+func mono() time.Duration { return time.Since(procStart) }
+
+// monoTime is the time d after procStart, with its monotonic reading.
+func monoTime(d time.Duration) time.Time { return procStart.Add(d) }
 
 // stop stops the timer; call it once no user is left.
 func (b *beat) stop() { b.timer.Stop() }

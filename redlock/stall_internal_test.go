@@ -72,7 +72,7 @@ func TestBeat_behindOnlyWhileArmedAndOverdue(t *testing.T) {
 		t.Fatal("a beat just armed is behind")
 	}
 	// As if the process had not run its timers for two periods.
-	b.due.Store(time.Now().Add(-2 * time.Hour).UnixNano())
+	b.due.Store(int64(mono() - 2*time.Hour))
 	if !b.behind() {
 		t.Fatal("a beat overdue by two periods is not behind")
 	}
