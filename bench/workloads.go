@@ -97,6 +97,9 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				if err != nil {
 					if ctx.Err() == nil {
 						acqFails++
+						if acqFails <= 2 && os.Getenv("QUORUMLOCK_BENCH_ERRORS") != "" {
+							log.Printf("lock %s: %v", k, err)
+						}
 						if keysPerClient == 1 {
 							// What the failure left (until the TTL, or
 							// until finished in the background) must not

@@ -149,6 +149,7 @@ type lane struct {
 	closed   bool
 	timer    *time.Timer
 	timerAt  time.Time // when timer fires; zero when it is stopped
+	graced   bool      // the timer's last firing was late and expired nothing (expire)
 	cancel   context.CancelFunc
 
 	wake   chan struct{} // size 1: the queue has work
@@ -217,11 +218,27 @@ func (l *lane) armLocked(at time.Time) {
 }
 
 // expire is the watchdog: it settles every command whose deadline passed
-// and arms itself for the next one.
+// and arms itself for the next one. When it fires over a millisecond late,
+// this process did not run when it was due (a busy machine, a stopped
+// process), and neither did the goroutines that read go-redis's replies,
+// which may wait in the socket: it then expires nothing yet and looks
+// again as long after (at most a second), once — a second late firing in
+// a row expires as usual, so that a master that does not answer is still
+// found out on a process that is always a little late.
 func (l *lane) expire() {
 	now := time.Now()
 	var expired []settlement
 	l.mu.Lock()
+	if due := l.timerAt; !due.IsZero() && !l.closed && !l.graced {
+		if late := now.Sub(due); late > time.Millisecond {
+			l.graced = true
+			l.timerAt = now.Add(min(late, time.Second))
+			l.timer.Reset(time.Until(l.timerAt))
+			l.mu.Unlock()
+			return
+		}
+	}
+	l.graced = false
 	l.timerAt = time.Time{}
 	var next time.Time
 	keep := l.queue[:0]
