@@ -32,6 +32,8 @@ type pooledTransport struct {
 	clock        clock.Clock // the client's: silence is measured on it
 	realClock    bool        // clock is clock.Real(): stalls count (stallIn)
 
+	// (Now().Sub, not Since: a test's clock may count its Since calls as
+	// the client's own measures of elapsed time.)
 	// unheard is when the earliest command sent since the last reply was
 	// sent, as the time since epoch on clock plus 1 (0: every command sent
 	// was followed by a reply): what silence measures. (Since epoch, so
@@ -109,7 +111,9 @@ func (p *pooledTransport) run(cmd *Command) {
 		if p.silence() >= p.grace {
 			bound = p.grace
 		}
-		p.unheard.CompareAndSwap(0, int64(p.clock.Since(p.epoch))+1)
+		if p.unheard.Load() == 0 {
+			p.unheard.CompareAndSwap(0, int64(p.clock.Now().Sub(p.epoch))+1)
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(bound))
 		defer cancel()
@@ -185,7 +189,7 @@ func (p *pooledTransport) silence() time.Duration {
 	if u == 0 {
 		return 0
 	}
-	s := p.clock.Since(p.epoch) - time.Duration(u-1)
+	s := p.clock.Now().Sub(p.epoch) - time.Duration(u-1)
 	if p.realClock {
 		s -= max(p.beat.overdue(), roundBeat.overdue(), stallIn(time.Now(), s))
 	}
