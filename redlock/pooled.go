@@ -32,18 +32,18 @@ type pooledTransport struct {
 	clock        clock.Clock // the client's: silence is measured on it
 	realClock    bool        // clock is clock.Real(): stalls count (stallIn)
 
-	// (Now().Sub, not Since: a test's clock may count its Since calls as
-	// the client's own measures of elapsed time.)
 	// unheard is when the earliest command sent since the last reply was
 	// sent, as the time since epoch on clock plus 1 (0: every command sent
 	// was followed by a reply): what silence measures. (Since epoch, so
 	// that the real clock's monotonic reading is used: a step of the wall
-	// clock is neither silence nor its end.)
+	// clock is neither silence nor its end. Read with Now().Sub, not
+	// Since: a test's clock may count Since calls as the client's own
+	// measures of elapsed time.)
 	unheard atomic.Int64
 	epoch   time.Time
-	// beat tells, while commands are in flight, whether this process is
+	// beat tells, while commands are in flight, how far this process is
 	// behind on its timers (a stall it has not yet seen a timer fire late
-	// for): then no master is judged silent.
+	// for): silence leaves that much out.
 	beat *beat
 
 	wg      sync.WaitGroup

@@ -425,13 +425,7 @@ func (l *leg) expire() {
 	}
 	if s, ok := r.c.masters[l.i].t.(silencer); ok {
 		now, timeout := time.Now(), r.c.timeout
-		var more time.Duration
-		if late := now.Sub(l.due); late > time.Millisecond {
-			more = min(late, timeout)
-		}
-		if left := timeout - s.silence(); left > more {
-			more = max(left, time.Millisecond)
-		}
+		more := waitOn(lateAllowance(now.Sub(l.due), timeout), s, timeout)
 		if more > 0 && now.Before(r.deadline.Add(lateBound(timeout))) {
 			l.due = now.Add(more)
 			l.timer.Reset(more)
@@ -1132,23 +1126,36 @@ func (c *Client) overdue(t *tally, due, last time.Time) time.Duration {
 	if room <= 0 {
 		return 0
 	}
-	var more time.Duration
-	if late := now.Sub(due); late > time.Millisecond {
-		more = min(late, c.timeout)
-	}
+	more := lateAllowance(now.Sub(due), c.timeout)
 	for i, v := range t.votes {
 		if v != 0 {
 			continue
 		}
-		s, ok := c.masters[i].t.(silencer)
-		if !ok {
-			continue
-		}
-		if left := c.timeout - s.silence(); left > more {
-			more = max(left, time.Millisecond)
+		if s, ok := c.masters[i].t.(silencer); ok {
+			more = waitOn(more, s, c.timeout)
 		}
 	}
 	return min(more, room)
+}
+
+// lateAllowance is how much longer to wait for the readers after a timer
+// that fired late by late: as long again (this process did not run, nor
+// did they), at most a timeout; nothing for a timer on time.
+func lateAllowance(late, timeout time.Duration) time.Duration {
+	if late > time.Millisecond {
+		return min(late, timeout)
+	}
+	return 0
+}
+
+// waitOn raises more to what is left of a timeout's silence on the
+// master of s (at least a millisecond when any is left): a master that is
+// not silent may have answered, its reader not yet run.
+func waitOn(more time.Duration, s silencer, timeout time.Duration) time.Duration {
+	if left := timeout - s.silence(); left > more {
+		return max(left, time.Millisecond)
+	}
+	return more
 }
 
 // quorumError describes a round that did not succeed.

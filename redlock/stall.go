@@ -76,9 +76,9 @@ func stallIn(now time.Time, d time.Duration) time.Duration {
 	return end.Sub(start)
 }
 
-// beat tells whether this process is behind: a timer that fires every
+// beat tells how far this process is behind: a timer that fires every
 // period while its users are in (enter, leave). When it has not fired for
-// well over a period, this process has not run its timers, nor, likely,
+// well over a period (overdue), this process has not run its timers, nor, likely,
 // its readers — evidence of a stall that does not wait for a late timer
 // to fire first, which matters right after the process runs again: a
 // goroutine may then look at a master before any timer or reader has run.
@@ -126,12 +126,6 @@ func (b *beat) tick() {
 	if b.users.Load() > 0 {
 		b.arm() // a user came in as it stopped
 	}
-}
-
-// behind reports whether the timer is overdue by more than a period (at
-// least 5 ms): this process has not been running its goroutines.
-func (b *beat) behind() bool {
-	return b.overdue() > max(b.period, 5*time.Millisecond)
 }
 
 // overdue is how long past due the timer has not fired: at least how

@@ -60,21 +60,21 @@ func TestStallIn_isTheOverlapWithTheWindow(t *testing.T) {
 	}
 }
 
-func TestBeat_behindOnlyWhileArmedAndOverdue(t *testing.T) {
+func TestBeat_overdueOnlyWhileArmedAndLate(t *testing.T) {
 	b := newBeat(time.Hour) // it never ticks during the test
 	defer b.stop()
-	if b.behind() {
-		t.Fatal("an idle beat is behind")
+	if d := b.overdue(); d != 0 {
+		t.Fatalf("an idle beat is overdue by %v", d)
 	}
 	b.enter()
 	defer b.leave()
-	if b.behind() {
-		t.Fatal("a beat just armed is behind")
+	if d := b.overdue(); d != 0 {
+		t.Fatalf("a beat just armed is overdue by %v", d)
 	}
 	// As if the process had not run its timers for two periods.
 	b.due.Store(int64(mono() - 2*time.Hour))
-	if !b.behind() {
-		t.Fatal("a beat overdue by two periods is not behind")
+	if d := b.overdue(); d < 2*time.Hour {
+		t.Fatalf("a beat two periods late is overdue by %v", d)
 	}
 }
 
@@ -90,8 +90,8 @@ func TestBeat_stopsTickingWithNoUser(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if b.behind() {
-		t.Fatal("a stopped beat is behind")
+	if d := b.overdue(); d != 0 {
+		t.Fatalf("a stopped beat is overdue by %v", d)
 	}
 	b.enter() // and it starts again
 	defer b.leave()
