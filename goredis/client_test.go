@@ -243,7 +243,14 @@ func (ms *masterSet) expectWake(t *testing.T, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	c := ms.lockClient(t, redlock.WithClock(fake))
+	ms.expectWakeOn(t, ms.lockClient(t, redlock.WithClock(fake)), fake, keys, acquire, release)
+}
+
+// expectWakeOn is expectWake with the waiter's client c, whose clock is
+// fake.
+func (ms *masterSet) expectWakeOn(t *testing.T, c *redlock.Client, fake *clock.Fake, keys []string,
+	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
+	t.Helper()
 	got := make(chan error, 1)
 	go func() {
 		rel, err := acquire(c)

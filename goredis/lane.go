@@ -42,10 +42,20 @@ import (
 // command whose deadline passed, queued (never sent) or in flight (sent,
 // unanswered; the master is then down until the batch returns, and
 // commands marked dropWhenDown fail at once, unsent). A late reply is
-// dropped. The batch itself runs under a context that ends at the latest
-// deadline of its commands; go-redis honours it on reads and writes only
-// with Options.ContextTimeoutEnabled, else its ReadTimeout and
-// WriteTimeout bound the batch.
+// dropped. A deadline is one of this process's running time, not the
+// wall's: while commands wait, the watchdog beats (every laneBeat), and
+// the time by which its firings were late — this process did not run, nor
+// did the goroutines that read go-redis's replies, which may wait in the
+// socket — is added to the deadline of every command that was waiting
+// then (the stall it went through), up to lateBound past its deadline: a
+// master that does not answer is still found out, however often this
+// process stalls. The batch itself runs under a context that ends when
+// the watchdog has settled every command of it, at the latest lateBound
+// past the latest deadline of its commands; go-redis honours it on reads
+// and writes only with Options.ContextTimeoutEnabled, else its
+// ReadTimeout and WriteTimeout bound the batch. A context that ended at
+// the commands' own deadlines would make go-redis refuse, unsent, a batch
+// whose deadlines a stall had pushed back.
 //
 // Scripts run by EVALSHA. The first time the lane sends a script, and
 // after a batch failed on the connection (the master may have restarted
@@ -68,6 +78,18 @@ const laneUndo = laneQueue + laneBatch
 
 // laneBatch bounds the commands run in one pipeline.
 const laneBatch = 256
+
+// laneBeat is how often the watchdog fires while commands wait: how
+// finely a stall of this process is measured (one that begins less than
+// laneBeat before a firing is seen from when that firing was due).
+const laneBeat = 5 * time.Millisecond
+
+// lateBound is the most a command's deadline is pushed back by stalls of
+// this process: its own time to its deadline, at least a second (as the
+// redlock.Client waits for a reply read late, see its docs/design.md).
+func lateBound(budget time.Duration) time.Duration {
+	return max(budget, time.Second)
+}
 
 // errBusy is returned for a command refused because too many wait.
 var errBusy = errors.New("too many commands queued for this master")
@@ -125,9 +147,11 @@ type req struct {
 
 	// -----
 	settled atomic.Bool
-	sent    bool // handed to go-redis (under the lane's mu)
-	resent  bool // (under the lane's mu)
-	eval    bool // send as EVAL (after a NOSCRIPT)
+	stallAt time.Duration // the lane's stalled when r was queued (under mu)
+	limit   time.Time     // the latest r's deadline may be pushed back to
+	sent    bool          // handed to go-redis (under the lane's mu)
+	resent  bool          // (under the lane's mu)
+	eval    bool          // send as EVAL (after a NOSCRIPT)
 }
 
 // settle calls r.done unless it was called already.
@@ -149,8 +173,14 @@ type lane struct {
 	closed   bool
 	timer    *time.Timer
 	timerAt  time.Time // when timer fires; zero when it is stopped
-	graced   bool      // the timer's last firing was late and expired nothing (expire)
-	cancel   context.CancelFunc
+	// stalled is how late the timer's firings were, in all: how long, at
+	// least, this process did not run while commands waited (expire).
+	stalled time.Duration
+	// nextDue is when the earliest command waiting may be due: its
+	// deadline pushed back by the stalls seen so far (more stalls only
+	// push it further). Zero when no command waits.
+	nextDue time.Time
+	cancel  context.CancelFunc
 
 	wake   chan struct{} // size 1: the queue has work
 	stop   chan struct{} // closed by close
@@ -199,8 +229,10 @@ func (l *lane) send(r *req) {
 		r.settle(nil, err, false)
 		return
 	}
+	r.stallAt = l.stalled
+	r.limit = r.deadline.Add(lateBound(time.Until(r.deadline)))
 	l.queue = append(l.queue, r)
-	l.armLocked(r.deadline)
+	l.armLocked(r.deadline, time.Now())
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -208,70 +240,100 @@ func (l *lane) send(r *req) {
 	}
 }
 
-// armLocked makes the watchdog fire no later than at.
-func (l *lane) armLocked(at time.Time) {
+// armLocked notes that a command may be due at at, and makes the watchdog
+// fire by then, and within laneBeat of now.
+func (l *lane) armLocked(at, now time.Time) {
+	if l.nextDue.IsZero() || at.Before(l.nextDue) {
+		l.nextDue = at
+	}
+	at = l.nextDue
+	if beat := now.Add(laneBeat); beat.Before(at) {
+		at = beat
+	}
 	if !l.timerAt.IsZero() && !at.Before(l.timerAt) {
 		return
 	}
 	l.timerAt = at
-	l.timer.Reset(time.Until(at))
+	l.timer.Reset(at.Sub(now))
 }
 
-// expire is the watchdog: it settles every command whose deadline passed
-// and arms itself for the next one. When it fires over a millisecond late,
-// this process did not run when it was due (a busy machine, a stopped
-// process), and neither did the goroutines that read go-redis's replies,
-// which may wait in the socket: it then expires nothing yet and looks
-// again as long after (at most a second), once — a second late firing in
-// a row expires as usual, so that a master that does not answer is still
-// found out on a process that is always a little late.
+// dueLocked is when r is due: its deadline pushed back by the stalls this
+// process went through since r was queued, up to r.limit.
+func (l *lane) dueLocked(r *req) time.Time {
+	if due := r.deadline.Add(l.stalled - r.stallAt); due.Before(r.limit) {
+		return due
+	}
+	return r.limit
+}
+
+// expire is the watchdog: it settles every command that is due and arms
+// itself for the next one, or for its next beat. A firing over a
+// millisecond late means this process did not run for that long: it is
+// added to stalled, and so to the deadline of every command waiting (see
+// the top of this file).
 func (l *lane) expire() {
 	now := time.Now()
 	var expired []settlement
 	l.mu.Lock()
-	if due := l.timerAt; !due.IsZero() && !l.closed && !l.graced {
-		if late := now.Sub(due); late > time.Millisecond {
-			l.graced = true
-			l.timerAt = now.Add(min(late, time.Second))
-			l.timer.Reset(time.Until(l.timerAt))
-			l.mu.Unlock()
-			return
-		}
+	if l.closed || l.timerAt.IsZero() {
+		l.mu.Unlock()
+		return
 	}
-	l.graced = false
+	if late := now.Sub(l.timerAt); late > time.Millisecond {
+		l.stalled += late
+	}
 	l.timerAt = time.Time{}
+	if l.nextDue.IsZero() {
+		l.mu.Unlock()
+		return
+	}
+	if now.Before(l.nextDue) {
+		l.armLocked(l.nextDue, now) // a beat
+		l.mu.Unlock()
+		return
+	}
+	l.nextDue = time.Time{}
 	var next time.Time
 	keep := l.queue[:0]
 	for _, r := range l.queue {
+		due := l.dueLocked(r)
 		switch {
 		case r.settled.Load():
-		case !now.Before(r.deadline):
+		case !now.Before(due):
 			expired = append(expired, settlement{r, r.sent})
 		default:
 			keep = append(keep, r)
-			if next.IsZero() || r.deadline.Before(next) {
-				next = r.deadline
+			if next.IsZero() || due.Before(next) {
+				next = due
 			}
 		}
 	}
 	clear(l.queue[len(keep):])
 	l.queue = keep
+	waiting := false
 	for _, r := range l.inflight {
+		due := l.dueLocked(r)
 		switch {
 		case r.settled.Load():
-		case !now.Before(r.deadline):
+		case !now.Before(due):
 			expired = append(expired, settlement{r, r.sent})
 			if r.sent {
 				l.down = true
 			}
 		default:
-			if next.IsZero() || r.deadline.Before(next) {
-				next = r.deadline
+			waiting = true
+			if next.IsZero() || due.Before(next) {
+				next = due
 			}
 		}
 	}
-	if !next.IsZero() && !l.closed {
-		l.armLocked(next)
+	if !waiting && len(l.inflight) > 0 && l.cancel != nil {
+		// Nothing of the batch is waited for any more: end it (with
+		// Options.ContextTimeoutEnabled, go-redis stops reading).
+		l.cancel()
+	}
+	if !next.IsZero() {
+		l.armLocked(next, now)
 	}
 	l.mu.Unlock()
 	for _, e := range expired {
@@ -305,7 +367,7 @@ func (l *lane) close() {
 	}
 	l.queue = nil
 	l.timer.Stop()
-	l.timerAt = time.Time{}
+	l.timerAt, l.nextDue = time.Time{}, time.Time{}
 	if l.cancel != nil {
 		l.cancel()
 	}
@@ -366,8 +428,8 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 		if r.settled.Load() {
 			continue
 		}
-		if r.deadline.After(last) {
-			last = r.deadline
+		if r.limit.After(last) {
+			last = r.limit
 		}
 	}
 	if !last.IsZero() {

@@ -329,6 +329,66 @@ func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 	}
 }
 
+// A stall of this process (here: the lane's stalled raised as a late
+// firing of its watchdog would) pushes back the deadline of the commands
+// waiting then: a reply that comes after the deadline but within the
+// stall is delivered. Stalls that never end push it back only so far: a
+// master that does not answer still fails the command, lateBound past its
+// deadline.
+func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newTestLane(t, c)
+	r, ch := cmd(5*time.Second, "PING")
+	l.send(r)
+	wait(t, ch)
+	stall := func(d time.Duration) {
+		l.mu.Lock()
+		l.stalled += d
+		l.mu.Unlock()
+	}
+
+	s.stop()
+	start := time.Now()
+	late, lateCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	l.send(late)
+	stall(300 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
+	s.cont()
+	if res := wait(t, lateCh); res.err != nil || res.v != "OK" {
+		t.Fatalf("a reply after the deadline, within the stall: %+v, want OK", res)
+	}
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Fatalf("answered after %v, before the master woke", el)
+	}
+
+	s.stop()
+	defer s.cont()
+	start = time.Now()
+	hung, hungCh := cmd(100*time.Millisecond, "SET", "b", "1", "NX", "PX", 10000)
+	l.send(hung)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				stall(50 * time.Millisecond) // stalls five times as long as the time that passes
+			}
+		}
+	}()
+	res := wait(t, hungCh)
+	close(stop)
+	el := time.Since(start)
+	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+		t.Fatalf("hung master under endless stalls: %+v, want a timeout, sent", res)
+	}
+	if bound := 100*time.Millisecond + lateBound(100*time.Millisecond); el < bound-50*time.Millisecond || el > bound+300*time.Millisecond {
+		t.Fatalf("hung master under endless stalls: failed after %v, want about %v", el, bound)
+	}
+}
+
 func TestLane_boundedQueueAndClose(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s)

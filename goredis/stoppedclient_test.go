@@ -30,15 +30,17 @@ const stoppedClientEnv = "QUORUMLOCK_GOREDIS_STOPPED_CLIENT"
 // three times its 50 ms per-master timeout, while every master answers at
 // once. No acquisition may fail and no release go unconfirmed: the
 // masters answered in time, only this process was late to read them
-// (the lane's watchdog, lane.expire, waits on once when it fires late).
+// (the lane pushes its commands' deadlines back by the stalls it saw,
+// lane.expire).
 //
-// It is a measurement, not yet part of the suite: before the lane's grace
-// the adapter failed 161-940 acquisitions per 2 s run here (a cascade of
-// "master is not answering"), with it 4-30 acquisitions and 0-27
-// releases. The rest are go-redis replies read after the round's timeout:
-// the adapter cannot tell redlock that its master is not silent, nor take
-// the process's stalls off its watchdog beyond one grace (issue 15). Run
-// it with
+// It is a measurement, not yet part of the suite: before the lane took
+// stalls into account the adapter failed 161-940 acquisitions per 2 s run
+// here (a cascade of "master is not answering"), with one grace per late
+// firing 2-81 acquisitions and 1-27 releases, now that a command's
+// deadline is pushed back by the stalls the lane saw (lane.go) 0-5 and
+// 0-6. The rest are mostly stalls the lane did not see in full, and
+// go-redis replies read after the round's timeout: the adapter cannot
+// tell redlock that its master is not silent (issue 15). Run it with
 //
 //	go test -race -tags stoppedclient -run TestStoppedClient ./
 func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {

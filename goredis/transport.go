@@ -109,9 +109,11 @@ func (t *Transport) Ordered() bool { return t.ordered }
 
 // Send queues cmd for the master and returns at once; cmd.Complete is called
 // exactly once with the reply in redigo's shapes (see redlock.ReplyShape),
-// a redlock.ReplyError, or an error: at cmd.Deadline at the latest
-// (matching context.DeadlineExceeded), or at once when too much is queued
-// or the master is down and cmd is worthless late. A redlock.Client gives
+// a redlock.ReplyError, or an error: at cmd.Deadline (matching
+// context.DeadlineExceeded) pushed back by this process's stalls meanwhile,
+// at most max(its timeout, 1 s) past it (see lane.go), or at once when too
+// much is queued or the master is down and cmd is worthless late. A
+// redlock.Client gives
 // every command a deadline (one per-master timeout from its send); a
 // command without one (built by other code) is bounded by the client's
 // ReadTimeout (5 s when it has none).
