@@ -4,19 +4,17 @@ package goredis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/stoptest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -50,50 +48,13 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 	for range 3 {
 		addrs = append(addrs, startServer(t).addr)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStoppedClient_losesNothingWhileEveryMasterIsUp$", "-test.count=1")
-	cmd.Env = append(os.Environ(), stoppedClientEnv+"="+strings.Join(addrs, ","))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stops := 0
-	var err error
-loop:
-	for {
-		select {
-		case err = <-done:
-			break loop
-		case <-time.After(100 * time.Millisecond):
-		}
-		if cmd.Process.Signal(syscall.SIGSTOP) != nil {
-			continue
-		}
-		stops++
-		time.Sleep(150 * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
-	}
-	var res struct {
-		Cycles, FailedAcquire, UnconfirmedRelease int
-		Errors                                    []string
-	}
-	for _, line := range strings.Split(out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
-			if err := json.Unmarshal([]byte(rest), &res); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	res, stops := stoptest.Run(t, stoptest.Child{
+		Test:  "TestStoppedClient_losesNothingWhileEveryMasterIsUp",
+		Env:   stoppedClientEnv + "=" + strings.Join(addrs, ","),
+		Every: 100 * time.Millisecond, Stop: 150 * time.Millisecond, MinStops: 5,
+	})
 	t.Logf("%d cycles, %d stops of 150 ms; failed acquisitions %d, unconfirmed releases %d",
 		res.Cycles, stops, res.FailedAcquire, res.UnconfirmedRelease)
-	if res.Cycles == 0 || stops < 5 {
-		t.Fatalf("the child ran %d cycles under %d stops:\n%s", res.Cycles, stops, out.String())
-	}
 	if res.FailedAcquire+res.UnconfirmedRelease > 0 {
 		t.Errorf("with every master up, a stopped client failed %d acquisitions and left %d releases unconfirmed; first errors: %q",
 			res.FailedAcquire, res.UnconfirmedRelease, res.Errors)
@@ -156,7 +117,6 @@ func stoppedClientChild(t *testing.T, addrs []string) {
 	for _, cl := range clients {
 		cl.Close()
 	}
-	b, _ := json.Marshal(map[string]any{"Cycles": cycles.Load(), "FailedAcquire": failedAcq.Load(),
-		"UnconfirmedRelease": unconfirmed.Load(), "Errors": errs})
-	fmt.Printf("RESULT %s\n", b)
+	stoptest.Report(stoptest.Result{Cycles: int(cycles.Load()), FailedAcquire: int(failedAcq.Load()),
+		UnconfirmedRelease: int(unconfirmed.Load()), Errors: errs})
 }
