@@ -1,12 +1,8 @@
 package redlock_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +69,7 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 }
 
 // stoppedClientChild runs in the child: 16 goroutines lock and unlock
-// keys of their own for 2 s, then it prints what failed.
+// keys of their own for 2 s (stoptest.Churn), then it reports what failed.
 func stoppedClientChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
 	c, err := redlock.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(50*time.Millisecond),
@@ -81,48 +77,9 @@ func stoppedClientChild(t *testing.T, spec string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		cycles, failedAcq, unconfirmed atomic.Int64
-		mu                             sync.Mutex
-		errs                           []string
-	)
-	note := func(err error) {
-		mu.Lock()
-		if len(errs) < 3 {
-			errs = append(errs, err.Error())
-		}
-		mu.Unlock()
-	}
-	ctx := context.Background()
-	end := time.Now().Add(2 * time.Second)
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("stopped:%d", g)
-			for time.Now().Before(end) {
-				l, err := c.TryAcquire(ctx, key, redlock.WithTTL(10*time.Second))
-				if err != nil {
-					failedAcq.Add(1)
-					note(err)
-					key += "+" // what the failure left does not fail the next
-					continue
-				}
-				if err := l.Release(ctx); err != nil {
-					unconfirmed.Add(1)
-					note(err)
-					key += "+"
-					continue
-				}
-				cycles.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	res := stoptest.Churn(c, 2*time.Second)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	stoptest.Report(stoptest.Result{Cycles: int(cycles.Load()), FailedAcquire: int(failedAcq.Load()),
-		UnconfirmedRelease: int(unconfirmed.Load()), Errors: errs})
+	stoptest.Report(res)
 }

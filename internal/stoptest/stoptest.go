@@ -7,19 +7,24 @@
 // timers and readers race.
 //
 // The parent calls Run; the child, told apart by the variable Run adds to
-// its environment, does its work and ends with Report, whose line Run
-// reads back as a Result.
+// its environment, does its work (Churn) and ends with Report, whose line
+// Run reads back as a Result.
 package stoptest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // Result is what the child reports: how many lock-and-release cycles it
@@ -31,6 +36,55 @@ type Result struct {
 
 // resultPrefix starts the line of the child's Result in its output.
 const resultPrefix = "RESULT "
+
+// Churn is the child's work: 16 goroutines lock and unlock keys of their
+// own through c (TryAcquire, TTL 10 s, then Release) for d, and it
+// returns what completed and what failed. A key whose acquisition or
+// release failed is not used again: what the failure left does not fail
+// the next cycle.
+func Churn(c *redlock.Client, d time.Duration) Result {
+	var (
+		cycles, failedAcq, unconfirmed atomic.Int64
+		mu                             sync.Mutex
+		errs                           []string
+	)
+	note := func(err error) {
+		mu.Lock()
+		if len(errs) < 3 {
+			errs = append(errs, err.Error())
+		}
+		mu.Unlock()
+	}
+	ctx := context.Background()
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("stopped:%d", g)
+			for time.Now().Before(end) {
+				l, err := c.TryAcquire(ctx, key, redlock.WithTTL(10*time.Second))
+				if err != nil {
+					failedAcq.Add(1)
+					note(err)
+					key += "+"
+					continue
+				}
+				if err := l.Release(ctx); err != nil {
+					unconfirmed.Add(1)
+					note(err)
+					key += "+"
+					continue
+				}
+				cycles.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return Result{Cycles: int(cycles.Load()), FailedAcquire: int(failedAcq.Load()),
+		UnconfirmedRelease: int(unconfirmed.Load()), Errors: errs}
+}
 
 // Report prints r as the child's Result, for Run to read. It is called in
 // the child, once, at the end.
