@@ -3,20 +3,14 @@
 package goredis
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/stoptest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -52,50 +46,13 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 	for range 3 {
 		addrs = append(addrs, startServer(t).addr)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStoppedClient_losesNothingWhileEveryMasterIsUp$", "-test.count=1")
-	cmd.Env = append(os.Environ(), stoppedClientEnv+"="+strings.Join(addrs, ","))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stops := 0
-	var err error
-loop:
-	for {
-		select {
-		case err = <-done:
-			break loop
-		case <-time.After(100 * time.Millisecond):
-		}
-		if cmd.Process.Signal(syscall.SIGSTOP) != nil {
-			continue
-		}
-		stops++
-		time.Sleep(150 * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
-	}
-	var res struct {
-		Cycles, FailedAcquire, UnconfirmedRelease int
-		Errors                                    []string
-	}
-	for _, line := range strings.Split(out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
-			if err := json.Unmarshal([]byte(rest), &res); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	res, stops := stoptest.Run(t, stoptest.Child{
+		Test:  "TestStoppedClient_losesNothingWhileEveryMasterIsUp",
+		Env:   stoppedClientEnv + "=" + strings.Join(addrs, ","),
+		Every: 100 * time.Millisecond, Stop: 150 * time.Millisecond, MinStops: 5,
+	})
 	t.Logf("%d cycles, %d stops of 150 ms; failed acquisitions %d, unconfirmed releases %d",
 		res.Cycles, stops, res.FailedAcquire, res.UnconfirmedRelease)
-	if res.Cycles == 0 || stops < 5 {
-		t.Fatalf("the child ran %d cycles under %d stops:\n%s", res.Cycles, stops, out.String())
-	}
 	if res.FailedAcquire+res.UnconfirmedRelease > 0 {
 		t.Errorf("with every master up, a stopped client failed %d acquisitions and left %d releases unconfirmed; first errors: %q",
 			res.FailedAcquire, res.UnconfirmedRelease, res.Errors)
@@ -103,7 +60,7 @@ loop:
 }
 
 // stoppedClientChild runs in the child: 16 goroutines lock and unlock
-// keys of their own for 2 s, then it prints what failed.
+// keys of their own for 2 s (stoptest.Churn), then it reports what failed.
 func stoppedClientChild(t *testing.T, addrs []string) {
 	var clients []redis.UniversalClient
 	for _, a := range addrs {
@@ -113,52 +70,12 @@ func stoppedClientChild(t *testing.T, addrs []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		cycles, failedAcq, unconfirmed atomic.Int64
-		mu                             sync.Mutex
-		errs                           []string
-	)
-	note := func(err error) {
-		mu.Lock()
-		if len(errs) < 3 {
-			errs = append(errs, err.Error())
-		}
-		mu.Unlock()
-	}
-	ctx := context.Background()
-	end := time.Now().Add(2 * time.Second)
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("stopped:%d", g)
-			for time.Now().Before(end) {
-				l, err := c.TryAcquire(ctx, key, redlock.WithTTL(10*time.Second))
-				if err != nil {
-					failedAcq.Add(1)
-					note(err)
-					key += "+"
-					continue
-				}
-				if err := l.Release(ctx); err != nil {
-					unconfirmed.Add(1)
-					note(err)
-					key += "+"
-					continue
-				}
-				cycles.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	res := stoptest.Churn(c, 2*time.Second)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, cl := range clients {
 		cl.Close()
 	}
-	b, _ := json.Marshal(map[string]any{"Cycles": cycles.Load(), "FailedAcquire": failedAcq.Load(),
-		"UnconfirmedRelease": unconfirmed.Load(), "Errors": errs})
-	fmt.Printf("RESULT %s\n", b)
+	stoptest.Report(res)
 }

@@ -28,40 +28,128 @@ import (
 // backoff never fires, forever; on a real clock, up to its backoff or the
 // fallback poll (2 s).
 
-// absorbSetup holds k and l in a holder client, and starts, in the waiter
-// client w (on fake, a fake clock), a multi-key waiter on {k, l} that
-// cannot win while l is held. It returns the lock on k, and a stop func
-// that ends the multi-key waiter.
-func absorbSetup(t *testing.T, rs *realSet, path connPath, w *redlock.Client, fake *clock.Fake) (*redlock.Lock, func()) {
+// absorb is the setup the absorption tests share: n masters; a holder
+// client holding k and l; a waiter client w in which a multi-key waiter on
+// {k, l} waits and cannot win while l is held.
+type absorb struct {
+	rs    *realSet
+	n     int
+	w     *redlock.Client
+	fake  *clock.Fake    // w's clock, whose backoff never fires; nil on a real clock
+	k     *redlock.Lock  // the holder's lock on k
+	multi *bgAcquisition // the multi-key waiter
+}
+
+// startAbsorb sets up the absorption on n masters, w on a fake clock
+// unless realClock, and returns once the multi-key waiter has subscribed
+// k and l on every master (and, on a fake clock, waits on its timer).
+func startAbsorb(t *testing.T, path connPath, n int, realClock bool) *absorb {
 	t.Helper()
-	holder := rs.client(t, path)
+	a := &absorb{rs: startReal(t, n), n: n}
+	if realClock {
+		a.w = a.rs.client(t, path)
+	} else {
+		a.fake = clock.NewFake(time.Unix(1_700_000_000, 0))
+		a.w = a.rs.client(t, path, redlock.WithClock(a.fake))
+	}
+	holder := a.rs.client(t, path)
 	ctx := ctxT(t)
-	lk, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
-	if err != nil {
+	var err error
+	if a.k, err = holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := holder.Acquire(ctx, "l", redlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	ctxA, cancelA := context.WithCancel(context.Background())
-	doneA := make(chan struct{})
-	go func() {
-		defer close(doneA)
-		l, err := w.AcquireMulti(ctxA, []string{"k", "l"}, redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
-		if err == nil {
-			_ = l.Release(context.Background())
-		}
-	}()
+	a.multi = goAcquire(t, func(ctx context.Context) (*redlock.Lock, error) {
+		return a.w.AcquireMulti(ctx, []string{"k", "l"}, redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
+	})
 	waitUntil(t, "the multi-key waiter subscribed k and l on every master", func() bool {
-		for i := range rs.servers {
-			if numSub(t, rs, i, "quorumlock:released:k") != 1 || numSub(t, rs, i, "quorumlock:released:l") != 1 {
+		for i := range a.rs.servers {
+			if numSub(t, a.rs, i, "quorumlock:released:k") != 1 || numSub(t, a.rs, i, "quorumlock:released:l") != 1 {
 				return false
 			}
 		}
-		return fake == nil || fake.Pending() >= 1
+		return a.fake == nil || a.fake.Pending() >= 1
 	})
-	var stopOnce sync.Once
-	return lk, func() { stopOnce.Do(func() { cancelA(); <-doneA }) }
+	return a
+}
+
+// plainWaiter starts the plain waiter of k in w, with opts.
+func (a *absorb) plainWaiter(t *testing.T, opts ...redlock.LockOption) *bgAcquisition {
+	return goAcquire(t, func(ctx context.Context) (*redlock.Lock, error) { return a.w.Acquire(ctx, "k", opts...) })
+}
+
+// releaseInWindow has k released in w's window: after the next waiter's
+// refused attempt and before it registers (SetBeforeWait). It waits until
+// every master ran the release and 300 ms more, in which the notices reach
+// the multi-key waiter, whose retries fail on l and which waits again on
+// its (fake) timer; then it runs then, if not nil.
+func (a *absorb) releaseInWindow(t *testing.T, then func()) {
+	var once sync.Once
+	redlock.SetBeforeWait(a.w, func() {
+		once.Do(func() {
+			if err := a.k.Release(context.Background()); err != nil {
+				t.Error(err)
+			}
+			waitUntil(t, "every master ran the release", func() bool { return a.rs.exists(t, "k") == 0 })
+			time.Sleep(300 * time.Millisecond)
+			if then != nil {
+				then()
+			}
+		})
+	})
+}
+
+// free reports on how many masters k is free.
+func (a *absorb) free(t *testing.T) int { return a.n - a.rs.exists(t, "k") }
+
+// bgAcquisition is an acquisition waiting in a goroutine of its own, for
+// at most 30 s; it is stopped, if still waiting, when the test ends.
+type bgAcquisition struct {
+	cancel context.CancelFunc
+	got    chan error    // nil once it got the lock and released it
+	done   chan struct{} // closed when the goroutine ended
+}
+
+// goAcquire starts acquire in a goroutine of its own; what it gets is
+// released at once.
+func goAcquire(t *testing.T, acquire func(ctx context.Context) (*redlock.Lock, error)) *bgAcquisition {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	b := &bgAcquisition{cancel: cancel, got: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		l, err := acquire(ctx)
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		b.got <- err
+	}()
+	t.Cleanup(b.stop)
+	return b
+}
+
+// stop cancels the acquisition and waits for its goroutine to end.
+func (b *bgAcquisition) stop() {
+	b.cancel()
+	<-b.done
+}
+
+// within reports whether the acquisition got its lock within d (and
+// released it); it fails t if the acquisition failed. After d it stops
+// the acquisition and reports false.
+func (b *bgAcquisition) within(t *testing.T, d time.Duration) bool {
+	t.Helper()
+	select {
+	case err := <-b.got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	case <-time.After(d):
+		b.stop()
+		return false
+	}
 }
 
 // TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered: the plain
@@ -73,39 +161,18 @@ func absorbSetup(t *testing.T, rs *realSet, path connPath, w *redlock.Client, fa
 func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
-			rs := startReal(t, n)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := rs.client(t, path, redlock.WithClock(fake))
-			lk, stopA := absorbSetup(t, rs, path, w, fake)
-			defer stopA()
-			ctxB, cancelB := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancelB()
-			got := make(chan error, 1)
-			go func() {
-				l, err := w.Acquire(ctxB, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			waitUntil(t, "the plain waiter waits too", func() bool { return fake.Pending() >= 2 })
+			a := startAbsorb(t, path, n, false)
+			plain := a.plainWaiter(t, redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
+			waitUntil(t, "the plain waiter waits too", func() bool { return a.fake.Pending() >= 2 })
 			released := time.Now()
-			if err := lk.Release(context.Background()); err != nil {
+			if err := a.k.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("plain waiter got k %v after its release", time.Since(released))
-			case <-time.After(3 * time.Second):
-				cancelB()
-				<-got
+			if !plain.within(t, 3*time.Second) {
 				t.Fatalf("k was released and is free (on %d masters), but the plain waiter of k slept for 3 s: "+
-					"the notice woke the multi-key waiter on {k, l}, which failed on l and did not pass it on",
-					n-rs.exists(t, "k"))
+					"the notice woke the multi-key waiter on {k, l}, which failed on l and did not pass it on", a.free(t))
 			}
+			t.Logf("plain waiter got k %v after its release", time.Since(released))
 		})
 	})
 }
@@ -121,43 +188,12 @@ func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered(t *testing.T) {
 func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Window(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
-			rs := startReal(t, n)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := rs.client(t, path, redlock.WithClock(fake))
-			lk, stopA := absorbSetup(t, rs, path, w, fake)
-			defer stopA()
-			var once sync.Once
-			redlock.SetBeforeWait(w, func() {
-				once.Do(func() {
-					if err := lk.Release(context.Background()); err != nil {
-						t.Error(err)
-					}
-					waitUntil(t, "every master ran the release", func() bool { return rs.exists(t, "k") == 0 })
-					// The notices reach the multi-key waiter, whose retries
-					// fail on l; it waits again on its (fake) timer.
-					time.Sleep(300 * time.Millisecond)
-				})
-			})
-			ctxB, cancelB := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancelB()
-			got := make(chan error, 1)
-			go func() {
-				l, err := w.Acquire(ctxB, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				cancelB()
-				<-got
+			a := startAbsorb(t, path, n, false)
+			a.releaseInWindow(t, nil)
+			plain := a.plainWaiter(t, redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
+			if !plain.within(t, 5*time.Second) {
 				t.Fatalf("k was released in the window and is free (absent on %d of %d masters), but the plain waiter slept for 5 s",
-					n-rs.exists(t, "k"), n)
+					a.free(t), n)
 			}
 		})
 	})
@@ -171,41 +207,24 @@ func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Window(t *testing.T) {
 // timer.
 func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
-		rs := startReal(t, 1)
-		w := rs.client(t, path)
-		lk, stopA := absorbSetup(t, rs, path, w, nil)
-		defer stopA()
-		ctxB, cancelB := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancelB()
-		got := make(chan error, 1)
-		go func() {
-			l, err := w.Acquire(ctxB, "k", redlock.WithTTL(30*time.Second), redlock.WithBackoff(3*time.Second, 3*time.Second))
-			if err == nil {
-				err = l.Release(context.Background())
-			}
-			got <- err
-		}()
+		a := startAbsorb(t, path, 1, true)
+		plain := a.plainWaiter(t, redlock.WithTTL(30*time.Second), redlock.WithBackoff(3*time.Second, 3*time.Second))
 		// The plain waiter has registered when k has a second subscriber
 		// in w... it shares w's connection: wait for its first refusal
 		// instead, then a little for its registration.
 		waitUntil(t, "the plain waiter was refused", func() bool {
-			return cmdCalls(t, rs, 0, "set") >= 3 // holder's k, l and the plain waiter's SET
+			return cmdCalls(t, a.rs, 0, "set") >= 3 // holder's k, l and the plain waiter's SET
 		})
 		time.Sleep(100 * time.Millisecond)
 		released := time.Now()
-		if err := lk.Release(context.Background()); err != nil {
+		if err := a.k.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := time.Since(released); d > 500*time.Millisecond {
-				t.Errorf("the plain waiter got k %v after its release, want < 500 ms (TTL 30 s): it was not woken", d)
-			}
-		case <-time.After(10 * time.Second):
+		if !plain.within(t, 10*time.Second) {
 			t.Fatal("the plain waiter did not get k within 10 s")
+		}
+		if d := time.Since(released); d > 500*time.Millisecond {
+			t.Errorf("the plain waiter got k %v after its release, want < 500 ms (TTL 30 s): it was not woken", d)
 		}
 	})
 }
@@ -223,42 +242,12 @@ func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 func TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
-			rs := startReal(t, n)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := rs.client(t, path, redlock.WithClock(fake))
-			lk, stopA := absorbSetup(t, rs, path, w, fake)
-			defer stopA()
-			var once sync.Once
-			redlock.SetBeforeWait(w, func() {
-				once.Do(func() {
-					if err := lk.Release(context.Background()); err != nil {
-						t.Error(err)
-					}
-					waitUntil(t, "every master ran the release", func() bool { return rs.exists(t, "k") == 0 })
-					time.Sleep(300 * time.Millisecond) // the multi-key waiter is woken, fails on l
-					stopA()                            // and gives up
-				})
-			})
-			ctxB, cancelB := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancelB()
-			got := make(chan error, 1)
-			go func() {
-				l, err := w.Acquire(ctxB, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				cancelB()
-				<-got
+			a := startAbsorb(t, path, n, false)
+			a.releaseInWindow(t, a.multi.stop) // the multi-key waiter, woken and failed on l, gives up
+			plain := a.plainWaiter(t, redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour))
+			if !plain.within(t, 5*time.Second) {
 				t.Fatalf("k was released in the window and is free (absent on %d of %d masters), but the plain waiter slept for 5 s",
-					n-rs.exists(t, "k"), n)
+					a.free(t), n)
 			}
 		})
 	})
@@ -288,25 +277,13 @@ func TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice(t *testing.T) {
 		}
 		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
 		w := rs.client(t, path, redlock.WithClock(fake))
-		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		wrote := make(chan error, 1)
-		go func() {
-			l, err := w.AcquireWrite(wctx, "rw", redlock.WithTTL(time.Minute))
-			if err == nil {
-				err = l.Release(context.Background())
-			}
-			wrote <- err
-		}()
+		writer := goAcquire(t, func(ctx context.Context) (*redlock.Lock, error) {
+			return w.AcquireWrite(ctx, "rw", redlock.WithTTL(time.Minute))
+		})
 		waitUntil(t, "the writer waits", func() bool { return fake.Pending() >= 1 })
-		read := make(chan error, 1)
-		go func() {
-			l, err := w.AcquireRead(wctx, "rw", redlock.WithTTL(time.Minute))
-			if err == nil {
-				err = l.Release(context.Background())
-			}
-			read <- err
-		}()
+		reader := goAcquire(t, func(ctx context.Context) (*redlock.Lock, error) {
+			return w.AcquireRead(ctx, "rw", redlock.WithTTL(time.Minute))
+		})
 		waitUntil(t, "the reader waits", func() bool { return fake.Pending() >= 2 })
 		if err := r1.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -315,20 +292,12 @@ func TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice(t *testing.T) {
 		if err := r2.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-wrote:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(3 * time.Second):
-			cancel()
-			<-wrote
-			<-read
+		if !writer.within(t, 3*time.Second) {
 			t.Fatal("every reader left and the key is free for the writer, but the writer slept for 3 s: " +
 				"the last release woke the reader held back by the writer's intent, which did not pass it on")
 		}
-		if err := <-read; err != nil {
-			t.Fatal(err)
+		if !reader.within(t, 10*time.Second) {
+			t.Fatal("the writer got the key and released it, but the reader did not get it within 10 s")
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,10 +55,40 @@ func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.
 			}},
 			{"Reentrant.Acquire", re.Acquire},
 		}
-		for _, tc := range calls {
+		// Every call runs at once, each with a ctx far shorter than the
+		// probe's per-master timeout: all of them end while the probe
+		// waits, however slowly this machine runs them one after another.
+		// That each ended during the probe is what its error says.
+		errs := make([]error, len(calls))
+		var inspected redlock.Inspection
+		var inspectErr error
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i, tc := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := short()
+				defer cancel()
+				errs[i] = tc.call(ctx)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			ctx, cancel := short()
-			err := tc.call(ctx)
-			cancel()
+			defer cancel()
+			inspected, inspectErr = c.Inspect(ctx, "ctxp-k")
+		}()
+		wg.Wait()
+		if took := time.Since(start); took >= timeout {
+			// The probe may have ended first: what follows would not test
+			// a ctx ending during it.
+			t.Fatalf("the calls took %v, as long as the probe's timeout (%v): they waited for the probe, not for their 100 ms ctx, "+
+				"or this machine ran them too slowly to tell", took, timeout)
+		}
+		for i, tc := range calls {
+			err := errs[i]
 			if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%s: %v, want an error matching ErrNotAcquired and context.DeadlineExceeded", tc.name, err)
 				continue
@@ -79,12 +110,9 @@ func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.
 				t.Errorf("%s: Unanswered = %v, want [2]", tc.name, qe.Unanswered)
 			}
 		}
-		ctx, cancel := short()
-		in, err := c.Inspect(ctx, "ctxp-k")
-		cancel()
-		if err != nil {
-			t.Errorf("Inspect: %v; its error is documented only for invalid arguments", err)
-		} else if in.Masters[2].Err == nil {
+		if inspectErr != nil {
+			t.Errorf("Inspect: %v; its error is documented only for invalid arguments", inspectErr)
+		} else if inspected.Masters[2].Err == nil {
 			t.Errorf("Inspect: master 2 reports no error")
 		}
 		// Nothing was written anywhere.

@@ -1,9 +1,11 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,11 +132,20 @@ func TestIdentity_firstCallHonoursCtx_pausedMaster(t *testing.T) {
 		start := time.Now()
 		_, err = c.TryAcquire(ctx, "ctx-k2")
 		took := time.Since(start)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("an impatient first call: %v, want an error matching context.DeadlineExceeded", err)
+		// The documented error of a ctx that ended during the probe (not
+		// after it, in a round) says so and names the master it awaited.
+		var qe *redlock.QuorumError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redlock.ErrNotAcquired) || !errors.As(err, &qe) {
+			t.Fatalf("an impatient first call: %v, want a *QuorumError matching ErrNotAcquired and context.DeadlineExceeded", err)
 		}
-		if took > timeout-time.Second {
-			t.Errorf("the impatient call took %v: it waited for the probe, not for its ctx", took)
+		if !strings.Contains(err.Error(), "identity check") || len(qe.Unanswered) != 1 || qe.Unanswered[0] != 2 {
+			t.Errorf("an impatient first call: %q (Unanswered %v), want its ctx's end during the identity check, awaiting master 2",
+				err, qe.Unanswered)
+		}
+		// The probe lasts the per-master timeout: a call as long as that
+		// waited for the probe, not for its ctx.
+		if took >= timeout {
+			t.Errorf("the impatient call took %v, as long as the probe (%v): it waited for the probe, not for its ctx", took, timeout)
 		}
 		select {
 		case err := <-patient:
@@ -166,13 +177,18 @@ func TestIdentity_closeDuringProbe_pausedMaster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The probe starts with the call, so it cannot end by itself
+		// before began+timeout: a return sooner than that is Close's.
+		began := time.Now()
 		waiting := make(chan error, 1)
 		go func() {
 			_, err := c.TryAcquire(context.Background(), "close-k")
 			waiting <- err
 		}()
-		time.Sleep(200 * time.Millisecond) // the probe runs, the call waits
-		start := time.Now()
+		if !waitForProbeWaiter(timeout / 2) {
+			c.Close()
+			t.Fatalf("after %v, the call is still not waiting for the identity probe", timeout/2)
+		}
 		closed := make(chan struct{})
 		go func() {
 			c.Close()
@@ -183,8 +199,9 @@ func TestIdentity_closeDuringProbe_pausedMaster(t *testing.T) {
 			if !errors.Is(err, redlock.ErrClosed) {
 				t.Errorf("the waiting call: %v, want an error matching ErrClosed", err)
 			}
-			if took := time.Since(start); took > timeout-time.Second {
-				t.Errorf("the waiting call returned %v after Close began", took)
+			if took := time.Since(began); took >= timeout {
+				t.Errorf("the waiting call returned %v after it began, as late as the probe's own end (%v): Close did not end its wait",
+					took, timeout)
 			}
 		case <-time.After(2 * timeout):
 			t.Fatal("the call waiting for the probe did not return at Close")
@@ -194,6 +211,21 @@ func TestIdentity_closeDuringProbe_pausedMaster(t *testing.T) {
 		case <-time.After(3*timeout + 2*time.Second):
 			t.Fatal("Close hangs")
 		}
+	})
+}
+
+// waitForProbeWaiter reports whether, within d, some goroutine is waiting
+// in a Client's identity check (redlock's (*Client).identify, which
+// blocks only while the first probe runs), rather than sleeping and
+// hoping that a call has got that far. It looks at every goroutine: the
+// package's tests do not run in parallel.
+func waitForProbeWaiter(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	buf := make([]byte, 1<<20)
+	return redistest.WaitFor(ctx, func() bool {
+		n := runtime.Stack(buf, true)
+		return bytes.Contains(buf[:n], []byte("redlock.(*Client).identify("))
 	})
 }
 

@@ -1,31 +1,19 @@
 package redlock_test
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/stoptest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // stoppedClientEnv carries the masters' addresses and the path to the
 // child process of TestStoppedClient_losesNothingWhileEveryMasterIsUp.
 const stoppedClientEnv = "QUORUMLOCK_STOPPED_CLIENT"
-
-// stoppedClientResult is what the child reports on its last line.
-type stoppedClientResult struct {
-	Cycles, FailedAcquire, UnconfirmedRelease int
-	Errors                                    []string
-}
 
 // TestStoppedClient_losesNothingWhileEveryMasterIsUp is a busy process
 // made exact: the client runs in a child process that the test stops
@@ -52,48 +40,14 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 	}
 	for _, path := range []string{"pipelined", "pooled"} {
 		t.Run(path, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestStoppedClient_losesNothingWhileEveryMasterIsUp$", "-test.short", "-test.count=1")
-			cmd.Env = append(os.Environ(), stoppedClientEnv+"="+path+";"+strings.Join(addrs, ","))
-			var out strings.Builder
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			stops := 0
-			var err error
-		loop:
-			for {
-				select {
-				case err = <-done:
-					break loop
-				case <-time.After(100 * time.Millisecond):
-				}
-				if cmd.Process.Signal(syscall.SIGSTOP) != nil {
-					continue
-				}
-				stops++
-				time.Sleep(150 * time.Millisecond)
-				_ = cmd.Process.Signal(syscall.SIGCONT)
-			}
-			if err != nil {
-				t.Fatalf("child: %v\n%s", err, out.String())
-			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			var res stoppedClientResult
-			for _, line := range lines {
-				if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
-					if err := json.Unmarshal([]byte(rest), &res); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			res, stops := stoptest.Run(t, stoptest.Child{
+				Test:  "TestStoppedClient_losesNothingWhileEveryMasterIsUp",
+				Args:  []string{"-test.short"},
+				Env:   stoppedClientEnv + "=" + path + ";" + strings.Join(addrs, ","),
+				Every: 100 * time.Millisecond, Stop: 150 * time.Millisecond, MinStops: 5,
+			})
 			t.Logf("%s: %d cycles, %d stops of 150 ms; failed acquisitions %d, unconfirmed releases %d",
 				path, res.Cycles, stops, res.FailedAcquire, res.UnconfirmedRelease)
-			if res.Cycles == 0 || stops < 5 {
-				t.Fatalf("the child ran %d cycles under %d stops:\n%s", res.Cycles, stops, out.String())
-			}
 			if res.FailedAcquire+res.UnconfirmedRelease > 0 {
 				t.Errorf("with every master up, a stopped client failed %d acquisitions and left %d releases unconfirmed; first errors: %q",
 					res.FailedAcquire, res.UnconfirmedRelease, res.Errors)
@@ -115,7 +69,7 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 }
 
 // stoppedClientChild runs in the child: 16 goroutines lock and unlock
-// keys of their own for 2 s, then it prints what failed.
+// keys of their own for 2 s (stoptest.Churn), then it reports what failed.
 func stoppedClientChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
 	c, err := redlock.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(50*time.Millisecond),
@@ -123,49 +77,9 @@ func stoppedClientChild(t *testing.T, spec string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		cycles, failedAcq, unconfirmed atomic.Int64
-		mu                             sync.Mutex
-		errs                           []string
-	)
-	note := func(err error) {
-		mu.Lock()
-		if len(errs) < 3 {
-			errs = append(errs, err.Error())
-		}
-		mu.Unlock()
-	}
-	ctx := context.Background()
-	end := time.Now().Add(2 * time.Second)
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("stopped:%d", g)
-			for time.Now().Before(end) {
-				l, err := c.TryAcquire(ctx, key, redlock.WithTTL(10*time.Second))
-				if err != nil {
-					failedAcq.Add(1)
-					note(err)
-					key += "+" // what the failure left does not fail the next
-					continue
-				}
-				if err := l.Release(ctx); err != nil {
-					unconfirmed.Add(1)
-					note(err)
-					key += "+"
-					continue
-				}
-				cycles.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	res := stoptest.Churn(c, 2*time.Second)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(stoppedClientResult{Cycles: int(cycles.Load()), FailedAcquire: int(failedAcq.Load()),
-		UnconfirmedRelease: int(unconfirmed.Load()), Errors: errs})
-	fmt.Printf("RESULT %s\n", b)
+	stoptest.Report(res)
 }
