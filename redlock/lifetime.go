@@ -24,7 +24,30 @@ func (l *Lock) Lost() <-chan struct{} {
 		return closedChan
 	}
 	l.startMonitor()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostChanLocked()
+}
+
+// lostChanLocked returns the Lost channel, made on first use: most locks
+// are released without anyone asking for it, and a channel per lock was
+// an allocation of every acquisition. The caller holds l.mu.
+func (l *Lock) lostChanLocked() chan struct{} {
+	if l.lost == nil {
+		if l.lostErr != nil {
+			return closedChan
+		}
+		l.lost = make(chan struct{})
+	}
 	return l.lost
+}
+
+// closeLostLocked closes the Lost channel if it was made (lostErr is set
+// first, so that a later Lost gets a closed one). The caller holds l.mu.
+func (l *Lock) closeLostLocked() {
+	if l.lost != nil {
+		close(l.lost)
+	}
 }
 
 // closedChan is the Lost channel of a Lock no acquisition returned.
@@ -62,7 +85,7 @@ func (l *Lock) markLostCtx(ctx context.Context, err error) bool {
 	}
 	l.lostErr = err
 	l.endValidity()
-	close(l.lost)
+	l.closeLostLocked()
 	cb := l.onLost
 	l.mu.Unlock()
 	if err != ErrReleased {
@@ -122,7 +145,7 @@ func (l *Lock) startMonitorLocked() error {
 	if !l.c.addWorker() {
 		l.lostErr = newKeyError(ErrLockLost, l.key, "", ErrClosed)
 		l.endValidity()
-		close(l.lost)
+		l.closeLostLocked()
 		return l.lostErr
 	}
 	m := &monitor{stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1)}

@@ -37,7 +37,7 @@ type Lock struct {
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
 	acquired   time.Time
-	lost       chan struct{} // closed when the lock can no longer be trusted
+	lost       chan struct{} // closed when the lock can no longer be trusted; made by the first Lost (lostChanLocked)
 	// The acquisition's story (Waited, Attempts, Granted): set before
 	// the lock is returned, read-only after.
 	waited   time.Duration
@@ -63,7 +63,7 @@ var lockIDs atomic.Uint64
 
 func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
 	l := &Lock{c: c, key: acq.key, token: acq.token, id: lockIDs.Add(1), acq: acq, until: until, ttl: lc.ttl,
-		maxHold: lc.maxHold, acquired: start, lost: make(chan struct{})}
+		maxHold: lc.maxHold, acquired: start}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
 	}
