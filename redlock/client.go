@@ -409,7 +409,13 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 // it waits for the key's release to be announced by a master (see
 // docs/design.md), and at most a jittered exponential backoff or, once
 // that is at its maximum and the announcements reach this client, a
-// fallback poll of at most 2 s. On failure the error matches ErrNotAcquired, and also
+// fallback poll of at most 2 s. An announcement is followed by an attempt
+// at once (with several masters, after a random spread shorter than a few
+// round trips, so that the waiters it woke do not split the vote). When the
+// first refusal came before this client followed the key's announcements,
+// a release in between would go unheard: it then tries once more as soon
+// as every master confirmed the subscription (within a per-master
+// timeout). On failure the error matches ErrNotAcquired, and also
 // ctx.Err() when ctx ended; it is a *QuorumError that tells what each
 // master answered. No failed attempt leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
