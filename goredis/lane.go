@@ -337,8 +337,11 @@ func (l *lane) expire() {
 		}
 	}
 	if !waiting && len(l.inflight) > 0 && l.cancel != nil {
-		// Nothing of the batch is waited for any more: end it (with
-		// Options.ContextTimeoutEnabled, go-redis stops reading).
+		// Nothing of the batch is waited for any more: end it. (go-redis
+		// sets a socket's deadlines from the context's deadline only: a
+		// read that waits on a master that does not answer is not ended
+		// by the cancel, but waits for that deadline, the latest
+		// command's limit, or for the client's ReadTimeout.)
 		l.cancel()
 	}
 	if !next.IsZero() {
