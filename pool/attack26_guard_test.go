@@ -306,23 +306,7 @@ func TestAttack26Guard_pastDeadlineWithTheReplyStashed(t *testing.T) {
 // and writes fail with net.ErrClosed at once, and setting a deadline
 // afterwards does not make them wait.
 func TestAttack26Guard_closeWithALazyDeadlinePending(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			io.Copy(io.Discard, c)
-		}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := pool.GuardConn(raw, pool.Limits{})
+	g := attack26Silent(t)
 	_ = g.SetReadDeadline(time.Now().Add(time.Hour))
 	_ = g.SetWriteDeadline(time.Now().Add(time.Hour))
 	if err := g.Close(); err != nil {
@@ -348,24 +332,7 @@ func TestAttack26Guard_closeWithALazyDeadlinePending(t *testing.T) {
 // writes (-race): a deadline set last, now, ends the read every time,
 // whichever moment of the read it lands on.
 func TestAttack26Guard_concurrentDeadlines(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			io.Copy(io.Discard, c) // reads everything, answers nothing
-		}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := pool.GuardConn(raw, pool.Limits{})
-	defer g.Close()
+	g := attack26Silent(t)
 	for i := 0; i < 200; i++ {
 		_ = g.SetReadDeadline(time.Now().Add(time.Hour))
 		done := make(chan error, 1)
@@ -398,4 +365,29 @@ func TestAttack26Guard_concurrentDeadlines(t *testing.T) {
 			t.Fatalf("round %d: a read waits 5 s after a deadline of now was set last", i)
 		}
 	}
+}
+
+// attack26Silent returns a guarded TCP connection to a peer that reads
+// everything and answers nothing; t.Cleanup closes both.
+func attack26Silent(t *testing.T) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := pool.GuardConn(raw, pool.Limits{})
+	t.Cleanup(func() { g.Close() })
+	return g
 }
