@@ -243,9 +243,11 @@ func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload 
 // Close fails the commands still queued or in flight (errors matching
 // redlock.ErrClosed), closes the subscriptions, and waits for the
 // transport's goroutines: a batch in flight ends at the latest when
-// go-redis gives up on it (the client's ReadTimeout, or its context with
-// Options.ContextTimeoutEnabled, which Close cancels). It does not close
-// the client.
+// go-redis gives up on it (the client's ReadTimeout, or with
+// Options.ContextTimeoutEnabled its context's deadline: max(the command's
+// timeout, 1 s) past the latest deadline in it, see lane.go; go-redis
+// does not end a read when Close cancels that context). It does not
+// close the client.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {

@@ -133,9 +133,14 @@ type guardConn struct {
 	// the socket may not have them yet; reading and writing, that a read
 	// or write of the socket is under way (a deadline asked for then
 	// reaches it at once).
-	rdl, wdl         time.Time
-	rdirty, wdirty   bool
-	reading, writing bool
+	rdl, wdl       time.Time
+	rdirty, wdirty bool
+	reading        bool
+	// writing counts the writes of the socket under way: net.Conn lets
+	// goroutines write at once (a bool cleared by the first to finish
+	// left a deadline set during the second's write only noted, and the
+	// write waited on past it).
+	writing int
 	// waiting is set while WaitReadable waits: only then may ctx's end
 	// move the read deadline, and until the next read the socket's read
 	// deadline is WaitReadable's own.
@@ -331,7 +336,7 @@ func (g *guardConn) SetWriteDeadline(t time.Time) error {
 	g.dmu.Lock()
 	defer g.dmu.Unlock()
 	g.wdl = t
-	if g.writing {
+	if g.writing > 0 {
 		return g.Conn.SetWriteDeadline(t)
 	}
 	g.wdirty = true
@@ -375,11 +380,11 @@ func (g *guardConn) Write(p []byte) (int, error) {
 		}
 		g.wdirty = false
 	}
-	g.writing = true
+	g.writing++
 	g.dmu.Unlock()
 	n, err := g.Conn.Write(p)
 	g.dmu.Lock()
-	g.writing = false
+	g.writing--
 	g.dmu.Unlock()
 	return n, err
 }
