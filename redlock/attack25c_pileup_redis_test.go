@@ -128,8 +128,16 @@ func TestAttack25c_pooledPileUpOnAStoppedMaster(t *testing.T) {
 			if closeTook > 2*time.Second {
 				t.Errorf("Close took %v with one master stopped (lateBound 1 s)", closeTook)
 			}
-			if load == loadNone && failed.Load() > 0 {
-				t.Errorf("%d acquisitions failed with two of three masters up", failed.Load())
+			// Without load of its own, this process keeps up: failures
+			// would be the stopped master's pile-up reaching the healthy
+			// ones. A shared machine (other test binaries running beside
+			// this one) sometimes delays a healthy master's reply past
+			// the 50 ms timeout, which no evidence of this process's own
+			// stalls excuses: one or two such (of ~3,000 cycles) were
+			// seen in full-suite runs on a busy machine; a cascade fails
+			// hundreds.
+			if f := failed.Load(); load == loadNone && f > max(2, cycles.Load()/500) {
+				t.Errorf("%d acquisitions failed with two of three masters up", f)
 			}
 			if m := maxActive.Load(); m > 1000 {
 				t.Errorf("%d connections piled up on the stopped master", m)

@@ -101,6 +101,9 @@ func TestAttackOwn_splitReplyDeadlineHandsBack(t *testing.T) {
 	if p.LockConn(1) != nil {
 		t.Errorf("a second lock connection was dialed: the late reply broke the first (its caller read past its deadline)")
 	}
+	// The rollback ran; its reply may not be read yet (a loaded machine),
+	// and a caller reads its own reply only on an idle connection.
+	waitIdle(t, mx, 10*time.Second)
 	l, err := c.TryAcquire(context.Background(), "atk:split2", WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -349,5 +352,20 @@ func everyGoroutine(t *testing.T, n int, fn func(g int) error) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// waitIdle waits until mx's connection has no command awaiting a reply.
+func waitIdle(t *testing.T, mx *mux, bound time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if !redistest.WaitFor(ctx, func() bool {
+		mx.mu.Lock()
+		mc := mx.cur
+		mx.mu.Unlock()
+		return mc != nil && mc.unanswered.Load() == 0
+	}) {
+		t.Fatalf("the connection still awaits a reply after %v", bound)
 	}
 }
