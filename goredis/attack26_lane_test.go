@@ -100,7 +100,8 @@ func TestAttack26Lane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
 			l.send(r)
 			for {
 				l.mu.Lock()
-				taken := len(l.inflight) == 1
+				// r's own batch: the PING's may still be finishing.
+				taken := len(l.inflight) == 1 && l.inflight[0] == r
 				l.mu.Unlock()
 				if taken {
 					break
