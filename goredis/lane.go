@@ -180,7 +180,11 @@ type lane struct {
 	// deadline pushed back by the stalls seen so far (more stalls only
 	// push it further). Zero when no command waits.
 	nextDue time.Time
-	cancel  context.CancelFunc
+	// batchAt is when the batch in flight was handed to go-redis, and
+	// batchStalled what stalled was then (silence).
+	batchAt      time.Time
+	batchStalled time.Duration
+	cancel       context.CancelFunc
 
 	wake   chan struct{} // size 1: the queue has work
 	stop   chan struct{} // closed by close
@@ -353,6 +357,30 @@ func (l *lane) expire() {
 	}
 }
 
+// silence is how long the master has kept the batch in flight waiting
+// (redlock.Silencer): the time since it was handed to go-redis, less the
+// stalls of this process the watchdog saw since, and less how far the
+// watchdog's next firing is overdue now (a stall it has not yet seen: this
+// process has just run again). 0 when no batch is in flight. go-redis
+// reads a batch's replies before it returns, so a reply to a command early
+// in a batch does not end the silence; a master that answers whole
+// batches in time is not silent, and a hung one is, from its batch's send.
+func (l *lane) silence() time.Duration {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.batchAt.IsZero() {
+		return 0
+	}
+	s := now.Sub(l.batchAt) - (l.stalled - l.batchStalled)
+	if !l.timerAt.IsZero() {
+		if late := now.Sub(l.timerAt); late > time.Millisecond {
+			s -= late
+		}
+	}
+	return max(s, 0)
+}
+
 // settlement is a request to settle and whether it may have been sent,
 // read under the lane's mu.
 type settlement struct {
@@ -430,6 +458,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
 	l.inflight = batch
+	l.batchAt, l.batchStalled = time.Now(), l.stalled
 
 	cmds := make([]laneCmd, 0, len(batch)+2)
 	of := make([]*req, 0, len(batch)+2) // the request of cmds[i]; nil for a SCRIPT LOAD
@@ -542,6 +571,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 func (l *lane) finish(again []*req) {
 	l.mu.Lock()
 	l.inflight = nil
+	l.batchAt = time.Time{}
 	l.down = false
 	l.cancel = nil
 	if l.closed {

@@ -389,6 +389,58 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 	}
 }
 
+// Silence (redlock.Silencer): 0 with nothing in flight; on a frozen
+// master it grows with the time its batch waits, less the stalls of this
+// process seen meanwhile; once the master answers, 0 again.
+func TestLane_silence(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	l := newTestLane(t, c)
+	r, ch := cmd(5*time.Second, "PING")
+	l.send(r)
+	wait(t, ch)
+	quiet := func(what string) { // the batch ends just after its replies are settled
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for l.silence() != 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("silence %v stayed above 0 %s", l.silence(), what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	quiet("with nothing in flight")
+
+	s.stop()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.cont()
+		}
+	}()
+	hung, hungCh := cmd(5*time.Second, "SET", "a", "1", "NX", "PX", 10000)
+	l.send(hung)
+	time.Sleep(200 * time.Millisecond)
+	if got := l.silence(); got < 150*time.Millisecond || got > 5*time.Second {
+		t.Fatalf("silence after 200ms on a frozen master: %v", got)
+	}
+	// A stall the watchdog saw is this process's, not the master's.
+	before := l.silence()
+	l.mu.Lock()
+	l.stalled += 150 * time.Millisecond
+	l.mu.Unlock()
+	if got := l.silence(); got > before-100*time.Millisecond {
+		t.Fatalf("silence %v after a stall of 150ms was seen (before: %v)", got, before)
+	}
+	s.cont()
+	resumed = true
+	if res := wait(t, hungCh); res.err != nil {
+		t.Fatalf("once the master answered: %+v", res)
+	}
+	quiet("once the master answered")
+}
+
 func TestLane_boundedQueueAndClose(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s)

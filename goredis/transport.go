@@ -37,6 +37,7 @@ type Transport struct {
 var (
 	_ redlock.Transport    = (*Transport)(nil)
 	_ redlock.Ordered      = (*Transport)(nil)
+	_ redlock.Silencer     = (*Transport)(nil)
 	_ redlock.Subscription = (*subscription)(nil)
 )
 
@@ -106,6 +107,13 @@ func (t *Transport) Addr() string { return t.addr }
 // shards may reorder them (the redlock.Client then chains a holder's
 // commands itself).
 func (t *Transport) Ordered() bool { return t.ordered }
+
+// Silence reports how long the master has kept the transport's batch in
+// flight waiting, less the time this process was seen not to run meanwhile
+// (redlock.Silencer; see lane.go): a redlock.Client then waits on for a
+// master whose reply may only not have been read yet, rather than count it
+// failed at its timeout.
+func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 
 // Send queues cmd for the master and returns at once; cmd.Complete is called
 // exactly once with the reply in redigo's shapes (see redlock.ReplyShape),

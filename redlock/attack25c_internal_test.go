@@ -49,13 +49,13 @@ func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testi
 	defer p.beat.stop()
 	p.epoch = p.epoch.Add(-time.Minute)
 	p.unheard.Store(int64(p.clock.Since(p.epoch)-10*time.Second) + 1) // unanswered for 10 s
-	if s := p.silence(); s < 9*time.Second {
+	if s := p.Silence(); s < 9*time.Second {
 		t.Fatalf("silence %v of a master unanswered for 10 s, with the process on time", s)
 	}
 	// The beat (period timeout/4 = 12.5 ms) overdue by 15 ms: the process
 	// did not run its timers for 15 ms.
 	setBehind(t, p.beat, 15*time.Millisecond)
-	if s := p.silence(); s < 9*time.Second {
+	if s := p.Silence(); s < 9*time.Second {
 		t.Errorf("silence %v of a master unanswered for 10 s while the process is 15 ms behind on its timers: "+
 			"the hung master is not silent at all (want about 10 s less the 15 ms)", s)
 	}

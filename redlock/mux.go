@@ -899,8 +899,8 @@ func (mc *muxConn) blamed(d time.Duration) time.Duration {
 // waiting (muxConn.silence); with no connection (it is being dialed or
 // settled), the per-master timeout: no sign of the master answering.
 // collect asks it before it counts a master that did not answer in time
-// as failed (silencer).
-func (mx *mux) silence() time.Duration {
+// as failed (Silencer).
+func (mx *mux) Silence() time.Duration {
 	mx.mu.Lock()
 	mc := mx.cur
 	mx.mu.Unlock()

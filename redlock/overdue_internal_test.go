@@ -10,7 +10,7 @@ import (
 
 // lateTransport is an Ordered transport that answers every command after
 // a delay, as a master would whose answers this process reads late; its
-// silence (silencer) is what the test says: how long the master has kept
+// Silence (Silencer) is what the test says: how long the master has kept
 // its reader waiting. No Redis involved.
 type lateTransport struct {
 	addr  string
@@ -48,7 +48,7 @@ func (lt *lateTransport) Send(cmd *Command) {
 		cmd.Complete(int64(1), nil, SendInfo{Sent: true})
 	})
 }
-func (lt *lateTransport) silence() time.Duration {
+func (lt *lateTransport) Silence() time.Duration {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	return lt.quiet(lt.sent)

@@ -68,7 +68,7 @@ func (p *pooledTransport) Addr() string { return p.addr }
 // until its TTL.
 func (p *pooledTransport) Send(cmd *Command) {
 	p.mu.Lock()
-	if p.closed && (!cmd.Undo || p.running == 0 || p.silence() >= p.grace) {
+	if p.closed && (!cmd.Undo || p.running == 0 || p.Silence() >= p.grace) {
 		p.mu.Unlock()
 		cmd.Complete(nil, ErrClosed, SendInfo{})
 		return
@@ -108,7 +108,7 @@ func (p *pooledTransport) run(cmd *Command) {
 	ctx := context.Background()
 	if !cmd.Deadline.IsZero() {
 		bound := p.stall
-		if p.silence() >= p.grace {
+		if p.Silence() >= p.grace {
 			bound = p.grace
 		}
 		if p.unheard.Load() == 0 {
@@ -177,14 +177,14 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 }
 
 // silence says how long the master has kept this process waiting
-// (silencer): the time since the earliest command it has not answered
+// (Silencer): the time since the earliest command it has not answered
 // was sent, when no reply came after that send, less what of it this
 // process did not run (on the real clock: the latest stall it saw,
 // stallIn, or how far it is behind on its timers, beat, whichever is
 // more). A master that answers steadily is not silent however long one
 // command's reader took to run; a hung one is silent from its first
 // unanswered command, whatever came and went unanswered since.
-func (p *pooledTransport) silence() time.Duration {
+func (p *pooledTransport) Silence() time.Duration {
 	u := p.unheard.Load()
 	if u == 0 {
 		return 0
@@ -240,6 +240,8 @@ var (
 	_ Transport = (*pooledTransport)(nil)
 	_ Transport = (*mux)(nil)
 	_ Ordered   = (*mux)(nil)
+	_ Silencer  = (*mux)(nil)
+	_ Silencer  = (*pooledTransport)(nil)
 )
 
 // Inspect runs Client.Inspect's commands on a connection of the pool

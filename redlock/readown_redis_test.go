@@ -130,7 +130,7 @@ func TestReadOwn_pausedMasterLateReleaseFreesTheKey(t *testing.T) {
 	// fails unsent).
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
-	if !redistest.WaitFor(wctx, func() bool { return mx.silence() == 0 }) {
+	if !redistest.WaitFor(wctx, func() bool { return mx.Silence() == 0 }) {
 		t.Fatal("the late reply was never read")
 	}
 	// The connection that carried it still works, and replies are read

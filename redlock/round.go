@@ -409,7 +409,7 @@ func (l *leg) ready() {
 // expire gives up the leg's wait one per-master timeout past the round's
 // deadline: the previous command on this master is still pending (the
 // master is slow or hung). On a transport whose replies a goroutine of
-// this process reads (silencer), it waits on as collect does (overdue),
+// this process reads (Silencer), it waits on as collect does (overdue),
 // up to lateBound past the deadline: while the master is not
 // silent, and for as long again (at most a timeout) when this timer fired
 // late — on a busy process the command it follows may have been answered
@@ -423,7 +423,7 @@ func (l *leg) expire() {
 		r.mu.Unlock()
 		return
 	}
-	if s, ok := r.c.masters[l.i].t.(silencer); ok {
+	if s, ok := r.c.masters[l.i].t.(Silencer); ok {
 		now, timeout := time.Now(), r.c.timeout
 		more := waitOn(lateAllowance(now.Sub(l.due), timeout), s, timeout)
 		if more > 0 && now.Before(r.deadline.Add(lateBound(timeout))) {
@@ -1098,13 +1098,6 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	return t
 }
 
-// silencer is implemented by a transport whose replies are read by a
-// goroutine of this process (the mux): silence says how long the master
-// has kept that reader waiting, measured from the reader's last progress.
-type silencer interface {
-	silence() time.Duration
-}
-
 // overdue is asked by collect when the per-master timeout ends (due)
 // with masters unanswered: it returns how much longer to wait when this
 // process, not those masters, may be why their answers were not read, or
@@ -1112,7 +1105,7 @@ type silencer interface {
 // goroutine of this process; when the CPUs are busy with other work, that
 // goroutine (and this one, whose timer fired late) may not have run for
 // longer than the timeout, while the master answered in time. So a
-// master is blamed only once it has been silent (silencer) for the whole
+// master is blamed only once it has been silent (Silencer) for the whole
 // timeout, and a timer that fired late — this process did not run — first
 // gives the readers as long again (at least a millisecond) to catch up.
 // The wait never goes past last. The outcome stays as sound as before:
@@ -1131,7 +1124,7 @@ func (c *Client) overdue(t *tally, due, last time.Time) time.Duration {
 		if v != 0 {
 			continue
 		}
-		if s, ok := c.masters[i].t.(silencer); ok {
+		if s, ok := c.masters[i].t.(Silencer); ok {
 			more = waitOn(more, s, c.timeout)
 		}
 	}
@@ -1151,8 +1144,8 @@ func lateAllowance(late, timeout time.Duration) time.Duration {
 // waitOn raises more to what is left of a timeout's silence on the
 // master of s (at least a millisecond when any is left): a master that is
 // not silent may have answered, its reader not yet run.
-func waitOn(more time.Duration, s silencer, timeout time.Duration) time.Duration {
-	if left := timeout - s.silence(); left > more {
+func waitOn(more time.Duration, s Silencer, timeout time.Duration) time.Duration {
+	if left := timeout - s.Silence(); left > more {
 		return max(left, time.Millisecond)
 	}
 	return more

@@ -18,7 +18,8 @@ import (
 // retries of releases a master missed, what a re-sent command's answer
 // may mean — is the Client's, written once. A Transport moves one
 // master's commands and replies, and its release notices, and says what
-// it can do beyond that through small optional interfaces (Ordered).
+// it can do beyond that through small optional interfaces (Ordered,
+// Silencer, Inspector).
 //
 // The Client gets its transports from New (redigo pools: a pipelined
 // transport where the pool can dial a connection of its own, else a
@@ -106,6 +107,26 @@ type Subscription interface {
 // given up; see docs/design.md, "Ordering on each master").
 type Ordered interface {
 	Ordered() bool
+}
+
+// Silencer is an optional ability of a Transport whose replies a
+// goroutine of this process reads. Silence reports how long the master
+// has kept the transport waiting: the time since the earliest command
+// still awaiting its reply was sent (0 when none awaits one or a reply
+// came since), less the time this process was seen not to run meanwhile
+// (a busy machine, a stopped process: its readers did not run either).
+// When a master has not answered within the per-master timeout, the
+// Client asks: a master silent for less than the timeout may have
+// answered, its reply not yet read, and the Client waits on for the rest
+// of the timeout (never past a bound: a second at least, see
+// docs/design.md, "A busy process is not a silent master"), while a
+// master silent for the whole timeout is counted as failed. Without it a
+// master that did not answer in time fails, once the Client's own timer
+// is on time. Silence must be cheap, safe for concurrent use, and must
+// not report a hung master as answering: a silence that never grows
+// would hold every round up to that bound.
+type Silencer interface {
+	Silence() time.Duration
 }
 
 // Script is one of the lock's Lua scripts. A transport runs it by EVALSHA
