@@ -184,6 +184,10 @@ type lane struct {
 	// batchStalled what stalled was then (silence).
 	batchAt      time.Time
 	batchStalled time.Duration
+	// lastStall is the latest stall the watchdog saw, ending at
+	// lastStallEnd (silence).
+	lastStall    time.Duration
+	lastStallEnd time.Time
 	cancel       context.CancelFunc
 
 	wake   chan struct{} // size 1: the queue has work
@@ -285,6 +289,7 @@ func (l *lane) expire() {
 	}
 	if late := now.Sub(l.timerAt); late > time.Millisecond {
 		l.stalled += late
+		l.lastStallEnd, l.lastStall = now, late
 	}
 	l.timerAt = time.Time{}
 	if l.nextDue.IsZero() {
@@ -358,10 +363,15 @@ func (l *lane) expire() {
 }
 
 // silence is how long the master has kept the batch in flight waiting
-// (redlock.Silencer): the time since it was handed to go-redis, less the
-// stalls of this process the watchdog saw since, and less how far the
-// watchdog's next firing is overdue now (a stall it has not yet seen: this
-// process has just run again). 0 when no batch is in flight. go-redis
+// (redlock.Silencer): the time since it was handed to go-redis, less what
+// of it this process was seen not to run — the latest stall the watchdog
+// saw (the part of it since the batch was sent), or how far the
+// watchdog's next firing is overdue now (a stall it has not yet seen:
+// this process has just run again), whichever is more. 0 when no batch is
+// in flight. Only the latest stall, not their sum: a process that is
+// always a few milliseconds late (a busy machine) would otherwise excuse
+// a hung master for most of its silence (attack26b: its silence grew at a
+// fifth of the wall clock's pace with two spinning goroutines). go-redis
 // reads a batch's replies before it returns, so a reply to a command early
 // in a batch does not end the silence; a master that answers whole
 // batches in time is not silent, and a hung one is, from its batch's send.
@@ -372,13 +382,23 @@ func (l *lane) silence() time.Duration {
 	if l.batchAt.IsZero() {
 		return 0
 	}
-	s := now.Sub(l.batchAt) - (l.stalled - l.batchStalled)
-	if !l.timerAt.IsZero() {
-		if late := now.Sub(l.timerAt); late > time.Millisecond {
-			s -= late
+	s := now.Sub(l.batchAt)
+	var off time.Duration
+	if !l.lastStallEnd.IsZero() {
+		start := l.lastStallEnd.Add(-l.lastStall)
+		if start.Before(l.batchAt) {
+			start = l.batchAt
+		}
+		if l.lastStallEnd.After(start) {
+			off = l.lastStallEnd.Sub(start)
 		}
 	}
-	return max(s, 0)
+	if !l.timerAt.IsZero() {
+		if late := now.Sub(l.timerAt); late > time.Millisecond {
+			off = max(off, late)
+		}
+	}
+	return max(s-off, 0)
 }
 
 // settlement is a request to settle and whether it may have been sent,
