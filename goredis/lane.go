@@ -180,10 +180,9 @@ type lane struct {
 	// deadline pushed back by the stalls seen so far (more stalls only
 	// push it further). Zero when no command waits.
 	nextDue time.Time
-	// batchAt is when the batch in flight was handed to go-redis, and
-	// batchStalled what stalled was then (silence).
-	batchAt      time.Time
-	batchStalled time.Duration
+	// batchAt is when the batch in flight was handed to go-redis
+	// (silence).
+	batchAt time.Time
 	// lastStall is the latest stall the watchdog saw, ending at
 	// lastStallEnd (silence).
 	lastStall    time.Duration
@@ -478,7 +477,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
 	l.inflight = batch
-	l.batchAt, l.batchStalled = time.Now(), l.stalled
+	l.batchAt = time.Now()
 
 	cmds := make([]laneCmd, 0, len(batch)+2)
 	of := make([]*req, 0, len(batch)+2) // the request of cmds[i]; nil for a SCRIPT LOAD
