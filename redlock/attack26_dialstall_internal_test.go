@@ -189,29 +189,6 @@ func TestAttack26Mux_closeDuringTheDialRetries(t *testing.T) {
 		goleak.IgnoreTopFunction("github.com/quorumlock/quorumlock/redlock.attack26Stalling.func2"))
 }
 
-// stallingDialer times its first `fails` dials out after a while, having
-// recorded a stall of this process over each; later dials reach the
-// master.
-type stallingDialer struct {
-	p     *pool.RedisPool
-	fails int64
-	dials atomic.Int64
-}
-
-func (d *stallingDialer) GetContext(ctx context.Context) (redis.Conn, error) {
-	return d.p.GetContext(ctx)
-}
-
-func (d *stallingDialer) Dial(ctx context.Context) (redis.Conn, error) {
-	if d.dials.Add(1) <= d.fails {
-		time.Sleep(30 * time.Millisecond) // commands pile up in the backlog
-		now := time.Now()
-		noteStall(now.Add(-20*time.Millisecond), now)
-		return nil, dialTimeout{}
-	}
-	return d.p.Dial(ctx)
-}
-
 // The commands that waited in the backlog through two dials that timed
 // out in a stall reach the master once each, in the order submitted,
 // on the third.
@@ -219,7 +196,7 @@ func TestAttack26Mux_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	redistest.SkipShort(t)
 	withStall(t, nil)
 	s := redistest.StartOne(t)
-	d := &stallingDialer{p: s.Pool(), fails: dialTries - 1}
+	d := &flakyDialer{p: s.Pool(), stall: true, fails: dialTries - 1, pause: 30 * time.Millisecond} // commands pile up in the backlog
 	t.Cleanup(func() { d.p.Close() })
 	mx := &mux{addr: s.Addr(), pool: d, dial: d, timeout: time.Second}
 	defer mx.Close()

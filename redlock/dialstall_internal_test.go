@@ -21,12 +21,15 @@ func (dialTimeout) Error() string   { return "dial tcp: i/o timeout" }
 func (dialTimeout) Timeout() bool   { return true }
 func (dialTimeout) Temporary() bool { return true }
 
-// flakyDialer is a real master's pool whose first dial fails with a
-// timeout, having first recorded a stall of this process over that dial
-// when stall is set: as if the process had been stopped while it dialed.
+// flakyDialer is a real master's pool whose first fails dials (at least
+// one) time out after pause, each having first recorded a stall of this
+// process over that dial when stall is set: as if the process had been
+// stopped while it dialed.
 type flakyDialer struct {
 	p     *pool.RedisPool
 	stall bool
+	fails int64
+	pause time.Duration
 	dials atomic.Int64
 }
 
@@ -35,10 +38,11 @@ func (d *flakyDialer) GetContext(ctx context.Context) (redis.Conn, error) {
 }
 
 func (d *flakyDialer) Dial(ctx context.Context) (redis.Conn, error) {
-	if d.dials.Add(1) == 1 {
+	if d.dials.Add(1) <= max(d.fails, 1) {
+		time.Sleep(d.pause)
 		if d.stall {
 			now := time.Now()
-			noteStall(now.Add(-40*time.Millisecond), now)
+			noteStall(now.Add(-20*time.Millisecond), now)
 		}
 		return nil, dialTimeout{}
 	}
