@@ -15,8 +15,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +88,17 @@ func Churn(c *redlock.Client, d time.Duration) Result {
 		UnconfirmedRelease: int(unconfirmed.Load()), Errors: errs}
 }
 
+// command is the child of c, its output going to out (nil: nowhere), not
+// yet started.
+func command(c Child, out io.Writer) *exec.Cmd {
+	args := append([]string{"-test.run=^" + c.Test + "$", "-test.count=1"}, c.Args...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), c.Env)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = childAttr()
+	return cmd
+}
+
 // Report prints r as the child's Result, for Run to read. It is called in
 // the child, once, at the end.
 func Report(r Result) {
@@ -113,24 +126,38 @@ type Child struct {
 // often it was stopped. It fails t, with the child's output, when the
 // child cannot start, fails, reports no Result, completed no cycle or was
 // stopped fewer than c.MinStops times: the run then showed nothing.
+//
+// The child never outlives the test stopped: t's clean-up kills it (a
+// stopped process too) and waits for it, whatever way Run or the test
+// ends, and on Linux the kernel kills it when this process dies, between
+// a stop and its SIGCONT too (Pdeathsig, childAttr).
 func Run(t testing.TB, c Child) (Result, int) {
 	t.Helper()
-	args := append([]string{"-test.run=^" + c.Test + "$", "-test.count=1"}, c.Args...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), c.Env)
+	// Pdeathsig follows the thread that started the child, not the
+	// process: this goroutine keeps that thread until the child is gone,
+	// so that the runtime cannot end it under a live child.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var out strings.Builder // one writer for both: exec copies them in one goroutine
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd := command(c, &out)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var err error // Wait's, once exited is closed
+	go func() {
+		err = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // an error: it has exited already
+		<-exited
+	})
 	stops := 0
-	var err error
 loop:
 	for {
 		select {
-		case err = <-done:
+		case <-exited:
 			break loop
 		case <-time.After(c.Every):
 		}
