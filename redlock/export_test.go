@@ -68,3 +68,14 @@ func Lingering(c *Client) int {
 
 // MaxLinger is how many keys may linger per client.
 const MaxLinger = maxLinger
+
+// IdentityProbed reports when the identity probe of master i last
+// started (zero: never).
+func IdentityProbed(c *Client, i int) time.Time {
+	c.ident.mu.Lock()
+	defer c.ident.mu.Unlock()
+	if c.ident.tried == nil {
+		return time.Time{}
+	}
+	return c.ident.tried[i]
+}
