@@ -35,7 +35,9 @@
 //     longer holds K means nothing (readers show a holder's metadata only);
 //     no script reads the hash to decide anything.
 //   - Releases are announced on the channel WakeChannel(K), with a short
-//     prefix of the releasing token (or a release ID) as the message.
+//     prefix of the releasing token (or a release ID) as the message; a
+//     plain lock's release adds NoticeSep and how many connections were
+//     subscribed to the channel on that master (ParseNotice).
 //
 // Companion keys (the fence counter, the queue, the metadata, FenceSeenKey) share K's
 // Redis Cluster hash slot: K's own hash tag when it has one, else {K}.
@@ -46,7 +48,12 @@
 // ever used as one kind.
 package layout
 
-import "github.com/quorumlock/quorumlock/internal/keys"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/quorumlock/quorumlock/internal/keys"
+)
 
 // Suffixes of the companion keys that live beside a lock key.
 const (
@@ -77,6 +84,26 @@ const (
 // WakePrefix starts the channel a release of a key is announced on; the
 // key follows.
 const WakePrefix = "quorumlock:released:"
+
+// NoticeSep ends the release's ID in a plain lock's release notice; the
+// count of the channel's subscribers on the master follows.
+const NoticeSep = "/"
+
+// ParseNotice splits a release notice into the release's ID and the count
+// of subscribers it names (0 when it names none: another lock kind's
+// notice, or one that does not parse). The message comes from a master:
+// only a short decimal count after the last NoticeSep is taken.
+func ParseNotice(msg string) (id string, subs int) {
+	i := strings.LastIndex(msg, NoticeSep)
+	if i < 0 || len(msg)-i-len(NoticeSep) > 6 {
+		return msg, 0
+	}
+	n, err := strconv.Atoi(msg[i+len(NoticeSep):])
+	if err != nil || n < 0 {
+		return msg, 0
+	}
+	return msg[:i], n
+}
 
 // FenceKey returns the key that holds key's fencing counter on each master.
 func FenceKey(key string) string { return keys.Companion(key, FenceSuffix) }

@@ -437,11 +437,12 @@ func (o *Observer) start(ctx context.Context, name string, start time.Time) trac
 func (o *Observer) end(sp trace.Span, end time.Time, masters []redlock.MasterResult, err error, outcome string) {
 	for _, r := range masters {
 		at := r.At
-		if r.Answer == redlock.AnswerPending {
+		answered := r.Answer != redlock.AnswerPending && r.Answer != redlock.AnswerNotAsked
+		if !answered {
 			at = end
 		}
 		ev := append(slices.Clip(o.master(r.Index, r.Addr).attrs), KeyMasterAnswer.String(string(r.Answer)))
-		if r.Answer != redlock.AnswerPending {
+		if answered {
 			ev = append(ev, KeyMasterLatency.Float64(r.Latency.Seconds()))
 		}
 		if r.Err != nil {

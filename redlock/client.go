@@ -25,9 +25,10 @@ import (
 // A Client is safe for concurrent use. Close it when done: Close gives the
 // commands still in flight at most one per-master timeout.
 type Client struct {
-	masters []master
-	addrs   []string
-	quorum  int
+	masters  []master
+	failedAt []atomic.Int64 // per master, when a command to it last failed (unix ns; leadFor)
+	addrs    []string
+	quorum   int
 
 	timeout     time.Duration
 	driftFactor float64
@@ -162,6 +163,7 @@ func isNil(v any) bool {
 func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
 		masters:      make([]master, len(ts)),
+		failedAt:     make([]atomic.Int64, len(ts)),
 		addrs:        make([]string, len(ts)),
 		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,
@@ -410,8 +412,12 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 // docs/design.md), and at most a jittered exponential backoff or, once
 // that is at its maximum and the announcements reach this client, a
 // fallback poll of at most 2 s. An announcement is followed by an attempt
-// at once (with several masters, after a random spread shorter than a few
-// round trips, so that the waiters it woke do not split the vote). When the
+// at once; with several masters, that attempt asks one master first, the
+// key's lead, and the others only once it granted, so that the waiters one
+// release woke in several clients are told apart by one command each, and
+// do not split the vote (before it, a random delay under a millisecond,
+// shorter for a waiter that has waited longer, unless it was the only
+// client waiting). When the
 // first refusal came before this client followed the key's announcements,
 // a release in between would go unheard: it then tries once more as soon
 // as every master confirmed the subscription (within a per-master
@@ -460,8 +466,11 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			_, _ = c.startRound(context.Background(), opLeave, key, "", 0, last, k, nil)
 		}
 	}()
+	lead := -1             // the master the next attempt asks first (a woken waiter's, lead.go), or none
+	var waitFrom time.Time // when this call began to wait (real time), for leadDelay
 	for attempt := 0; ; attempt++ {
-		l, r, err := c.attempt(ctx, key, lc, k)
+		l, r, err := c.attempt(ctx, key, lc, k, lead)
+		lead = -1
 		if r != nil {
 			last = r
 			tries++
@@ -494,6 +503,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			if c.beforeWait != nil {
 				c.beforeWait()
 			}
+			waitFrom = time.Now()
 			wt = c.waker.wait(k.keys(key), mark)
 		} else {
 			c.waker.revive()
@@ -525,13 +535,24 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		case <-wt.ch:
 			// Released: try again now, and should that fail, soon again
 			// (the backoff starts over). With several masters, contenders
-			// of other clients were woken by the same release; a short
-			// random spread (real time, shorter than a few round trips)
-			// lets one of them reach a quorum before the others split the
-			// vote. In fair mode only the head of the queue can win.
+			// of other clients were woken by the same release: the
+			// attempt asks the key's lead master first (lead.go), which
+			// grants it to one of them, and the rest of the masters only
+			// once it granted. When no master can lead (each failed
+			// lately), a short random spread (real time, shorter than a
+			// few round trips) lets one of them reach a quorum before the
+			// others split the vote. In fair mode only the head of the
+			// queue can win.
 			t.Stop()
 			attempt = -1
-			c.spread(ctx, k)
+			if lead = c.leadFor(key); lead < 0 || k.queued() {
+				lead = -1
+				c.spread(ctx, k)
+			} else if wt.rivals() != 1 {
+				// Others in other clients were woken too (or may
+				// have been: the notice did not say).
+				c.leadDelay(ctx, time.Since(waitFrom))
+			}
 		case <-c.closing:
 			// The client is closing: the next attempt fails at once
 			// with ErrClosed, rather than after this timer.
@@ -587,6 +608,27 @@ func (c *Client) spread(ctx context.Context, k kind) {
 	}
 }
 
+// leadAge is the wait after which a woken waiter's delay before it asks
+// the lead master is halved (leadDelay).
+const leadAge = time.Millisecond
+
+// leadDelay waits before an attempt that asks the lead master first
+// (lead.go), real time: at random between half and all of
+// wakeSpread×leadAge/(leadAge+waited), so that of the waiters one release
+// woke, in any process, those that have waited longest tend to ask first,
+// and none is favoured for being told first (Redis tells the subscribers
+// of a channel in the order they subscribed). A client whose own release
+// of the key a waiter heard (waited 0) waits the longest.
+func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
+	d := time.Duration(float64(wakeSpread) * float64(leadAge) / float64(leadAge+max(waited, 0)))
+	j := time.NewTimer(d/2 + rand.N(d-d/2+1))
+	defer j.Stop()
+	select {
+	case <-j.C:
+	case <-ctx.Done():
+	}
+}
+
 // recheckPoll spaces the checks of a new waiter's subscriptions before
 // its second attempt.
 const recheckPoll = 500 * time.Microsecond
@@ -606,7 +648,10 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 
 // attempt makes one acquisition attempt of a lock of kind k, with the
 // token k gives (a fresh one, or a reentrant lock's owner).
-func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind) (*Lock, *round, error) {
+//
+// With lead ≥ 0, master lead is asked first and the others only once it
+// granted (a woken waiter, lead.go).
+func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind, lead int) (*Lock, *round, error) {
 	ttl := lc.ttl
 	if err := ctx.Err(); err != nil {
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
@@ -618,7 +663,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	if lc.fencing {
 		fence = &fencing{counter: FenceKey(key)}
 	}
-	r, err := c.startRound(ctx, opAcquire, key, token, ttl, nil, k, fence)
+	r, err := c.startLed(ctx, opAcquire, key, token, ttl, nil, k, fence, lead)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -142,6 +142,12 @@ type QuorumError struct {
 	// they are the masters that check still awaited. Their answers, when they come, are handled as the round's
 	// (a grant is rolled back).
 	Unanswered []int
+	// NotAsked holds the indices of masters the acquisition did not ask:
+	// a waiter woken by a release asks one master first (the lead, see
+	// "Woken waiters" in docs/design.md) and the others only once it
+	// granted. When the lead refused (another holds the key there) or
+	// failed, nothing was sent to them.
+	NotAsked []int
 
 	sentinel error
 	ctxErr   error
@@ -195,6 +201,10 @@ func (e *QuorumError) Error() string {
 			b.WriteString("; ")
 			b.WriteString(trimPrefix(err.Error()))
 		}
+	}
+	if len(e.NotAsked) > 0 {
+		b.WriteString("; not asked, as the lead master did not grant it: ")
+		e.writeMasters(&b, e.NotAsked, nil)
 	}
 	if len(e.Unanswered) > 0 {
 		b.WriteString("; not awaited: ")

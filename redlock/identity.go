@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ type identity struct {
 	settled atomic.Bool              // every master identified or known unidentifiable
 	retryAt atomic.Int64             // unix ns before which no master is due for a probe
 	dup     atomic.Pointer[dupError] // two masters are one server
+	all     atomic.Pointer[[]string] // every master's run_id, once all are known (known)
 
 	mu      sync.Mutex    // guards the fields below
 	first   chan struct{} // closed when the first probe ended; nil until it started
@@ -69,6 +71,22 @@ type identity struct {
 	final   []bool        // identified, or cannot be
 	tried   []time.Time   // the last probe's start
 	probing []bool        // a probe of the master runs
+}
+
+// known returns every master's run_id, or nil while one is unknown (or
+// cannot be known). The caller must not modify it.
+func (id *identity) known() []string {
+	if p := id.all.Load(); p != nil {
+		return *p
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if len(id.ids) == 0 || slices.Contains(id.ids, "") {
+		return nil
+	}
+	ids := slices.Clone(id.ids)
+	id.all.Store(&ids)
+	return ids
 }
 
 // dupError is two masters found to be one server.

@@ -231,6 +231,10 @@ const (
 	// the round was decided (the quorum was reached, or made impossible,
 	// without it).
 	AnswerPending Answer = "pending"
+	// AnswerNotAsked: the master was not asked. A waiter woken by a
+	// release asks one master first (the round's lead) and the others
+	// only once it granted; when it did not, they are not asked.
+	AnswerNotAsked Answer = "not asked"
 )
 
 // MasterResult is one master's answer in the round an event reports.
@@ -238,8 +242,8 @@ type MasterResult struct {
 	Index   int           // the master's position in the list given to New
 	Addr    string        // its address, never with credentials
 	Answer  Answer        // AnswerPending when it had not answered yet
-	Latency time.Duration // from the round's start to the answer (0 when pending)
-	At      time.Time     // when it answered (the zero time when pending)
+	Latency time.Duration // from the round's start to the answer (0 when pending or not asked)
+	At      time.Time     // when it answered (the zero time when pending or not asked)
 	Err     error         // the *NodeError of a failed master
 }
 

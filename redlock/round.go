@@ -57,6 +57,7 @@ const (
 	voteYes  vote = iota + 1 // granted, extended or released
 	voteNo                   // held by another token / not ours
 	voteFail                 // error or timeout: the outcome on that master is unknown
+	voteSkip                 // not asked: the round's lead master did not grant it (see round.ledBy)
 )
 
 type reply struct {
@@ -91,6 +92,10 @@ type round struct {
 	chain       string    // the key in Client.chains this round is the newest of, or ""
 	deadline    time.Time // when its commands stop being waited for
 	running     atomic.Int32
+	// ledBy is 1 + the index of the master an acquisition asks first,
+	// or 0: the others are asked once it granted, and not at all when it
+	// did not (a woken waiter's attempt, see Client.leadFor).
+	ledBy int
 
 	// ctx is the caller's, for the logger and the observer only (never
 	// for cancellation); seen, each master's answer for the observer
@@ -268,9 +273,17 @@ func (e *event) fire() {
 // the round's own deadline; a leg that gave up still ends only after the
 // round it follows, so the chain holds through it.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing) (*round, error) {
+	return c.startLed(ctx, op, key, token, ttl, after, k, fence, -1)
+}
+
+// startLed is startRound for an acquisition whose master lead (unless -1)
+// is asked first: every other leg also waits for the lead's answer, and
+// is sent only when the lead granted; else it ends unsent (voteSkip).
+func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing, lead int) (*round, error) {
 	n := len(c.masters)
 	r := newRound(n)
 	r.c, r.op, r.key, r.token, r.ttlMS = c, op, key, token, ttl.Milliseconds()
+	r.ledBy = lead + 1
 	r.k, r.fence = k, fence
 	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(c.timeout), ctx
 	if c.obs != nil {
@@ -361,6 +374,9 @@ func (l *leg) begin(prev *round) {
 			waits = append(waits, e)
 		}
 	}
+	if l.led() {
+		waits = append(waits, &r.legs[r.ledBy-1].answered)
+	}
 	if len(waits) == 0 {
 		l.send()
 		return
@@ -389,6 +405,22 @@ func (l *leg) ready() {
 		return
 	}
 	gaveUp := l.gaveUp
+	if !gaveUp && l.led() && (r.decided && r.failed || !r.legs[r.ledBy-1].granted()) {
+		// The lead did not grant it (or the round failed meanwhile):
+		// this master is not asked. (A round that succeeded meanwhile,
+		// on a quorum of the others answering before this leg was
+		// readied, still asks it: the lock is held on every master.)
+		l.gaveUp, l.replied, l.vote, l.ended = true, true, voteSkip, true
+		l.timer.Stop()
+		if r.seen != nil {
+			r.seen[l.i] = MasterResult{Index: l.i, Addr: r.c.masters[l.i].addr, Answer: AnswerNotAsked}
+		}
+		r.mu.Unlock()
+		r.replies <- reply{index: l.i, vote: voteSkip}
+		l.answered.fire()
+		l.end()
+		return
+	}
 	if gaveUp {
 		l.ended = true
 	} else {
@@ -442,8 +474,29 @@ func (l *leg) expire() {
 }
 
 func (l *leg) errGaveUp() error {
-	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("an earlier command on this key is still pending: %w", context.DeadlineExceeded))
+	what := "an earlier command on this key"
+	if l.led() {
+		what = "it or the lead master's answer (master " + strconv.Itoa(l.r.ledBy-1) + ")"
+	}
+	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("%s is still pending: %w", what, context.DeadlineExceeded))
 }
+
+// led reports whether the leg waits for its round's lead master.
+func (l *leg) led() bool { return l.r.ledBy != 0 && l.i != l.r.ledBy-1 }
+
+// unsentLed reports whether leg i waits for its round's lead master and
+// has sent nothing.
+func (r *round) unsentLed(i int) bool {
+	if !r.legs[i].led() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.legs[i].sent
+}
+
+// granted reports whether the leg's master granted it (under round.mu).
+func (l *leg) granted() bool { return l.replied && l.vote == voteYes }
 
 // send sends the leg's command, unless Close gave up on the transports
 // (Client.abandon): it then fails, unsent.
@@ -490,6 +543,9 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 // counts as unknown (an extension is idempotent).
 func (r *round) answer(i int, op opKind, w *wireCmd, res any, err error, info SendInfo) (vote, error) {
 	v, err := r.decode(i, op, w.want, res, err)
+	if err != nil {
+		r.c.failedAt[i].Store(time.Now().UnixNano())
+	}
 	if err != nil && !info.Sent {
 		r.fin.markUnsent(op, i)
 	}
@@ -999,6 +1055,7 @@ func quotable(s string) bool {
 // tally counts a round's replies.
 type tally struct {
 	yes, no, fail int
+	skip          int    // not asked (voteSkip)
 	votes         []vote // by master; 0 while it has not answered
 	refused       []int
 	errs          []error
@@ -1015,6 +1072,8 @@ func (t *tally) add(rp reply) {
 	case voteNo:
 		t.no++
 		t.refused = append(t.refused, rp.index)
+	case voteSkip:
+		t.skip++
 	default:
 		t.fail++
 		t.errs = append(t.errs, rp.err)
@@ -1041,7 +1100,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 		defer roundBeat.leave()
 	}
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
-	for t.yes < c.quorum && t.no+t.fail <= n-c.quorum {
+	for t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum {
 		select {
 		case rp := <-r.replies:
 			t.add(rp)
@@ -1077,14 +1136,21 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			if last.After(bound) {
 				last = bound
 			}
-			open := t.yes < c.quorum && t.no+t.fail <= n-c.quorum
+			open := t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum
 			if more := c.overdue(&t, due, last); open && more > 0 {
 				due = c.clock.Now().Add(more)
 				timer = c.clock.NewTimer(more)
 				continue
 			}
 			for i, v := range t.votes {
-				if v == 0 {
+				switch {
+				case v != 0:
+				case r.unsentLed(i):
+					// Not asked: the lead's answer was not read in
+					// time (it counts as failed), so neither was this.
+					t.votes[i] = voteSkip
+					t.skip++
+				default:
 					t.fail++
 					t.errs = append(t.errs, c.nodeError(&c.masters[i], context.DeadlineExceeded))
 				}
@@ -1169,7 +1235,12 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 		qe.Failed = multierror.Append(nil, t.errs...)
 	}
 	for i, v := range t.votes {
-		if v == 0 && !failedAt(t.errs, i) {
+		switch {
+		case v == voteSkip || v == 0 && r.unsentLed(i):
+			// Not asked, or about to be told not to be: the round was
+			// settled on the lead's answer before this leg heard it.
+			qe.NotAsked = append(qe.NotAsked, i)
+		case v == 0 && !failedAt(t.errs, i):
 			qe.Unanswered = append(qe.Unanswered, i)
 		}
 	}

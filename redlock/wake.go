@@ -70,31 +70,42 @@ type keyWaiters struct {
 	queue  []*waiter
 	recent [8]announced // ring of releases recently announced
 	next   int
+	subs   int       // clients waiting on the master of the latest notice, by that notice; 0: not told
 	born   uint64    // waker.gen when the entry was made
 	heard  uint64    // waker.gen at its latest notice that woke nobody
 	idle   time.Time // when its last waiter left; zero while it has waiters
 }
 
-// announced is one release and how many masters have announced it.
+// announced is one release, how many masters have announced it, and
+// whether the key's lead master has (lead.go).
 type announced struct {
-	id      string
-	notices int
+	id       string
+	notices  int
+	leadSeen bool
 }
 
-// announce counts a master's notice of release id and reports whether it
-// should wake a waiter: the first notice does (the quickest hand-off),
-// and so does the one that completes a quorum, for a waiter woken by the
-// first whose attempt reached masters that had not yet run the release
-// (it failed there, and would otherwise sleep through their notices of
-// the same release).
-func (k *keyWaiters) announce(id string, quorum int) bool {
+// announce counts master from's notice of release id and reports whether
+// it should wake a waiter: the first notice does (the quickest hand-off).
+// A woken waiter asks the key's lead master first (lead.go), which may
+// not have run the release yet when another master's notice came first:
+// the lead's own notice wakes a waiter again. So does the notice that
+// completes a quorum, unless the lead's came before it, for a waiter
+// woken by the first whose attempt asked every master (no master could
+// lead, or a fair queue) and reached some that had not yet run the
+// release: it failed there, and would otherwise sleep through their
+// notices of the same release.
+func (k *keyWaiters) announce(id string, from, lead, quorum int) bool {
 	for j := range k.recent {
 		if r := &k.recent[j]; r.id == id {
 			r.notices++
-			return r.notices == quorum
+			if from == lead && !r.leadSeen {
+				r.leadSeen = true
+				return true
+			}
+			return r.notices == quorum && !r.leadSeen
 		}
 	}
-	k.recent[k.next] = announced{id: id, notices: 1}
+	k.recent[k.next] = announced{id: id, notices: 1, leadSeen: from == lead}
 	k.next = (k.next + 1) % len(k.recent)
 	return true
 }
@@ -405,28 +416,31 @@ func (w *waker) syncLocked() {
 	}
 }
 
-// notify wakes the longest-waiting waiter of key for release id at the
-// release's first notice and at the notice that completes a quorum. The
+// notify wakes the longest-waiting waiter of key for master from's notice
+// of release id when announce says the notice should wake one. The
 // woken waiter goes to the back of the queue: if it loses the race it
 // waits its turn again. A woken multi-key waiter may fail on another of
 // its keys and keep waiting, neither taking this key nor passing the
 // notice on: the next waiter is woken too, until one waiting for this key
 // alone is (or every waiter was), and the notice counts as heard, so that
 // a waiter registering now tries again (mark).
-func (w *waker) notify(key, id string) {
+func (w *waker) notify(key, id string, from int) {
+	id, subs := layout.ParseNotice(id)
+	lead := w.c.leadFor(key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
 	if kw == nil {
 		return
 	}
+	kw.subs = subs
 	if len(kw.queue) == 0 {
 		// Nobody here is woken by it: a waiter registering now, whose
 		// attempt it may have come after, must try again (mark).
 		w.gen++
 		kw.heard = w.gen
 	}
-	if !kw.announce(id, w.c.quorum) || len(kw.queue) == 0 {
+	if !kw.announce(id, from, lead, w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
 	for range len(kw.queue) {
@@ -436,6 +450,25 @@ func (w *waker) notify(key, id string) {
 		w.gen++
 		kw.heard = w.gen
 	}
+}
+
+// rivals returns how many clients waited, by the latest notice of one of
+// the waiter's keys, on the master that sent it (this one among them), or
+// 0 when it is not known.
+func (wg *waiting) rivals() int {
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, wt := range wg.ws {
+		if kw := w.waiters[wt.key]; kw != nil {
+			if kw.subs == 0 {
+				return 0
+			}
+			n = max(n, kw.subs)
+		}
+	}
+	return n
 }
 
 // wakeFirst wakes the key's longest-waiting waiter and sends it to the
@@ -545,7 +578,7 @@ func (s *subscriber) run() {
 	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)
 	sub, err := s.m.t.Subscribe(ctx, func(channel, payload string) {
 		if key, ok := strings.CutPrefix(channel, wakePrefix); ok {
-			s.w.notify(key, payload)
+			s.w.notify(key, payload, s.m.index)
 		}
 	})
 	cancel()

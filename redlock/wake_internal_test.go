@@ -2,9 +2,9 @@ package redlock
 
 import "testing"
 
-// A release wakes a waiter at its first notice and again at the notice
-// that completes a quorum, and never more, however many masters announce
-// it; releases are told apart by id.
+// A release wakes a waiter at its first notice and, when no master leads
+// (lead -1), again at the notice that completes a quorum, and never more,
+// however many masters announce it; releases are told apart by id.
 func TestKeyWaiters_announce(t *testing.T) {
 	for _, tc := range []struct {
 		quorum int
@@ -17,12 +17,37 @@ func TestKeyWaiters_announce(t *testing.T) {
 	} {
 		var k keyWaiters
 		for i, want := range tc.want {
-			if got := k.announce("rel-1", tc.quorum); got != want {
+			if got := k.announce("rel-1", i, -1, tc.quorum); got != want {
 				t.Errorf("quorum %d, notice %d: wake = %v, want %v", tc.quorum, i+1, got, want)
 			}
 		}
-		if !k.announce("rel-2", tc.quorum) {
+		if !k.announce("rel-2", 0, -1, tc.quorum) {
 			t.Errorf("quorum %d: another release's first notice did not wake", tc.quorum)
+		}
+	}
+}
+
+// With a lead master, a release wakes a waiter at its first notice and at
+// the lead's, when that was not the first (the woken waiter's attempt may
+// have reached the lead before the release did); the quorum's notice
+// wakes one only while the lead has not announced the release.
+func TestKeyWaiters_announceWithALead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order []int // the masters announcing, in order; the lead is 2, the quorum 3
+		want  []bool
+	}{
+		{"lead first", []int{2, 0, 1, 3, 4}, []bool{true, false, false, false, false}},
+		{"lead second", []int{0, 2, 1, 3, 4}, []bool{true, true, false, false, false}},
+		{"lead after the quorum", []int{0, 1, 3, 2, 4}, []bool{true, false, true, true, false}},
+		{"lead last", []int{0, 1, 3, 4, 2}, []bool{true, false, true, false, true}},
+		{"lead silent", []int{0, 1, 3, 4}, []bool{true, false, true, false}},
+	} {
+		var k keyWaiters
+		for i, from := range tc.order {
+			if got := k.announce("rel", from, 2, 3); got != tc.want[i] {
+				t.Errorf("%s, notice %d (master %d): wake = %v, want %v", tc.name, i+1, from, got, tc.want[i])
+			}
 		}
 	}
 }

@@ -30,7 +30,8 @@ func luaStrings(src string) []string {
 // ARGV[], made by package layout.
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
-	spelled := append(slices.Clip(names), layout.TermPrefix) // the election's term field: fence_commit_term.lua, leader_read.lua
+	spelled := append(slices.Clip(names), layout.TermPrefix, // the election's term field: fence_commit_term.lua, leader_read.lua
+		layout.NoticeSep) // release.lua's notice
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
 		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop,
 		"string"} // a key's type, as TYPE names it (leader_read.lua)

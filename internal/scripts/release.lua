@@ -2,14 +2,17 @@
 -- and announce the release to waiters.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] channel to PUBLISH on ("" for
 -- none).
--- The message is the token's first 8 characters: enough for a waiting
--- client to tell one release from another (each master announces it), not
--- enough to act as the token.
+-- The message is the token's first 8 characters (enough for a waiting
+-- client to tell one release from another, as each master announces it;
+-- not enough to act as the token), then "/" and how many connections this
+-- master had subscribed to the channel (one per waiting client): a lone
+-- waiter needs no delay before its attempt.
 -- Returns 1 if the key was deleted, 0 if it was absent or held another token.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
 	redis.call("DEL", KEYS[1])
 	if ARGV[2] ~= "" then
-		redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8))
+		local subs = redis.call("PUBSUB", "NUMSUB", ARGV[2])[2]
+		redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8) .. "/" .. subs)
 	end
 	return 1
 end

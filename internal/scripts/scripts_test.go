@@ -297,3 +297,36 @@ func TestFenceCommitTerm_recordsOnlyForHolder_andLeaderReadPairsThem(t *testing.
 		t.Logf("refused: %v", err)
 	}
 }
+
+// The release announces itself with the token's first 8 characters and
+// how many connections were subscribed to the channel on the master.
+func TestRelease_noticeCountsTheSubscribers(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	var subs []redis.PubSubConn
+	for range 2 {
+		psc := redis.PubSubConn{Conn: conn(t, srv)}
+		if err := psc.Subscribe("ch"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := psc.ReceiveWithTimeout(timeout).(redis.Subscription); !ok {
+			t.Fatal("no subscription")
+		}
+		subs = append(subs, psc)
+	}
+	if _, err := c.Do("SET", "k", "0123456789abcdef", "PX", 10000); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "0123456789abcdef", "ch")); err != nil || n != 1 {
+		t.Fatalf("release = %d, %v; want 1", n, err)
+	}
+	for i, psc := range subs {
+		m, ok := psc.ReceiveWithTimeout(timeout).(redis.Message)
+		if !ok {
+			t.Fatalf("subscriber %d: no message", i)
+		}
+		if id, n := layout.ParseNotice(string(m.Data)); id != "01234567" || n != 2 {
+			t.Fatalf("subscriber %d: notice %q = %q, %d; want 01234567, 2", i, m.Data, id, n)
+		}
+	}
+}

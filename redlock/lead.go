@@ -1,0 +1,77 @@
+package redlock
+
+import (
+	"hash/fnv"
+	"strconv"
+	"time"
+)
+
+// Woken waiters ask one master first.
+//
+// A release wakes every waiter of the key, in every process. Were each to
+// send SET NX to every master at once, all but one would be refused
+// everywhere, at five commands each and the rollbacks of the masters they
+// did not await, and some would split the vote so that none won. Instead a
+// woken waiter's attempt asks one master first, the key's lead, and the
+// others only once the lead granted it: the lead decides among the woken
+// waiters in one command each, the losers send nothing else, and the
+// winner asks the rest in one more round trip. Its validity still counts
+// from before its first write, so the longer round only shortens it
+// (docs/design.md, "Woken waiters").
+//
+// Every process must name the same lead for a key without talking to the
+// others: the lead is the master whose run_id (learned at first contact,
+// identity.go) hashes highest with the key (rendezvous hashing), so that
+// the order in which processes list their masters does not matter, and
+// keys spread over the masters. Until every run_id is known, the masters'
+// positions stand in for them. A master that failed a command within
+// leadQuiet is passed over for the next, so that a master that is down or
+// hung does not fail every woken attempt: the attempt is made to every
+// master at once when each of them failed lately.
+
+// leadQuiet is how long a master that failed a command is not chosen to
+// lead, at least: see leadFor.
+const leadQuiet = time.Second
+
+// leadFor returns the master a woken waiter's attempt on key asks first,
+// or -1 for none (one master, or none answered lately without failing).
+func (c *Client) leadFor(key string) int {
+	n := len(c.masters)
+	if n < 2 {
+		return -1
+	}
+	quiet := max(leadQuiet, 20*c.timeout)
+	now := time.Now().UnixNano()
+	ids := c.ident.known()
+	kh := fnv.New64a()
+	kh.Write([]byte(key))
+	k := kh.Sum64()
+	best, bestScore := -1, uint64(0)
+	for i := range c.masters {
+		if at := c.failedAt[i].Load(); at != 0 && now-at < int64(quiet) {
+			continue
+		}
+		h := fnv.New64a()
+		if ids != nil {
+			h.Write([]byte(ids[i]))
+		} else {
+			h.Write([]byte(strconv.Itoa(i)))
+		}
+		if s := mix64(h.Sum64() ^ k); best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// mix64 is MurmurHash3's 64-bit finalizer: every bit of x moves about
+// half of the result's, which FNV alone does not do for inputs that differ
+// only in their last bytes.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}

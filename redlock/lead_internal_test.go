@@ -1,0 +1,355 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// leadPaths are the two redigo paths, as internal tests name them.
+var leadPaths = []struct {
+	name      string
+	pipelined bool
+}{{"pipelined", true}, {"pooled", false}}
+
+// leadClient is a Client of servers (in that order) on one path.
+func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts ...Option) *Client {
+	t.Helper()
+	pools := make([]pool.Pool, len(servers))
+	for i, s := range servers {
+		p := s.Pool()
+		t.Cleanup(func() { p.Close() })
+		pools[i] = p
+	}
+	c, err := New(pools, append([]Option{WithPipelining(pipelined)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.identify(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ledAttempt makes one attempt at a plain lock on key whose master lead is
+// asked first, as a woken waiter's.
+func ledAttempt(t *testing.T, c *Client, key string, ttl time.Duration, lead int) (*Lock, error) {
+	t.Helper()
+	lc, err := c.lockConfig(key, []LockOption{WithTTL(ttl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := c.attempt(context.Background(), key, &lc, c.plainKind(key, &lc), lead)
+	return l, err
+}
+
+// setCalls is how many SETs master s has run (INFO commandstats).
+func setCalls(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	info, err := redis.String(s.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_set:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// ctx5s ends 5 s from now, or with t.
+func ctx5s(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func exists(t *testing.T, s *redistest.Server, key string) bool {
+	t.Helper()
+	n, err := redis.Int(s.Do("EXISTS", key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// A led attempt whose lead refuses (the key is held there) sends nothing
+// to any other master, fails at once, and says which masters it did not
+// ask; one whose lead grants asks the rest and holds the lock on all.
+func TestLead_refusedLeadAsksNoOther(t *testing.T) {
+	redistest.SkipShort(t)
+	servers := redistest.Start(t, 5)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			c := leadClient(t, servers, p.pipelined)
+			key := "lead:refused:" + p.name
+			lead := c.leadFor(key)
+			if lead < 0 {
+				t.Fatal("no lead among five healthy masters")
+			}
+			if _, err := servers[lead].Do("SET", key, "someone-else", "PX", 30000); err != nil {
+				t.Fatal(err)
+			}
+			before := make([]int, len(servers))
+			for i, s := range servers {
+				before[i] = setCalls(t, s)
+			}
+			_, err := ledAttempt(t, c, key, 10*time.Second, lead)
+			var qe *QuorumError
+			if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &qe) {
+				t.Fatalf("err = %v, want a *QuorumError matching ErrNotAcquired", err)
+			}
+			var others []int
+			for i := range servers {
+				if i != lead {
+					others = append(others, i)
+				}
+			}
+			if !slices.Equal(qe.Refused, []int{lead}) || !slices.Equal(qe.NotAsked, others) || qe.Failed != nil || len(qe.Unanswered) != 0 {
+				t.Fatalf("refused %v, not asked %v, failed %v, unanswered %v: want refused [%d], not asked %v, nothing else",
+					qe.Refused, qe.NotAsked, qe.Failed, qe.Unanswered, lead, others)
+			}
+			if !strings.Contains(err.Error(), "not asked") {
+				t.Errorf("message does not say who was not asked: %v", err)
+			}
+			for _, i := range others {
+				if n := setCalls(t, servers[i]); n != before[i] {
+					t.Errorf("master %d ran %d SETs during the attempt, want none", i, n-before[i])
+				}
+				if exists(t, servers[i], key) {
+					t.Errorf("master %d holds the key", i)
+				}
+			}
+
+			// The lead grants: every master is asked, and holds it.
+			if _, err := servers[lead].Do("DEL", key); err != nil {
+				t.Fatal(err)
+			}
+			l, err := ledAttempt(t, c, key, 10*time.Second, lead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A quorum answered; the others' SETs may still be on their way.
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for i, s := range servers {
+				held := redistest.WaitFor(wctx, func() bool {
+					v, err := redis.String(s.Do("GET", key))
+					return err == nil && v == l.Token()
+				})
+				if !held {
+					t.Errorf("master %d does not hold the lock's token", i)
+				}
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The lead of a key is one server whatever order a client lists its
+// masters in (it is chosen by run_id), and the keys spread over the
+// masters.
+func TestLead_sameServerInEveryClient(t *testing.T) {
+	redistest.SkipShort(t)
+	servers := redistest.Start(t, 5)
+	a := leadClient(t, servers, true)
+	rev := slices.Clone(servers)
+	slices.Reverse(rev)
+	b := leadClient(t, rev, true)
+	led := make(map[string]int)
+	for i := range 500 {
+		key := fmt.Sprintf("lead:same:%d", i)
+		la, lb := a.leadFor(key), b.leadFor(key)
+		if la < 0 || lb < 0 {
+			t.Fatalf("key %q: no lead (%d, %d)", key, la, lb)
+		}
+		if a.masters[la].addr != b.masters[lb].addr {
+			t.Fatalf("key %q: led by %s in one client, %s in the other", key, a.masters[la].addr, b.masters[lb].addr)
+		}
+		led[a.masters[la].addr]++
+	}
+	for _, s := range servers {
+		if n := led[s.Addr()]; n < 50 {
+			t.Errorf("master %s leads %d of 500 keys, want about 100", s.Addr(), n)
+		}
+	}
+}
+
+// A stopped lead fails a led attempt (its others are not asked, and not
+// reported as failed), leaves nothing behind once it runs again, and is
+// passed over as lead until it has answered for leadQuiet: the next led
+// attempt asks another master first and gets the lock.
+func TestLead_stoppedLeadIsPassedOver(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			servers := redistest.Start(t, 5)
+			c := leadClient(t, servers, p.pipelined, WithTimeout(100*time.Millisecond))
+			key := "lead:stopped:" + p.name
+			lead := c.leadFor(key)
+			if err := servers[lead].Pause(); err != nil {
+				t.Fatal(err)
+			}
+			resumed := false
+			defer func() {
+				if !resumed {
+					_ = servers[lead].Resume()
+				}
+			}()
+			_, err := ledAttempt(t, c, key, 30*time.Second, lead)
+			var qe *QuorumError
+			if !errors.As(err, &qe) {
+				t.Fatalf("err = %v, want a *QuorumError", err)
+			}
+			if len(qe.NotAsked) != len(servers)-1 || qe.Failed == nil || len(qe.Failed.Errors) != 1 {
+				t.Fatalf("not asked %v, failed %v: want the four others not asked, the lead failed", qe.NotAsked, qe.Failed)
+			}
+			var ne *NodeError
+			if !errors.As(qe.Failed.Errors[0], &ne) || ne.Index != lead {
+				t.Fatalf("failed: %v, want the lead (%d)", qe.Failed, lead)
+			}
+			// The lead's leg ends at its transport's bound; then it is
+			// passed over.
+			if !redistest.WaitFor(ctx5s(t), func() bool { return c.leadFor(key) != lead }) {
+				t.Fatal("the stopped lead is still the lead")
+			}
+			next := c.leadFor(key)
+			l, err := ledAttempt(t, c, key, 30*time.Second, next)
+			if err != nil {
+				t.Fatalf("a led attempt with master %d (running) first: %v", next, err)
+			}
+			if err := servers[lead].Resume(); err != nil {
+				t.Fatal(err)
+			}
+			resumed = true
+			// The stopped lead ran the first attempt's SET once it ran
+			// again: the rollback (or its retry) deletes it, long before
+			// its TTL. The held lock's own SET never went there (the lock
+			// was taken while it was stopped), unless the lead's second
+			// leg was sent after it resumed: then it holds this token.
+			gone := redistest.WaitFor(ctx5s(t), func() bool {
+				v, err := redis.String(servers[lead].Do("GET", key))
+				return errors.Is(err, redis.ErrNil) || v == l.Token()
+			})
+			if !gone {
+				v, _ := redis.String(servers[lead].Do("GET", key))
+				t.Fatalf("the stopped lead still holds %q, the failed attempt's", v)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Contenders woken by each release on five real masters: never two
+// holders at once, every contender gets the lock, and the lead master of
+// the key runs most of the SETs (the woken waiters ask it first; the
+// others are asked only by the winner). A non-lead master and then the
+// lead are stopped for a while in the middle; the lock goes on being
+// handed over while they are, and after.
+func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			servers := redistest.Start(t, 5)
+			const clients = 6
+			cs := make([]*Client, clients)
+			for i := range cs {
+				cs[i] = leadClient(t, servers, p.pipelined, WithTimeout(100*time.Millisecond))
+			}
+			key := "lead:contend:" + p.name
+			lead := cs[0].leadFor(key)
+			other := (lead + 1) % len(servers)
+			before := make([]int, len(servers))
+			for i, s := range servers {
+				before[i] = setCalls(t, s)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var holders, overlaps atomic.Int32
+			var phase atomic.Int32 // 0 healthy, 1 a non-lead stopped, 2 the lead stopped, 3 all running again
+			got := make([][4]int, clients)
+			var wg sync.WaitGroup
+			for i, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						l, err := c.Acquire(ctx, key, WithTTL(5*time.Second), WithWait(5*time.Second))
+						if err != nil {
+							continue
+						}
+						if holders.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						got[i][phase.Load()]++
+						time.Sleep(200 * time.Microsecond)
+						holders.Add(-1)
+						_ = l.Release(context.Background())
+					}
+				}()
+			}
+			time.Sleep(700 * time.Millisecond)
+			healthySets := make([]int, len(servers))
+			for i, s := range servers {
+				healthySets[i] = setCalls(t, s) - before[i]
+			}
+			phase.Store(1)
+			_ = servers[other].Pause()
+			time.Sleep(500 * time.Millisecond)
+			_ = servers[other].Resume()
+			phase.Store(2)
+			_ = servers[lead].Pause()
+			time.Sleep(500 * time.Millisecond)
+			_ = servers[lead].Resume()
+			phase.Store(3)
+			time.Sleep(700 * time.Millisecond)
+			cancel()
+			wg.Wait()
+			if n := overlaps.Load(); n != 0 {
+				t.Fatalf("%d times two contenders held the lock at once", n)
+			}
+			var per [4]int
+			for i := range got {
+				for ph, n := range got[i] {
+					per[ph] += n
+				}
+				if got[i][0]+got[i][3] == 0 {
+					t.Errorf("contender %d never got the lock while every master ran: %v", i, got[i])
+				}
+			}
+			for ph, n := range per {
+				if n == 0 {
+					t.Errorf("phase %d: no acquisition (%v)", ph, per)
+				}
+			}
+			var rest int
+			for i, n := range healthySets {
+				if i != lead {
+					rest += n
+				}
+			}
+			if avg := float64(rest) / float64(len(servers)-1); float64(healthySets[lead]) < 1.2*avg {
+				t.Errorf("SETs while healthy, by master: %v; the lead (%d) ran no more than the others", healthySets, lead)
+			}
+			t.Logf("acquisitions by phase %v; SETs while healthy by master %v (lead %d)", per, healthySets, lead)
+		})
+	}
+}
