@@ -50,9 +50,11 @@ import (
 // (every laneBeat), and a firing that was late — this process did not
 // run, nor did the goroutines that read go-redis's replies, which may
 // wait in the socket — is a stall that every command waiting then went
-// through. A command is due that much later (the sum of its stalls), but
-// never past lateBound after its deadline: a master that does not answer
-// is still found out, however long this process stalls.
+// through. A command is due as much later as the longest stall it went
+// through (not their sum: a process always a few milliseconds late would
+// excuse a hung master for several times its timeout), and never past
+// lateBound after its deadline: a master that does not answer is still
+// found out, however long this process stalls.
 // The batch itself runs under a context that ends when the watchdog has
 // settled every command of it, at the latest lateBound past the latest
 // deadline of its commands; go-redis honours it on reads and writes only
@@ -154,9 +156,9 @@ type req struct {
 	settled atomic.Bool
 	at      time.Time // when r was queued
 	limit   time.Time // the latest r may be due
-	// stall is what r was kept waiting by stalls of this process since it
-	// was queued, sentStall since its batch was handed to go-redis at
-	// sentAt (dueLocked; under the lane's mu).
+	// stall is the longest stall of this process seen since r was queued,
+	// sentStall since its batch was handed to go-redis at sentAt
+	// (dueLocked; under the lane's mu).
 	stall     time.Duration
 	sentAt    time.Time
 	sentStall time.Duration
@@ -273,19 +275,21 @@ func (l *lane) armLocked(at, now time.Time) {
 }
 
 // dueLocked is when r is due, at the latest r.limit: its deadline pushed
-// back by the stalls this process went through since r was queued
+// back by the longest stall this process went through since r was queued
 // (r.stall); once sent, when its batch has kept it waiting as long as r
 // had from its queueing to its deadline (its budget), pushed back by the
-// stalls since it was sent — the master has then been silent for the
-// budget. A command queued behind a batch that a slow master answered
-// late, and sent only then, is not failed at its deadline while the
-// master answers its own batch in time: the Client waits on as long as
-// the master is not silent (redlock.Silencer), and a reply read late
-// leaves only less validity, counted from before the round's first write
-// (a grant read after the Client gave up is rolled back). A command that
-// waits in the queue is due at its deadline all the same: the batch ahead
-// of it, in flight since before it was queued, has then been silent for
-// at least its budget.
+// longest stall since it was sent — the master has then been silent for
+// the budget. The longest stall, not their sum: with a stall of 4 ms in
+// every 5 ms the sum kept a hung master's command five times its budget
+// (TestLane_shortStallsDoNotAddUp). A command queued behind a batch that
+// a slow master answered late, and sent only then, is not failed at its
+// deadline while the master answers its own batch in time: the Client
+// waits on as long as the master is not silent (redlock.Silencer), and a
+// reply read late leaves only less validity, counted from before the
+// round's first write (a grant read after the Client gave up is rolled
+// back). A command that waits in the queue is due at its deadline all the
+// same: the batch ahead of it, in flight since before it was queued, has
+// then been silent for at least its budget.
 func (l *lane) dueLocked(r *req) time.Time {
 	budget := r.deadline.Sub(r.at)
 	due := r.deadline.Add(r.stall)
@@ -302,20 +306,20 @@ func (l *lane) dueLocked(r *req) time.Time {
 
 // stallLocked records a stall of this process: the watchdog fired late by
 // late at now. Every command waiting then went through it, which makes it
-// due later (dueLocked); silence takes it off the batch's. All of it, even
-// for a command queued after the process ran again and before the
-// watchdog did: only the part since its queueing made the stopped-client
-// test fail more (a process that has just run again runs its readers late
-// too).
+// due later when it is the longest it went through (dueLocked); silence
+// takes it off the batch's. All of it, even for a command queued after
+// the process ran again and before the watchdog did: only the part since
+// its queueing made the stopped-client test fail more (a process that has
+// just run again runs its readers late too).
 func (l *lane) stallLocked(late time.Duration, now time.Time) {
 	l.lastStallEnd, l.lastStall = now, late
 	for _, r := range l.queue {
-		r.stall += late
+		r.stall = max(r.stall, late)
 	}
 	for _, r := range l.inflight {
-		r.stall += late
+		r.stall = max(r.stall, late)
 		if !r.sentAt.IsZero() {
-			r.sentStall += late
+			r.sentStall = max(r.sentStall, late)
 		}
 	}
 }

@@ -416,6 +416,31 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 	}
 }
 
+// A process that is always a few milliseconds late (here: a stall of
+// 4 ms recorded at every beat, 5 ms) does not excuse a hung master
+// (SIGSTOP): its command fails at about its deadline plus one such stall.
+// With the stalls summed it waited 4 ms more for every 5 ms: five times
+// its 100 ms, 505 ms here.
+func TestLane_shortStallsDoNotAddUp(t *testing.T) {
+	s, l := connectedLane(t)
+	s.stop()
+	defer s.cont()
+	stop := everyBeat(l, 4*time.Millisecond, false)
+	defer stop()
+	start := time.Now()
+	hung, hungCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	l.send(hung)
+	res := wait(t, hungCh)
+	el := time.Since(start)
+	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+		t.Fatalf("hung master, process always 4 ms late: %+v, want a timeout, sent", res)
+	}
+	// 100 ms and one stall; the rest is room for a loaded machine.
+	if el > 300*time.Millisecond {
+		t.Fatalf("hung master, process always 4 ms late: failed after %v, deadline 100 ms", el)
+	}
+}
+
 // Silence (redlock.Silencer): 0 with nothing in flight; on a frozen
 // master it grows with the time its batch waits, less the stalls of this
 // process seen meanwhile; once the master answers, 0 again.
