@@ -30,12 +30,7 @@ func attack26Ctx(on bool) func(*redis.Options) {
 func TestAttack26Lane_hungMasterFailsWithinTheBound(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", on), func(t *testing.T) {
-			s := startServer(t)
-			c := newClient(t, s, attack26Ctx(on))
-			l := newTestLane(t, c)
-			r, ch := cmd(5*time.Second, "PING")
-			l.send(r)
-			wait(t, ch)
+			s, l := connectedLane(t, attack26Ctx(on))
 			s.stop()
 			defer s.cont()
 			const d = 100 * time.Millisecond

@@ -104,8 +104,7 @@ func TestAttack26b_grantReadThroughTheWaitDoesNotOverstateValidity(t *testing.T)
 			time.Sleep(25 * time.Millisecond)
 			for _, l := range lanes {
 				l.mu.Lock()
-				l.stalled += 100 * time.Millisecond
-				l.lastStallEnd, l.lastStall = time.Now(), 100*time.Millisecond
+				l.stallLocked(100*time.Millisecond, time.Now())
 				l.mu.Unlock()
 			}
 			wg.Done()

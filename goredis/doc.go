@@ -25,10 +25,12 @@
 //
 // Each command ends at its deadline (the redlock.Client gives each one: a
 // per-master timeout from its send; a command that comes without one, the
-// client's ReadTimeout), pushed back by as long as this process was seen
-// not to run meanwhile (a stall: a busy machine, SIGSTOP; the replies may
-// wait in the socket), but never more than its own timeout, at least a
-// second, past it. A
+// client's ReadTimeout) or, once sent, when the master has kept its batch
+// waiting that long (a command sent late, behind a batch the master
+// answered late, is not failed while the master answers its own), pushed
+// back by the longest time this process was seen not to run meanwhile (a
+// stall: a busy machine, SIGSTOP; the replies may wait in the socket), but
+// never more than its own timeout, at least a second, past its deadline. A
 // batch stuck on a master that does not answer holds the writer until
 // go-redis gives up on it: the client's ReadTimeout, or the batch's
 // context when Options.ContextTimeoutEnabled is set. Commands queued meanwhile fail at

@@ -39,23 +39,29 @@ import (
 // connection before answering.
 //
 // Each command is bounded by its deadline: a watchdog timer settles every
-// command whose deadline passed, queued (never sent) or in flight (sent,
-// unanswered; the master is then down until the batch returns, and
-// commands marked dropWhenDown fail at once, unsent). A late reply is
-// dropped. A deadline is one of this process's running time, not the
-// wall's: while commands wait, the watchdog beats (every laneBeat), and
-// the time by which its firings were late — this process did not run, nor
-// did the goroutines that read go-redis's replies, which may wait in the
-// socket — is added to the deadline of every command that was waiting
-// then (the stall it went through), up to lateBound past its deadline: a
-// master that does not answer is still found out, however often this
-// process stalls. The batch itself runs under a context that ends when
-// the watchdog has settled every command of it, at the latest lateBound
-// past the latest deadline of its commands; go-redis honours it on reads
-// and writes only with Options.ContextTimeoutEnabled, else its
-// ReadTimeout and WriteTimeout bound the batch. A context that ended at
-// the commands' own deadlines would make go-redis refuse, unsent, a batch
-// whose deadlines a stall had pushed back.
+// command that is due, queued (never sent) or in flight (sent, unanswered;
+// the master is then down until the batch returns, and commands marked
+// dropWhenDown fail at once, unsent). A late reply is dropped. A command
+// in flight is due when its batch has waited as long as the command had
+// from its queueing to its deadline (its budget): the master has then
+// been silent for it, whether or not the command waited in the queue
+// first, behind a batch that the master answered late (dueLocked). Both
+// allow for this process's stalls: while commands wait, the watchdog beats
+// (every laneBeat), and a firing that was late — this process did not
+// run, nor did the goroutines that read go-redis's replies, which may
+// wait in the socket — is a stall that every command waiting then went
+// through. A command is due as much later as the longest stall it went
+// through (not their sum: a process always a few milliseconds late would
+// excuse a hung master for several times its timeout), and never past
+// lateBound after its deadline: a master that does not answer is still
+// found out, however long this process stalls.
+// The batch itself runs under a context that ends when the watchdog has
+// settled every command of it, at the latest lateBound past the latest
+// deadline of its commands; go-redis honours it on reads and writes only
+// with Options.ContextTimeoutEnabled, else its ReadTimeout and
+// WriteTimeout bound the batch. A context that ended at the commands' own
+// deadlines would make go-redis refuse, unsent, a batch whose commands a
+// stall had made due later.
 //
 // Scripts run by EVALSHA. The first time the lane sends a script, and
 // after a batch failed on the connection (the master may have restarted
@@ -84,9 +90,10 @@ const laneBatch = 256
 // laneBeat before a firing is seen from when that firing was due).
 const laneBeat = 5 * time.Millisecond
 
-// lateBound is the most a command's deadline is pushed back by stalls of
-// this process: its own time to its deadline, at least a second (as the
-// redlock.Client waits for a reply read late, see its docs/design.md).
+// lateBound is the most a command may be due past its deadline (stalls of
+// this process, a batch sent late): its own time to its deadline, at
+// least a second (as the redlock.Client waits for a reply read late, see
+// its docs/design.md).
 func lateBound(budget time.Duration) time.Duration {
 	return max(budget, time.Second)
 }
@@ -147,11 +154,17 @@ type req struct {
 
 	// -----
 	settled atomic.Bool
-	stallAt time.Duration // the lane's stalled when r was queued (under mu)
-	limit   time.Time     // the latest r's deadline may be pushed back to
-	sent    bool          // handed to go-redis (under the lane's mu)
-	resent  bool          // (under the lane's mu)
-	eval    bool          // send as EVAL (after a NOSCRIPT)
+	at      time.Time // when r was queued
+	limit   time.Time // the latest r may be due
+	// stall is the longest stall of this process seen since r was queued,
+	// sentStall since its batch was handed to go-redis at sentAt
+	// (dueLocked; under the lane's mu).
+	stall     time.Duration
+	sentAt    time.Time
+	sentStall time.Duration
+	sent      bool // handed to go-redis (under the lane's mu)
+	resent    bool // (under the lane's mu)
+	eval      bool // send as EVAL (after a NOSCRIPT)
 }
 
 // settle calls r.done unless it was called already.
@@ -169,16 +182,13 @@ type lane struct {
 	mu       sync.Mutex
 	queue    []*req // waiting for the writer, in order
 	inflight []*req // the batch being run
-	down     bool   // a command in flight passed its deadline
+	down     bool   // a command in flight was due, unanswered
 	closed   bool
 	timer    *time.Timer
 	timerAt  time.Time // when timer fires; zero when it is stopped
-	// stalled is how late the timer's firings were, in all: how long, at
-	// least, this process did not run while commands waited (expire).
-	stalled time.Duration
-	// nextDue is when the earliest command waiting may be due: its
-	// deadline pushed back by the stalls seen so far (more stalls only
-	// push it further). Zero when no command waits.
+	// nextDue is when the earliest command waiting may be due
+	// (dueLocked, as of the stalls seen so far: more stalls, and sending
+	// it, only make it due later). Zero when no command waits.
 	nextDue time.Time
 	// batchAt is when the batch in flight was handed to go-redis
 	// (silence).
@@ -236,8 +246,8 @@ func (l *lane) send(r *req) {
 		r.settle(nil, err, false)
 		return
 	}
-	r.stallAt = l.stalled
-	r.limit = r.deadline.Add(lateBound(time.Until(r.deadline)))
+	r.at = time.Now()
+	r.limit = r.deadline.Add(lateBound(r.deadline.Sub(r.at)))
 	l.queue = append(l.queue, r)
 	l.armLocked(r.deadline, time.Now())
 	l.mu.Unlock()
@@ -264,20 +274,60 @@ func (l *lane) armLocked(at, now time.Time) {
 	l.timer.Reset(at.Sub(now))
 }
 
-// dueLocked is when r is due: its deadline pushed back by the stalls this
-// process went through since r was queued, up to r.limit.
+// dueLocked is when r is due, at the latest r.limit: its deadline pushed
+// back by the longest stall this process went through since r was queued
+// (r.stall); once sent, when its batch has kept it waiting as long as r
+// had from its queueing to its deadline (its budget), pushed back by the
+// longest stall since it was sent — the master has then been silent for
+// the budget. The longest stall, not their sum: with a stall of 4 ms in
+// every 5 ms the sum kept a hung master's command five times its budget
+// (TestLane_shortStallsDoNotAddUp). A command queued behind a batch that
+// a slow master answered late, and sent only then, is not failed at its
+// deadline while the master answers its own batch in time: the Client
+// waits on as long as the master is not silent (redlock.Silencer), and a
+// reply read late leaves only less validity, counted from before the
+// round's first write (a grant read after the Client gave up is rolled
+// back). A command that waits in the queue is due at its deadline all the
+// same: the batch ahead of it, in flight since before it was queued, has
+// then been silent for at least its budget.
 func (l *lane) dueLocked(r *req) time.Time {
-	if due := r.deadline.Add(l.stalled - r.stallAt); due.Before(r.limit) {
+	budget := r.deadline.Sub(r.at)
+	due := r.deadline.Add(r.stall)
+	if r.sent && !r.sentAt.IsZero() {
+		if d := r.sentAt.Add(budget + r.sentStall); d.After(due) {
+			due = d
+		}
+	}
+	if due.Before(r.limit) {
 		return due
 	}
 	return r.limit
 }
 
+// stallLocked records a stall of this process: the watchdog fired late by
+// late at now. Every command waiting then went through it, which makes it
+// due later when it is the longest it went through (dueLocked); silence
+// takes it off the batch's. All of it, even for a command queued after
+// the process ran again and before the watchdog did: only the part since
+// its queueing made the stopped-client test fail more (a process that has
+// just run again runs its readers late too).
+func (l *lane) stallLocked(late time.Duration, now time.Time) {
+	l.lastStallEnd, l.lastStall = now, late
+	for _, r := range l.queue {
+		r.stall = max(r.stall, late)
+	}
+	for _, r := range l.inflight {
+		r.stall = max(r.stall, late)
+		if !r.sentAt.IsZero() {
+			r.sentStall = max(r.sentStall, late)
+		}
+	}
+}
+
 // expire is the watchdog: it settles every command that is due and arms
 // itself for the next one, or for its next beat. A firing over a
-// millisecond late means this process did not run for that long: it is
-// added to stalled, and so to the deadline of every command waiting (see
-// the top of this file).
+// millisecond late means this process did not run for that long: a stall
+// of every command waiting (stallLocked, see the top of this file).
 func (l *lane) expire() {
 	now := time.Now()
 	var expired []settlement
@@ -287,8 +337,7 @@ func (l *lane) expire() {
 		return
 	}
 	if late := now.Sub(l.timerAt); late > time.Millisecond {
-		l.stalled += late
-		l.lastStallEnd, l.lastStall = now, late
+		l.stallLocked(late, now)
 	}
 	l.timerAt = time.Time{}
 	if l.nextDue.IsZero() {
@@ -501,6 +550,7 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 			continue
 		}
 		r.sent = true
+		r.sentAt, r.sentStall = l.batchAt, 0
 		if s := r.script; s != nil && !r.eval && !l.sharded && !l.loaded[s] && !loading[s] {
 			if loading == nil {
 				loading = make(map[*script]bool)

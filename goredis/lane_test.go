@@ -44,6 +44,21 @@ func newTestLane(t *testing.T, c redis.UniversalClient) *lane {
 	return l
 }
 
+// connectedLane starts a master and a lane to it whose connection is
+// made (a PING answered), so that a frozen master's accept queue is not
+// what a test measures.
+func connectedLane(t *testing.T, opts ...func(*redis.Options)) (*server, *lane) {
+	t.Helper()
+	s := startServer(t)
+	l := newTestLane(t, newClient(t, s, opts...))
+	r, ch := cmd(5*time.Second, "PING")
+	l.send(r)
+	if res := wait(t, ch); res.err != nil {
+		t.Fatalf("PING: %+v", res)
+	}
+	return s, l
+}
+
 // cmd returns a plain request with a deadline d from now, and where its
 // result goes.
 func cmd(d time.Duration, name string, args ...any) (*req, chan result) {
@@ -281,14 +296,7 @@ func TestLane_noscript(t *testing.T) {
 }
 
 func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
-	s := startServer(t)
-	c := newClient(t, s)
-	l := newTestLane(t, c)
-	// Connect first, so that the frozen master's accept queue is not
-	// what is measured.
-	r, ch := cmd(5*time.Second, "PING")
-	l.send(r)
-	wait(t, ch)
+	s, l := connectedLane(t)
 
 	s.stop()
 	defer s.cont()
@@ -322,43 +330,72 @@ func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 	}
 	s.cont()
 	// The master answers again: the lane is up.
-	r, ch = cmd(5*time.Second, "PING")
+	r, ch := cmd(5*time.Second, "PING")
 	l.send(r)
 	if res := wait(t, ch); res.err != nil || res.v != "PONG" {
 		t.Fatalf("after the master woke: %+v", res)
 	}
 }
 
-// A stall of this process (here: the lane's stalled raised as a late
-// firing of its watchdog would) pushes back the deadline of the commands
-// waiting then: a reply that comes after the deadline but within the
-// stall is delivered. Stalls that never end push it back only so far: a
-// master that does not answer still fails the command, lateBound past its
-// deadline.
+// freeze keeps the lane's watchdog from running for d, as a stopped
+// process would (it holds the lane's mu), then records the stall as the
+// watchdog's late firing would have.
+func freeze(l *lane, d time.Duration) {
+	l.mu.Lock()
+	time.Sleep(d)
+	l.stallLocked(d, time.Now())
+	l.mu.Unlock()
+}
+
+// everyBeat records a stall of d as the watchdog's firing late would,
+// every laneBeat (d of it in each: a process that is always late), until
+// the returned stop is called. long reports the stall from what passed
+// since start instead (a process that never runs).
+func everyBeat(l *lane, d time.Duration, long bool) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(laneBeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				now := time.Now()
+				if long {
+					d = now.Sub(start)
+				}
+				l.mu.Lock()
+				l.stallLocked(d, now)
+				l.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// A stall of this process (here: the watchdog kept from running, then
+// the stall recorded as its late firing would) pushes back the deadline of
+// the commands waiting then: a reply that comes after the deadline but
+// within the stall is delivered. A stall that never ends pushes it back
+// only so far: a master that does not answer still fails the command,
+// lateBound past its deadline.
 func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
-	s := startServer(t)
-	c := newClient(t, s)
-	l := newTestLane(t, c)
-	r, ch := cmd(5*time.Second, "PING")
-	l.send(r)
-	wait(t, ch)
-	stall := func(d time.Duration) {
-		l.mu.Lock()
-		l.stalled += d
-		l.mu.Unlock()
-	}
+	s, l := connectedLane(t)
 
 	s.stop()
 	start := time.Now()
-	late, lateCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	late, lateCh := cmd(300*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(late)
-	stall(300 * time.Millisecond)
-	time.Sleep(250 * time.Millisecond)
-	s.cont()
+	time.Sleep(20 * time.Millisecond) // in flight
+	freeze(l, 300*time.Millisecond)   // due 300 ms later
+	s.cont()                          // past the deadline, before the stall's end
 	if res := wait(t, lateCh); res.err != nil || res.v != "OK" {
 		t.Fatalf("a reply after the deadline, within the stall: %+v, want OK", res)
 	}
-	if el := time.Since(start); el < 250*time.Millisecond {
+	if el := time.Since(start); el < 320*time.Millisecond {
 		t.Fatalf("answered after %v, before the master woke", el)
 	}
 
@@ -367,25 +404,40 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 	start = time.Now()
 	hung, hungCh := cmd(100*time.Millisecond, "SET", "b", "1", "NX", "PX", 10000)
 	l.send(hung)
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				stall(50 * time.Millisecond) // stalls five times as long as the time that passes
-			}
-		}
-	}()
+	stop := everyBeat(l, 0, true)
 	res := wait(t, hungCh)
-	close(stop)
+	stop()
 	el := time.Since(start)
 	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
-		t.Fatalf("hung master under endless stalls: %+v, want a timeout, sent", res)
+		t.Fatalf("hung master under a stall that does not end: %+v, want a timeout, sent", res)
 	}
 	if bound := 100*time.Millisecond + lateBound(100*time.Millisecond); el < bound-50*time.Millisecond || el > bound+300*time.Millisecond {
-		t.Fatalf("hung master under endless stalls: failed after %v, want about %v", el, bound)
+		t.Fatalf("hung master under a stall that does not end: failed after %v, want about %v", el, bound)
+	}
+}
+
+// A process that is always a few milliseconds late (here: a stall of
+// 4 ms recorded at every beat, 5 ms) does not excuse a hung master
+// (SIGSTOP): its command fails at about its deadline plus one such stall.
+// With the stalls summed it waited 4 ms more for every 5 ms: five times
+// its 100 ms, 505 ms here.
+func TestLane_shortStallsDoNotAddUp(t *testing.T) {
+	s, l := connectedLane(t)
+	s.stop()
+	defer s.cont()
+	stop := everyBeat(l, 4*time.Millisecond, false)
+	defer stop()
+	start := time.Now()
+	hung, hungCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	l.send(hung)
+	res := wait(t, hungCh)
+	el := time.Since(start)
+	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+		t.Fatalf("hung master, process always 4 ms late: %+v, want a timeout, sent", res)
+	}
+	// 100 ms and one stall; the rest is room for a loaded machine.
+	if el > 300*time.Millisecond {
+		t.Fatalf("hung master, process always 4 ms late: failed after %v, deadline 100 ms", el)
 	}
 }
 
@@ -393,12 +445,7 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 // master it grows with the time its batch waits, less the stalls of this
 // process seen meanwhile; once the master answers, 0 again.
 func TestLane_silence(t *testing.T) {
-	s := startServer(t)
-	c := newClient(t, s)
-	l := newTestLane(t, c)
-	r, ch := cmd(5*time.Second, "PING")
-	l.send(r)
-	wait(t, ch)
+	s, l := connectedLane(t)
 	quiet := func(what string) { // the batch ends just after its replies are settled
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -429,8 +476,9 @@ func TestLane_silence(t *testing.T) {
 	// not excuse a hung master: only the latest counts.
 	before := l.silence()
 	l.mu.Lock()
-	l.stalled += 150 * time.Millisecond
-	l.lastStallEnd, l.lastStall = time.Now(), 3*time.Millisecond
+	for range 50 {
+		l.stallLocked(3*time.Millisecond, time.Now())
+	}
 	l.mu.Unlock()
 	if got := l.silence(); got < before-10*time.Millisecond {
 		t.Fatalf("silence %v after 150ms of stalls of 3ms each (before: %v): they excused the master", got, before)
@@ -438,8 +486,7 @@ func TestLane_silence(t *testing.T) {
 	// A long stall the watchdog saw is this process's, not the master's.
 	before = l.silence()
 	l.mu.Lock()
-	l.stalled += 150 * time.Millisecond
-	l.lastStallEnd, l.lastStall = time.Now(), 150*time.Millisecond
+	l.stallLocked(150*time.Millisecond, time.Now())
 	l.mu.Unlock()
 	if got := l.silence(); got > before-100*time.Millisecond {
 		t.Fatalf("silence %v after a stall of 150ms was seen (before: %v)", got, before)
@@ -546,5 +593,77 @@ func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
 	got := admin.LRange(context.Background(), "after", 0, -1).Val()
 	if len(got) != 1 || got[0] != "1" {
 		t.Fatalf("after = %q, want [1]", got)
+	}
+}
+
+// A command queued behind a batch that a slow master answered late (a
+// busy script of 150 ms on the lane's own connection), and sent only
+// then, to a master busy again (another connection's script of 120 ms,
+// queued meanwhile), is answered after its deadline: the master kept its
+// own batch waiting 120 ms, less than the command's 200 ms, so the lane
+// delivers the reply (the Client waits on as long as the master is not
+// silent, redlock.Silencer). Before, it failed at its deadline, sent, and
+// the master was counted down. A master that stops answering then (SIGSTOP
+// during the second script) fails it once its batch has been silent for
+// the 200 ms: at about 350 ms, far from the limit (1.2 s).
+func TestLane_sentLateBehindASlowBatch(t *testing.T) {
+	const budget = 200 * time.Millisecond
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hung=%v", hang), func(t *testing.T) {
+			s, l := connectedLane(t)
+			side := newClient(t, s)
+			if err := side.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+
+			start := time.Now()
+			slow, slowCh := cmd(5*time.Second, "EVAL", attack26bBusy, 0, 150)
+			l.send(slow)
+			time.Sleep(5 * time.Millisecond)
+			late, lateCh := cmd(budget, "SET", "a", "1", "NX", "PX", 10000)
+			l.send(late)
+			sideDone := make(chan error, 1)
+			go func() {
+				time.Sleep(25 * time.Millisecond) // runs right after the lane's script
+				sideDone <- side.Eval(context.Background(), attack26bBusy, nil, 120).Err()
+			}()
+			if hang {
+				time.Sleep(200 * time.Millisecond) // the SET sent, the second script running
+				s.stop()
+				defer s.cont()
+			}
+			res := wait(t, lateCh)
+			el := time.Since(start)
+			if res := wait(t, slowCh); res.err != nil {
+				t.Fatalf("the slow batch: %+v", res)
+			}
+			l.mu.Lock()
+			sentAfter := late.sentAt.Sub(start)
+			l.mu.Unlock()
+			t.Logf("sent after %v, settled after %v: %+v", sentAfter, el, res)
+			if sentAfter < 100*time.Millisecond {
+				t.Fatalf("the SET was sent after %v, before the slow batch was answered", sentAfter)
+			}
+			if hang {
+				if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+					t.Fatalf("hung master: %+v, want a timeout, sent", res)
+				}
+				// due at its batch's send + 200 ms, about 350 ms; the
+				// limit is 1.2 s.
+				if el > sentAfter+budget+250*time.Millisecond {
+					t.Fatalf("hung master: failed after %v, sent after %v, budget %v", el, sentAfter, budget)
+				}
+				return
+			}
+			if err := <-sideDone; err != nil {
+				t.Fatal(err)
+			}
+			if res.err != nil || res.v != "OK" {
+				t.Fatalf("sent late behind a slow batch: %+v, want OK", res)
+			}
+			if el < budget {
+				t.Fatalf("answered after %v, within its deadline: the case this test checks did not occur", el)
+			}
+		})
 	}
 }
