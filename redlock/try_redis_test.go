@@ -282,6 +282,8 @@ func TestRedis_ReaderTurnedAwayForAWaitingWriterIsToldSo(t *testing.T) {
 		if err := <-waited; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the writer: %v", err)
 		}
+		// The writer that gave up withdraws its intent in the background.
+		waitUntil(t, "the writer's intent withdrawn", func() bool { return count(rs.hget(t, "doc", "intent"), "") == len(rs.servers) })
 		if err := r.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
