@@ -79,3 +79,7 @@ func IdentityProbed(c *Client, i int) time.Time {
 	}
 	return c.ident.tried[i]
 }
+
+// LeadFor returns the master a woken waiter of key asks first (lead.go),
+// or -1.
+func LeadFor(c *Client, key string) int { return c.leadFor(key) }

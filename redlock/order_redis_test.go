@@ -25,21 +25,30 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
-		const channel = "quorumlock:released:lock"
-		// Another owner holds masters 0 and 1; master 2 is frozen.
-		for _, s := range rs.servers[:2] {
-			if _, err := s.Do("HSET", "lock", "x", 1); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Do("PEXPIRE", "lock", 60000); err != nil {
-				t.Fatal(err)
-			}
-		}
 		ca := rs.client(t, path, redlock.WithTimeout(5*time.Second))
 		// The masters are identified (the first contact's INFO probe)
 		// before master 2 freezes: the attempts below are what is tested.
 		if _, err := ca.Inspect(ctx, "warm-up"); err != nil {
 			t.Fatal(err)
+		}
+		// A woken waiter asks the key's lead first (lead.go): the key is
+		// one whose lead is master 0, so that attempt 2 (woken) wins
+		// master 0 and asks the others.
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := fmt.Sprintf("lock%d", i); redlock.LeadFor(ca, k) == 0 {
+				key = k
+			}
+		}
+		channel := "quorumlock:released:" + key
+		// Another owner holds masters 0 and 1; master 2 is frozen.
+		for _, s := range rs.servers[:2] {
+			if _, err := s.Do("HSET", key, "x", 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Do("PEXPIRE", key, 60000); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := rs.servers[2].Pause(); err != nil {
 			t.Fatal(err)
@@ -54,7 +63,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 			}
 		}
 		defer resume()
-		a, err := ca.NewReentrant("lock", "owner-a",
+		a, err := ca.NewReentrant(key, "owner-a",
 			redlock.WithTTL(time.Minute), redlock.WithWait(time.Minute), redlock.WithBackoff(time.Minute, time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -68,14 +77,14 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 		})
 		// Master 0 frees up; wake the owner for attempt 2, which wins
 		// master 0 and waits for master 2.
-		if _, err := rs.servers[0].Do("DEL", "lock"); err != nil {
+		if _, err := rs.servers[0].Do("DEL", key); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := rs.servers[0].Do("PUBLISH", channel, "someone"); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, "attempt 2 won master 0", func() bool {
-			v, err := redis.String(rs.servers[0].Do("HGET", "lock", "owner-a"))
+			v, err := redis.String(rs.servers[0].Do("HGET", key, "owner-a"))
 			return err == nil && v == "1"
 		})
 		time.Sleep(50 * time.Millisecond) // attempt 2's command to master 2 is on its way
@@ -90,15 +99,15 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 		}
 		// Give attempt 1's rollback time to run on master 2.
 		time.Sleep(500 * time.Millisecond)
-		if vals := rs.hget(t, "lock", "owner-a"); count(vals, "1") < 2 {
+		if vals := rs.hget(t, key, "owner-a"); count(vals, "1") < 2 {
 			t.Fatalf("owner-a holds the lock, but only these masters know it: %q", vals)
 		}
 		// The other owner leaves master 1: a second owner must still be
 		// refused.
-		if _, err := rs.servers[1].Do("DEL", "lock"); err != nil {
+		if _, err := rs.servers[1].Do("DEL", key); err != nil {
 			t.Fatal(err)
 		}
-		b, err := rs.client(t, path).NewReentrant("lock", "owner-b", redlock.WithWait(0))
+		b, err := rs.client(t, path).NewReentrant(key, "owner-b", redlock.WithWait(0))
 		if err != nil {
 			t.Fatal(err)
 		}
