@@ -89,11 +89,11 @@ type announced struct {
 // A woken waiter asks the key's lead master first (lead.go), which may
 // not have run the release yet when another master's notice came first:
 // the lead's own notice wakes a waiter again. So does the notice that
-// completes a quorum, unless the lead's came before it, for a waiter
-// woken by the first whose attempt asked every master (no master could
-// lead, or a fair queue) and reached some that had not yet run the
-// release: it failed there, and would otherwise sleep through their
-// notices of the same release.
+// completes a quorum, for a waiter woken earlier whose attempt reached
+// masters that had not yet run the release: it failed there, and would
+// otherwise sleep through their notices of the same release. That holds
+// for a led attempt too: a lead that ran the release first grants it,
+// and the others, asked next, may still hold the released token.
 func (k *keyWaiters) announce(id string, from, lead, quorum int) bool {
 	for j := range k.recent {
 		if r := &k.recent[j]; r.id == id {
@@ -102,7 +102,7 @@ func (k *keyWaiters) announce(id string, from, lead, quorum int) bool {
 				r.leadSeen = true
 				return true
 			}
-			return r.notices == quorum && !r.leadSeen
+			return r.notices == quorum
 		}
 	}
 	k.recent[k.next] = announced{id: id, notices: 1, leadSeen: from == lead}

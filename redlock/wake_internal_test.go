@@ -27,18 +27,20 @@ func TestKeyWaiters_announce(t *testing.T) {
 	}
 }
 
-// With a lead master, a release wakes a waiter at its first notice and at
+// With a lead master, a release wakes a waiter at its first notice, at
 // the lead's, when that was not the first (the woken waiter's attempt may
-// have reached the lead before the release did); the quorum's notice
-// wakes one only while the lead has not announced the release.
+// have reached the lead before the release did), and at the notice that
+// completes a quorum (a lead that announced first grants the woken
+// waiter's attempt, and the others it asks next may not have run the
+// release yet).
 func TestKeyWaiters_announceWithALead(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		order []int // the masters announcing, in order; the lead is 2, the quorum 3
 		want  []bool
 	}{
-		{"lead first", []int{2, 0, 1, 3, 4}, []bool{true, false, false, false, false}},
-		{"lead second", []int{0, 2, 1, 3, 4}, []bool{true, true, false, false, false}},
+		{"lead first", []int{2, 0, 1, 3, 4}, []bool{true, false, true, false, false}},
+		{"lead second", []int{0, 2, 1, 3, 4}, []bool{true, true, true, false, false}},
 		{"lead after the quorum", []int{0, 1, 3, 2, 4}, []bool{true, false, true, true, false}},
 		{"lead last", []int{0, 1, 3, 4, 2}, []bool{true, false, true, false, true}},
 		{"lead silent", []int{0, 1, 3, 4}, []bool{true, false, true, false}},

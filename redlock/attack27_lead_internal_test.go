@@ -1,0 +1,201 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// a27NumSub is how many connections master s has subscribed to channel.
+func a27NumSub(t *testing.T, s *redistest.Server, channel string) int {
+	t.Helper()
+	vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", channel))
+	if err != nil || len(vals) != 2 {
+		t.Fatalf("PUBSUB NUMSUB: %v, %v", vals, err)
+	}
+	n, _ := redis.Int(vals[1], nil)
+	return n
+}
+
+// a27Release runs the plain release script on master s alone, as a
+// holder's release that reached that master first (it announces it).
+func a27Release(t *testing.T, s *redistest.Server, key, token string) {
+	t.Helper()
+	n, err := redis.Int(s.Do("EVAL", scripts.Release.Source(), 1, key, token, wakeChannel(key)))
+	if err != nil || n != 1 {
+		t.Fatalf("release on %s: %d, %v", s.Addr(), n, err)
+	}
+}
+
+// a27Waiting waits until a fake-clock waiter of key waits: subscribed on
+// every master and its backoff timer pending, and its re-check after the
+// subscription (real time) done.
+func a27Waiting(t *testing.T, servers []*redistest.Server, fake *clock.Fake, key string) {
+	t.Helper()
+	ok := redistest.WaitFor(ctx5s(t), func() bool {
+		for _, s := range servers {
+			if a27NumSub(t, s, wakeChannel(key)) != 1 {
+				return false
+			}
+		}
+		return fake.Pending() >= 1
+	})
+	if !ok {
+		t.Fatal("the waiter does not wait")
+	}
+	time.Sleep(300 * time.Millisecond) // its re-check attempt (real time) is over
+}
+
+// The lead master runs a holder's release first and the other masters
+// only later (they were slow to get it): the waiter the lead's notice
+// woke asks the lead, which grants it, and then the others, which still
+// hold the old token: the attempt fails and is rolled back. The other
+// masters' notices of the same release come next. The waiter must be
+// woken by them (as it was before woken attempts were led: the notice
+// that completes a quorum woke a waiter), not sleep until its backoff
+// timer, which on this fake clock never fires.
+func TestAttack27_leadReleasedFirstOthersLater(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			holder := leadClient(t, servers, p.pipelined)
+			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+			w := leadClient(t, servers, p.pipelined, WithClock(fake))
+			key := "a27:leadfirst:" + p.name
+			lead := w.leadFor(key)
+			if lead < 0 || holder.leadFor(key) != lead {
+				t.Fatalf("leads %d, %d", lead, holder.leadFor(key))
+			}
+			l, err := holder.Acquire(context.Background(), key, WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				l, err := w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				got <- err
+			}()
+			finished := false
+			defer func() {
+				cancel()
+				if !finished {
+					<-got
+				}
+			}()
+			a27Waiting(t, servers, fake, key)
+			var others []int
+			before := map[int]int{}
+			for i := range servers {
+				if i != lead {
+					others = append(others, i)
+					before[i] = setCalls(t, servers[i])
+				}
+			}
+			// The lead runs the release first: its notice wakes the waiter.
+			a27Release(t, servers[lead], key, l.Token())
+			// Its led attempt: the lead grants, the others (still the
+			// holder's) refuse, the lead's grant is rolled back.
+			asked := redistest.WaitFor(ctx5s(t), func() bool {
+				for _, i := range others {
+					if setCalls(t, servers[i]) == before[i] {
+						return false
+					}
+				}
+				return !exists(t, servers[lead], key) && fake.Pending() >= 1
+			})
+			if !asked {
+				t.Fatal("the woken waiter's led attempt did not reach the other masters")
+			}
+			// Now the other masters run the release (announcing it).
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				finished = true
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the other masters' notices of the release woke nobody: the waiter sleeps until its backoff")
+			}
+		})
+	}
+}
+
+// The converse: a non-lead master runs the release first, the lead only
+// later; the first notice's led attempt is refused at the lead and asks
+// nobody else, and the lead's notice wakes the waiter again.
+func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			holder := leadClient(t, servers, p.pipelined)
+			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+			w := leadClient(t, servers, p.pipelined, WithClock(fake))
+			key := "a27:leadlast:" + p.name
+			lead := w.leadFor(key)
+			l, err := holder.Acquire(context.Background(), key, WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				l, err := w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				got <- err
+			}()
+			finished := false
+			defer func() {
+				cancel()
+				if !finished {
+					<-got
+				}
+			}()
+			a27Waiting(t, servers, fake, key)
+			leadSets := setCalls(t, servers[lead])
+			for i := range servers {
+				if i != lead {
+					a27Release(t, servers[i], key, l.Token())
+				}
+			}
+			if !redistest.WaitFor(ctx5s(t), func() bool { return setCalls(t, servers[lead]) > leadSets && fake.Pending() >= 1 }) {
+				t.Fatal("the woken waiter did not ask the lead")
+			}
+			select {
+			case err := <-got:
+				finished = true
+				t.Fatalf("got the lock (%v) while the lead held the holder's token", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			a27Release(t, servers[lead], key, l.Token())
+			select {
+			case err := <-got:
+				finished = true
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lead's notice woke nobody")
+			}
+		})
+	}
+}
