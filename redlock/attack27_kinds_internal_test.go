@@ -168,7 +168,15 @@ func TestAttack27_kindsThroughTheWakePath(t *testing.T) {
 				if !ok {
 					for i, s := range servers {
 						ks, _ := redis.Strings(s.Do("KEYS", key+"*"))
-						t.Errorf("master %d keeps %v", i, ks)
+						for _, k := range ks {
+							kind, _ := redis.String(s.Do("TYPE", k))
+							ttl, _ := redis.Int64(s.Do("PTTL", k))
+							var v any
+							if kind == "hash" {
+								v, _ = redis.StringMap(s.Do("HGETALL", k))
+							}
+							t.Errorf("master %d keeps %s (%s, PTTL %d ms): %v", i, k, kind, ttl, v)
+						}
 					}
 				}
 			})
