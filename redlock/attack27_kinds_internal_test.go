@@ -151,6 +151,11 @@ func TestAttack27_kindsThroughTheWakePath(t *testing.T) {
 						t.Fatal(err)
 					}
 				case <-time.After(5 * time.Second):
+					for i, s := range servers {
+						v, _ := redis.StringMap(s.Do("HGETALL", key))
+						kind, _ := redis.String(s.Do("TYPE", key))
+						t.Logf("master %d: %s %v", i, kind, v)
+					}
 					cancel()
 					t.Fatalf("the release woke nobody: %v", <-got)
 				}

@@ -668,6 +668,13 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		return nil, nil, err
 	}
 	t := c.collect(ctx, r)
+	if t.ok(c.quorum) {
+		// A led round's last legs may still be on their way to be sent
+		// (the lead's answer readies them one by one): no later command
+		// of the holder (a fence commit, its release) may reach their
+		// masters first, on a transport that keeps the order of sending.
+		r.sentLed.Wait()
+	}
 	validity := ttl - c.clock.Since(start) - c.drift(ttl)
 	// failed describes a failure after the acquisition's own round: the
 	// fence commit's.

@@ -96,6 +96,11 @@ type round struct {
 	// or 0: the others are asked once it granted, and not at all when it
 	// did not (a woken waiter's attempt, see Client.leadFor).
 	ledBy int
+	// sentLed counts the legs on Ordered transports that wait for the
+	// lead and have neither been sent nor ended: an acquisition that
+	// succeeded waits for it before it returns, so that no later command
+	// of the holder (its release) reaches such a master before the SET.
+	sentLed sync.WaitGroup
 
 	// ctx is the caller's, for the logger and the observer only (never
 	// for cancellation); seen, each master's answer for the observer
@@ -376,6 +381,9 @@ func (l *leg) begin(prev *round) {
 	}
 	if l.led() {
 		waits = append(waits, &r.legs[r.ledBy-1].answered)
+		if m.ordered {
+			r.sentLed.Add(1)
+		}
 	}
 	if len(waits) == 0 {
 		l.send()
@@ -405,6 +413,9 @@ func (l *leg) ready() {
 		return
 	}
 	gaveUp := l.gaveUp
+	if l.led() && r.c.masters[l.i].ordered {
+		defer r.sentLed.Done() // sent, or ended unsent
+	}
 	if !gaveUp && l.led() && (r.decided && r.failed || !r.legs[r.ledBy-1].granted()) {
 		// The lead did not grant it (or the round failed meanwhile):
 		// this master is not asked. (A round that succeeded meanwhile,
