@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"hash/fnv"
 	"strconv"
 	"time"
 )
@@ -43,25 +42,47 @@ func (c *Client) leadFor(key string) int {
 	quiet := max(leadQuiet, 20*c.timeout)
 	now := time.Now().UnixNano()
 	ids := c.ident.known()
-	kh := fnv.New64a()
-	kh.Write([]byte(key))
-	k := kh.Sum64()
+	k := fnv64a(fnvOffset, key)
 	best, bestScore := -1, uint64(0)
+	var num [20]byte
 	for i := range c.masters {
 		if at := c.failedAt[i].Load(); at != 0 && now-at < int64(quiet) {
 			continue
 		}
-		h := fnv.New64a()
+		var h uint64
 		if ids != nil {
-			h.Write([]byte(ids[i]))
+			h = fnv64a(fnvOffset, ids[i])
 		} else {
-			h.Write([]byte(strconv.Itoa(i)))
+			h = fnv64aBytes(fnvOffset, strconv.AppendInt(num[:0], int64(i), 10))
 		}
-		if s := mix64(h.Sum64() ^ k); best < 0 || s > bestScore {
+		if s := mix64(h ^ k); best < 0 || s > bestScore {
 			best, bestScore = i, s
 		}
 	}
 	return best
+}
+
+// FNV-1a, 64 bits (hash/fnv's New64a, without its allocation per call:
+// leadFor runs on every notice and every woken attempt).
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnv64a(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func fnv64aBytes(h uint64, b []byte) uint64 {
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime
+	}
+	return h
 }
 
 // mix64 is MurmurHash3's 64-bit finalizer: every bit of x moves about

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,6 +189,25 @@ func TestLead_sameServerInEveryClient(t *testing.T) {
 	for _, s := range servers {
 		if n := led[s.Addr()]; n < 50 {
 			t.Errorf("master %s leads %d of 500 keys, want about 100", s.Addr(), n)
+		}
+	}
+	// It runs on every notice of a waited-on key: it allocates nothing.
+	if n := testing.AllocsPerRun(100, func() { a.leadFor("lead:same:allocs") }); n != 0 {
+		t.Errorf("leadFor allocates %v times a call, want 0", n)
+	}
+}
+
+// The lead's hash is FNV-1a, as hash/fnv's: processes of this version and
+// of earlier ones name the same lead for a key.
+func TestFNV64aIsHashFNV(t *testing.T) {
+	for _, s := range []string{"", "a", "lead:same:1", "0123456789abcdef0123456789abcdef01234567", "\xff\x00é"} {
+		h := fnv.New64a()
+		h.Write([]byte(s))
+		if got, want := fnv64a(fnvOffset, s), h.Sum64(); got != want {
+			t.Errorf("fnv64a(%q) = %x, hash/fnv says %x", s, got, want)
+		}
+		if got, want := fnv64aBytes(fnvOffset, []byte(s)), h.Sum64(); got != want {
+			t.Errorf("fnv64aBytes(%q) = %x, hash/fnv says %x", s, got, want)
 		}
 	}
 }

@@ -426,7 +426,6 @@ func (w *waker) syncLocked() {
 // a waiter registering now tries again (mark).
 func (w *waker) notify(key, id string, from int) {
 	id, subs := layout.ParseNotice(id)
-	lead := w.c.leadFor(key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -440,7 +439,9 @@ func (w *waker) notify(key, id string, from int) {
 		w.gen++
 		kw.heard = w.gen
 	}
-	if !kw.announce(id, from, lead, w.c.quorum) || len(kw.queue) == 0 {
+	// The lead is worked out only for a key waited on here: leadFor takes
+	// no lock of the waker's (lead.go).
+	if !kw.announce(id, from, w.c.leadFor(key), w.c.quorum) || len(kw.queue) == 0 {
 		return
 	}
 	for range len(kw.queue) {
