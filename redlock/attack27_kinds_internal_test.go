@@ -266,26 +266,9 @@ func TestAttack27_hostileNotices(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			servers := redistest.Start(t, 3)
-			holder := leadClient(t, servers, p.pipelined)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := leadClient(t, servers, p.pipelined, WithClock(fake))
 			key := "a27:hostile:" + p.name
-			l, err := holder.Acquire(context.Background(), key, WithTTL(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan error, 1)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				l, err := w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			a27Waiting(t, servers, fake, key)
+			a := awaitHeld(t, p.pipelined, key)
+			servers, l, got := a.servers, a.held, a.got
 			junk := []string{"x/999999999", "/", "//", "abc/-1", "abc/+1", "abc/0", "abc/1",
 				"abc/999999", "abc/1e9", "", strings.Repeat("z", 100000) + "/1"}
 			// (Not the release's own id, the token's first 8 characters: a
@@ -313,7 +296,7 @@ func TestAttack27_hostileNotices(t *testing.T) {
 					t.Fatal(err)
 				}
 			case <-time.After(5 * time.Second):
-				cancel()
+				a.cancel()
 				t.Fatalf("the release after junk woke nobody: %v", <-got)
 			}
 		})

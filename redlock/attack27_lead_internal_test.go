@@ -65,37 +65,13 @@ func TestAttack27_leadReleasedFirstOthersLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			servers := redistest.Start(t, 3)
-			holder := leadClient(t, servers, p.pipelined)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := leadClient(t, servers, p.pipelined, WithClock(fake))
 			key := "a27:leadfirst:" + p.name
-			lead := w.leadFor(key)
-			if lead < 0 || holder.leadFor(key) != lead {
-				t.Fatalf("leads %d, %d", lead, holder.leadFor(key))
+			a := awaitHeld(t, p.pipelined, key)
+			servers, fake, l, got := a.servers, a.fake, a.held, a.got
+			lead := a.w.leadFor(key)
+			if lead < 0 || a.holder.leadFor(key) != lead {
+				t.Fatalf("leads %d, %d", lead, a.holder.leadFor(key))
 			}
-			l, err := holder.Acquire(context.Background(), key, WithTTL(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan error, 1)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				l, err := w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			finished := false
-			defer func() {
-				cancel()
-				if !finished {
-					<-got
-				}
-			}()
-			a27Waiting(t, servers, fake, key)
 			var others []int
 			before := map[int]int{}
 			for i := range servers {
@@ -125,7 +101,6 @@ func TestAttack27_leadReleasedFirstOthersLater(t *testing.T) {
 			}
 			select {
 			case err := <-got:
-				finished = true
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -143,34 +118,10 @@ func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			servers := redistest.Start(t, 3)
-			holder := leadClient(t, servers, p.pipelined)
-			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-			w := leadClient(t, servers, p.pipelined, WithClock(fake))
 			key := "a27:leadlast:" + p.name
-			lead := w.leadFor(key)
-			l, err := holder.Acquire(context.Background(), key, WithTTL(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan error, 1)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				l, err := w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				got <- err
-			}()
-			finished := false
-			defer func() {
-				cancel()
-				if !finished {
-					<-got
-				}
-			}()
-			a27Waiting(t, servers, fake, key)
+			a := awaitHeld(t, p.pipelined, key)
+			servers, fake, l, got := a.servers, a.fake, a.held, a.got
+			lead := a.w.leadFor(key)
 			leadSets := setCalls(t, servers[lead])
 			for i := range servers {
 				if i != lead {
@@ -182,14 +133,12 @@ func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
 			}
 			select {
 			case err := <-got:
-				finished = true
 				t.Fatalf("got the lock (%v) while the lead held the holder's token", err)
 			case <-time.After(50 * time.Millisecond):
 			}
 			a27Release(t, servers[lead], key, l.Token())
 			select {
 			case err := <-got:
-				finished = true
 				if err != nil && !errors.Is(err, context.Canceled) {
 					t.Fatal(err)
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -49,12 +50,107 @@ func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts 
 // asked first, as a woken waiter's.
 func ledAttempt(t *testing.T, c *Client, key string, ttl time.Duration, lead int) (*Lock, error) {
 	t.Helper()
+	return ledAttemptCtx(context.Background(), c, key, ttl, lead)
+}
+
+// ledAttemptCtx is ledAttempt under ctx.
+func ledAttemptCtx(ctx context.Context, c *Client, key string, ttl time.Duration, lead int) (*Lock, error) {
 	lc, err := c.lockConfig(key, []LockOption{WithTTL(ttl)})
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := c.attempt(ctx, key, &lc, c.plainKind(key, &lc), lead)
+	return l, err
+}
+
+// ledAttemptGo starts ledAttemptCtx (a one-minute TTL) and returns its
+// error's channel.
+func ledAttemptGo(ctx context.Context, c *Client, key string, lead int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := ledAttemptCtx(ctx, c, key, time.Minute, lead)
+		done <- err
+	}()
+	return done
+}
+
+// paused stops s (SIGSTOP) until it is resumed or the test ends.
+func paused(t *testing.T, s *redistest.Server) {
+	t.Helper()
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Resume() })
+}
+
+// allSetCalls is setCalls of every server.
+func allSetCalls(t *testing.T, servers []*redistest.Server) []int {
+	t.Helper()
+	n := make([]int, len(servers))
+	for i, s := range servers {
+		n[i] = setCalls(t, s)
+	}
+	return n
+}
+
+// onlyLeadAsked checks that no master but lead ran a SET since before
+// (allSetCalls) or holds key.
+func onlyLeadAsked(t *testing.T, servers []*redistest.Server, lead int, before []int, key string) {
+	t.Helper()
+	for i, s := range servers {
+		if i == lead {
+			continue
+		}
+		if n := setCalls(t, s); n != before[i] {
+			t.Errorf("master %d was asked (%d SETs)", i, n-before[i])
+		}
+		if exists(t, s, key) {
+			t.Errorf("master %d holds the key", i)
+		}
+	}
+}
+
+// awaited is a lock held by one client and awaited by another, whose
+// clock is fake: only a notice wakes the waiter (its backoff timer never
+// fires).
+type awaited struct {
+	servers   []*redistest.Server
+	holder, w *Client
+	fake      *clock.Fake
+	held      *Lock
+	got       <-chan error // the waiter's Acquire's error, or its Release's
+	cancel    func()       // ends the waiter's Acquire
+}
+
+// awaitHeld starts three masters, a holder of key on them (for a minute)
+// and a waiter on a fake clock, which releases the lock as soon as it has
+// it, and returns once the waiter waits (a27Waiting). The waiter's
+// Acquire is cancelled and awaited when the test ends.
+func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
+	t.Helper()
+	servers := redistest.Start(t, 3)
+	a := &awaited{servers: servers, holder: leadClient(t, servers, pipelined), fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	a.w = leadClient(t, servers, pipelined, WithClock(a.fake))
+	l, err := a.holder.Acquire(context.Background(), key, WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _, err := c.attempt(context.Background(), key, &lc, c.plainKind(key, &lc), lead)
-	return l, err
+	a.held = l
+	got := make(chan error, 1)
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	a.got, a.cancel = got, cancel
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		l, err := a.w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	a27Waiting(t, servers, a.fake, key)
+	return a
 }
 
 // setCalls is how many SETs master s has run (INFO commandstats).
@@ -106,10 +202,7 @@ func TestLead_refusedLeadAsksNoOther(t *testing.T) {
 			if _, err := servers[lead].Do("SET", key, "someone-else", "PX", 30000); err != nil {
 				t.Fatal(err)
 			}
-			before := make([]int, len(servers))
-			for i, s := range servers {
-				before[i] = setCalls(t, s)
-			}
+			before := allSetCalls(t, servers)
 			_, err := ledAttempt(t, c, key, 10*time.Second, lead)
 			var qe *QuorumError
 			if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &qe) {
@@ -128,14 +221,7 @@ func TestLead_refusedLeadAsksNoOther(t *testing.T) {
 			if !strings.Contains(err.Error(), "not asked") {
 				t.Errorf("message does not say who was not asked: %v", err)
 			}
-			for _, i := range others {
-				if n := setCalls(t, servers[i]); n != before[i] {
-					t.Errorf("master %d ran %d SETs during the attempt, want none", i, n-before[i])
-				}
-				if exists(t, servers[i], key) {
-					t.Errorf("master %d holds the key", i)
-				}
-			}
+			onlyLeadAsked(t, servers, lead, before, key)
 
 			// The lead grants: every master is asked, and holds it.
 			if _, err := servers[lead].Do("DEL", key); err != nil {
@@ -224,15 +310,7 @@ func TestLead_stoppedLeadIsPassedOver(t *testing.T) {
 			c := leadClient(t, servers, p.pipelined, WithTimeout(100*time.Millisecond))
 			key := "lead:stopped:" + p.name
 			lead := c.leadFor(key)
-			if err := servers[lead].Pause(); err != nil {
-				t.Fatal(err)
-			}
-			resumed := false
-			defer func() {
-				if !resumed {
-					_ = servers[lead].Resume()
-				}
-			}()
+			paused(t, servers[lead])
 			_, err := ledAttempt(t, c, key, 30*time.Second, lead)
 			var qe *QuorumError
 			if !errors.As(err, &qe) {
@@ -258,7 +336,6 @@ func TestLead_stoppedLeadIsPassedOver(t *testing.T) {
 			if err := servers[lead].Resume(); err != nil {
 				t.Fatal(err)
 			}
-			resumed = true
 			// The stopped lead ran the first attempt's SET once it ran
 			// again: the rollback (or its retry) deletes it, long before
 			// its TTL. The held lock's own SET never went there (the lock
@@ -298,10 +375,7 @@ func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
 			key := "lead:contend:" + p.name
 			lead := cs[0].leadFor(key)
 			other := (lead + 1) % len(servers)
-			before := make([]int, len(servers))
-			for i, s := range servers {
-				before[i] = setCalls(t, s)
-			}
+			before := allSetCalls(t, servers)
 			ctx, cancel := context.WithCancel(context.Background())
 			var holders, overlaps atomic.Int32
 			var phase atomic.Int32 // 0 healthy, 1 a non-lead stopped, 2 the lead stopped, 3 all running again
