@@ -173,6 +173,8 @@ func document(tables string, args []string) string {
 	b.WriteString("# Benchmarks\n\n")
 	b.WriteString("Measured by `bench/` (its own Go module, so the peers never enter the library's dependencies): " +
 		"every library runs the same workloads against the same local `redis-server` masters, in one process, one after another. " +
+		"In the tables of 64 clients, of one client and of scale, the libraries of a row group take turns: each is warmed up first (not counted), " +
+		"then runs a quarter of the cell's duration per turn, four turns in an order that rotates, so that a passing load on the machine weighs on all of them alike. " +
 		"Numbers on this shared 2-core machine are noisy: read the ratios, measured side by side in one run, not the absolute times.\n\n")
 	fmt.Fprintf(&b, "Command: `cd bench && go run . %s`\n\n", strings.Join(args, " "))
 	fmt.Fprintf(&b, "Machine: %s, %d cores, %s, %s, generated %s.\n\n", cpuModel(), runtime.NumCPU(),

@@ -183,12 +183,31 @@ func sequential(ctx context.Context, e *env) string {
 	return b.String()
 }
 
+// compareTurns is how many turns a compared cell is measured in: each
+// library runs a turn of the cell's duration in turn, in an order that
+// rotates from turn to turn, so that the machine's changing load (other
+// programs, the masters' housekeeping) weighs on every library alike,
+// rather than on whichever library's cell it fell in.
+const compareTurns = 4
+
 // compare runs every library that runs in the workload with clients
 // goroutines sharing one instance, each on a key of its own, and writes a
 // row per library with quorumlock's (the default, on addresses) advantage
 // in figure over each peer. It records "<tag><n> <library> rate|p50|p99".
+// Every library is made first and warmed up (connections dialed, caches
+// and heaps grown: a turn of a tenth of the cell, at most 200 ms, not
+// counted); then the cell is measured in compareTurns turns.
 func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, clients int, tag, in string, figure func(*result) float64, higherBetter bool) {
-	var ours *result
+	type cell struct {
+		lb        lib
+		l         locker
+		lockers   []locker
+		key       string
+		r         *result
+		cpu, mcpu time.Duration
+		syscalls  int64
+	}
+	var cells []*cell
 	for _, lb := range libs {
 		if !lb.runs(in) {
 			continue
@@ -197,28 +216,66 @@ func compare(ctx context.Context, e *env, b *strings.Builder, label string, n, c
 		if l == nil {
 			continue
 		}
-		lockers := make([]locker, clients)
-		for i := range lockers {
-			lockers[i] = l
+		c := &cell{lb: lb, l: l, lockers: make([]locker, clients), key: fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n)}
+		for i := range c.lockers {
+			c.lockers[i] = l
 		}
-		cpu0, mcpu0, sys0 := selfCPU(), mastersCPU(e.addrs[:n]), selfSyscalls()
-		r := run(ctx, e, lockers, fmt.Sprintf("bench:%s:%s:%d", tag, lb.name, n), 0, 1, false)
-		cpu, mcpu, sys := selfCPU()-cpu0, mastersCPU(e.addrs[:n])-mcpu0, selfSyscalls()-sys0
-		l.close()
-		e.record(fmt.Sprintf("%s%d %s", tag, n, lb.name), r)
+		cells = append(cells, c)
+	}
+	warm, turn := *e, *e
+	warm.duration = min(e.duration/10, 200*time.Millisecond)
+	turn.duration = e.duration / compareTurns
+	for _, c := range cells {
+		run(ctx, &warm, c.lockers, c.key, 0, 1, false)
+	}
+	for t := range compareTurns {
+		for i := range cells {
+			c := cells[(i+t)%len(cells)]
+			cpu0, mcpu0, sys0 := selfCPU(), mastersCPU(e.addrs[:n]), selfSyscalls()
+			r := run(ctx, &turn, c.lockers, c.key, 0, 1, false)
+			c.cpu += selfCPU() - cpu0
+			c.mcpu += mastersCPU(e.addrs[:n]) - mcpu0
+			c.syscalls += selfSyscalls() - sys0
+			c.r = c.r.add(r)
+		}
+	}
+	var ours *result
+	for _, c := range cells {
+		c.l.close()
+		r := c.r
+		e.record(fmt.Sprintf("%s%d %s", tag, n, c.lb.name), r)
 		perCycle := func(d time.Duration) string {
 			return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)/float64(max(r.cycles, 1)))
 		}
 		adv := "—"
 		switch {
-		case lb.name == qlName:
+		case c.lb.name == qlName:
 			ours = r
-		case !lb.ours() && ours != nil:
+		case !c.lb.ours() && ours != nil:
 			adv = ratio(figure(ours), figure(r), higherBetter)
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s |\n", label, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)),
-			perCycle(cpu), perCycle(mcpu), float64(sys)/float64(max(r.cycles, 1)), adv)
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s |\n", label, c.lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)),
+			perCycle(c.cpu), perCycle(c.mcpu), float64(c.syscalls)/float64(max(r.cycles, 1)), adv)
 	}
+}
+
+// add is r and o measured one after the other, as one result (r may be
+// nil).
+func (r *result) add(o *result) *result {
+	if r == nil {
+		return o
+	}
+	r.cycles += o.cycles
+	r.elapsed += o.elapsed
+	r.lat = append(r.lat, o.lat...)
+	for i, n := range o.perCli {
+		r.perCli[i] += n
+	}
+	r.acqFailures += o.acqFailures
+	r.relFailures += o.relFailures
+	r.handoffs = append(r.handoffs, o.handoffs...)
+	r.self += o.self
+	return r
 }
 
 // record keeps a cell's figures for the targets and the plot.
