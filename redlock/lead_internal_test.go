@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,17 +155,7 @@ func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
 // setCalls is how many SETs master s has run (INFO commandstats).
 func setCalls(t *testing.T, s *redistest.Server) int {
 	t.Helper()
-	info, err := redis.String(s.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_set:calls="); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
-		}
-	}
-	return 0
+	return s.Calls("set")
 }
 
 // ctx5s ends 5 s from now, or with t.

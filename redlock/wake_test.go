@@ -264,23 +264,7 @@ func cpuTime() time.Duration {
 // commandstats).
 func cmdCalls(t *testing.T, rs *realSet, i int, cmd string) int {
 	t.Helper()
-	info, err := redis.String(rs.servers[i].Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			n := 0
-			for _, r := range rest {
-				if r < '0' || r > '9' {
-					break
-				}
-				n = n*10 + int(r-'0')
-			}
-			return n
-		}
-	}
-	return 0
+	return rs.servers[i].Calls(cmd)
 }
 
 // Waiters whose subscriptions are live poll a held key only at the

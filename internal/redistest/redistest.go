@@ -270,6 +270,27 @@ func (s *Server) Do(cmd string, args ...any) (any, error) {
 	return c.Do(cmd, args...)
 }
 
+// Calls returns how many times the server has run cmd (lower case, as
+// INFO commandstats names it: "set", "evalsha", "pubsub|numsub"), commands
+// run by scripts included.
+func (s *Server) Calls(cmd string) int {
+	s.t.Helper()
+	info, err := redis.String(s.Do("INFO", "commandstats"))
+	if err != nil {
+		s.t.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr(), err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			if end := strings.IndexByte(rest, ','); end >= 0 {
+				rest = rest[:end]
+			}
+			n, _ := strconv.Atoi(rest)
+			return n
+		}
+	}
+	return 0
+}
+
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
 // nothing, like a master frozen by a long pause.
 func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
