@@ -146,6 +146,9 @@ type finEntry struct {
 	due   time.Time // the next send
 	until time.Time // no send after this
 	err   error     // the latest failure
+	// confirm: the rollback is sent once more after it found nothing to
+	// delete (confirmLater); set for that last send.
+	confirm bool
 }
 
 func (f *finisher) init(masters int) {
@@ -235,25 +238,51 @@ func (a *finActs) do(c *Client) {
 // finishLater queues a retry of op of r on master i, which failed with
 // err without an answer.
 func (c *Client) finishLater(r *round, i int, op opKind, err error) {
-	if r.fin.superseded.Load() || (op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0) {
-		return // superseded, or nothing to roll back there
+	if op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
+		return // nothing to roll back there
+	}
+	c.fin.add(c, r, i, op, err, false)
+}
+
+// confirmLater sends master i's rollback of r once more, finishMin from
+// now: the rollback found nothing to delete, yet the SET it undoes may
+// still run there. That SET failed without an answer (a timeout, a
+// connection the client gave up), so its bytes may wait in the master's
+// buffers on a connection the client no longer reads — a master frozen
+// (SIGSTOP) or busy — and run after a rollback that came in on another
+// connection. A rollback sent after the master answered one has come
+// through its event loop at least once since it ran again, and so after
+// what it had already read (docs/design.md, "After a failed attempt").
+func (c *Client) confirmLater(r *round, i int) {
+	c.fin.add(c, r, i, opRollback, nil, true)
+}
+
+// add queues a retry of op (a release or a rollback) of r on master i:
+// after a failure (err), alone on that master after a backoff; or, to
+// confirm a rollback (confirm), finishMin from now.
+func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm bool) {
+	if r.fin.superseded.Load() {
+		return
 	}
 	now := time.Now()
 	until := now.Add(time.Duration(r.ttlMS) * time.Millisecond)
 	if !r.fin.until.IsZero() && r.fin.until.Before(until) {
 		until = r.fin.until
 	}
-	e := &finEntry{r: r, i: i, op: op, until: until, err: err}
-	f := &c.fin
+	e := &finEntry{r: r, i: i, op: op, until: until, err: err, confirm: confirm}
 	var a finActs
 	f.mu.Lock()
 	if f.pending >= f.limit && !f.closed {
 		a.logs = append(a.logs, finLog{e, "too many pending retries"})
 	} else {
 		f.pending++
-		// The master just failed: its first retry goes alone.
-		f.masters[i].down = true
-		f.queueLocked(c, e, now.Add(backoff(f.min, f.max, 0)), &a)
+		due := now.Add(f.min)
+		if !confirm {
+			// The master just failed: its first retry goes alone.
+			f.masters[i].down = true
+			due = now.Add(backoff(f.min, f.max, 0))
+		}
+		f.queueLocked(c, e, due, &a)
 	}
 	f.mu.Unlock()
 	a.do(c)
@@ -293,8 +322,9 @@ func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs
 }
 
 // ended ends one send of e to its master: answered (err nil), failed
-// (err), or dropped before it was sent.
-func (f *finisher) ended(c *Client, e *finEntry, err error, dropped bool) {
+// (err), or dropped before it was sent. An answered rollback that found
+// nothing to delete is sent once more (again: see confirmLater).
+func (f *finisher) ended(c *Client, e *finEntry, err error, dropped, again bool) {
 	var a finActs
 	f.mu.Lock()
 	m := &f.masters[e.i]
@@ -303,6 +333,10 @@ func (f *finisher) ended(c *Client, e *finEntry, err error, dropped bool) {
 	switch {
 	case dropped:
 		f.pending--
+	case err == nil && again:
+		m.down, m.fails = false, 0
+		e.confirm = true
+		f.queueLocked(c, e, at.Add(f.min), &a)
 	case err == nil:
 		f.pending--
 		m.down, m.fails = false, 0
@@ -404,7 +438,7 @@ func (f *finisher) try(c *Client, e *finEntry) {
 		f.mu.Lock()
 		f.closed = true
 		f.mu.Unlock()
-		f.ended(c, e, nil, true)
+		f.ended(c, e, nil, true, false)
 		return
 	}
 	e.tries++
@@ -428,7 +462,7 @@ func (f *finisher) send(c *Client, e *finEntry) {
 	f.gate.Lock()
 	if r.fin.superseded.Load() {
 		f.gate.Unlock()
-		f.ended(c, e, nil, true)
+		f.ended(c, e, nil, true, false)
 		c.workers.Done()
 		return
 	}
@@ -488,9 +522,11 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 		e.r.fin.busy[e.i].CompareAndSwap(q.busy, nil)
 		q.busy.fire()
 	}
-	// Yes or no, the key is no longer ours there.
-	_, err = e.r.decode(e.i, e.op, q.w.want, res, err)
-	q.f.ended(q.c, e, err, false)
+	// Yes or no, the key is no longer ours there — except that a
+	// rollback that found nothing may have overtaken the SET it undoes:
+	// it is confirmed once (confirmLater).
+	v, err := e.r.decode(e.i, e.op, q.w.want, res, err)
+	q.f.ended(q.c, e, err, false, err == nil && v == voteNo && e.op == opRollback && !e.confirm)
 	q.c.workers.Done()
 }
 

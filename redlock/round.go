@@ -669,7 +669,11 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
 	l.ended = true
+	unknown := l.vote == voteFail // the SET failed unanswered: it may yet run
 	r.mu.Unlock()
+	if err == nil && v == voteNo && unknown {
+		r.c.confirmLater(r, l.i)
+	}
 	l.end()
 }
 
