@@ -472,3 +472,83 @@ func TestLead_releaseRightAfterALedAcquisitionLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// stallingSend is a master's transport whose Send of a SET on key first
+// waits for stall: the goroutine that hands a command over is not
+// scheduled for a while (preempted, a GC pause).
+type stallingSend struct {
+	Transport
+	key   string
+	stall time.Duration
+	hit   chan struct{} // receives when a SET begins to stall
+	sent  chan struct{} // receives once that SET was handed over
+}
+
+func (s *stallingSend) Send(cmd *Command) {
+	if cmd.Script == nil && cmd.Name == "SET" && len(cmd.Args) > 0 && cmd.Args[0] == s.key {
+		select {
+		case s.hit <- struct{}{}:
+		default:
+		}
+		time.Sleep(s.stall)
+		s.Transport.Send(cmd)
+		select {
+		case s.sent <- struct{}{}:
+		default:
+		}
+		return
+	}
+	s.Transport.Send(cmd)
+}
+
+// A led leg marked sent whose SET is not yet handed to its Ordered
+// transport when the round fails (here: the caller's ctx ends) must not
+// have its rollback handed over first: on the master's one connection the
+// rollback would run first, find nothing, and the SET after it would keep
+// the key until its TTL. (A MONITOR of the attack27 safety test showed
+// just that: the rollback, then 2 ms later the SET, on one connection.)
+func TestLead_rollbackWaitsForTheSETToBeHandedOver(t *testing.T) {
+	redistest.SkipShort(t)
+	servers := redistest.Start(t, 3)
+	c := leadClient(t, servers, true, WithTimeout(time.Second))
+	key := "lead:handover"
+	lead := c.leadFor(key)
+	b := (lead + 1) % len(servers)
+	other := (lead + 2) % len(servers) // refuses: the round waits on b
+	if _, err := servers[other].Do("SET", key, "someone-else", "PX", 30000); err != nil {
+		t.Fatal(err)
+	}
+	st := &stallingSend{Transport: c.masters[b].t, key: key, stall: 300 * time.Millisecond, hit: make(chan struct{}, 1), sent: make(chan struct{}, 1)}
+	c.masters[b].t = st
+	ctx, cancel := context.WithCancel(context.Background())
+	done := ledAttemptGo(ctx, c, key, lead)
+	select {
+	case <-st.hit:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the led leg's SET was never sent")
+	}
+	cancel() // the round fails while the SET is being handed over
+	if err := <-done; err == nil {
+		t.Fatal("the attempt succeeded after its ctx ended")
+	}
+	select {
+	case <-st.sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled SET was never handed over")
+	}
+	time.Sleep(100 * time.Millisecond) // it ran, and what follows it
+	for _, i := range []int{lead, b} {
+		if !waitAbsentIn(t, servers[i], key, 3*time.Second) {
+			v, _ := redis.String(servers[i].Do("GET", key))
+			t.Errorf("master %d keeps the failed attempt's grant %q", i, v)
+		}
+	}
+}
+
+// waitAbsentIn waits up to d for key to be gone from s.
+func waitAbsentIn(t *testing.T, s *redistest.Server, key string, d time.Duration) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return redistest.WaitFor(ctx, func() bool { return !exists(t, s, key) })
+}

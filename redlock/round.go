@@ -205,6 +205,7 @@ type leg struct {
 	due     time.Time   // when timer is due
 	gaveUp  bool        // it stopped waiting: nothing was sent
 	sent    bool
+	handing bool // sent, and cmd not yet handed to the transport (send)
 	replied bool
 	vote    vote
 	rolling bool // the rollback was sent
@@ -514,13 +515,20 @@ func (l *leg) granted() bool { return l.replied && l.vote == voteYes }
 func (l *leg) send() {
 	r := l.r
 	r.mu.Lock()
-	l.sent = true
+	l.sent, l.handing = true, true
 	r.mu.Unlock()
 	if r.c.abandoned.Load() {
 		l.complete(nil, errAbandoned, SendInfo{})
-		return
+	} else {
+		r.c.masters[l.i].t.Send(&l.cmd)
 	}
-	r.c.masters[l.i].t.Send(&l.cmd)
+	// A rollback decided meanwhile waited for the command to be handed
+	// over (nextActLocked): it goes now.
+	r.mu.Lock()
+	l.handing = false
+	act := l.nextLocked()
+	r.mu.Unlock()
+	l.act(act)
 }
 
 // complete handles the master's answer to the leg's command. (A script's
@@ -616,7 +624,10 @@ func (l *leg) nextActLocked() legAct {
 			return legEnd
 		}
 		return legWait
-	case l.replied || (l.sent && r.c.masters[l.i].ordered):
+	case l.replied || (l.sent && !l.handing && r.c.masters[l.i].ordered):
+		// On an Ordered transport the rollback is queued behind the
+		// SET, once the SET was handed to it (send): handed over first,
+		// it would run first, find nothing, and the SET would stay.
 		return legRollback
 	default:
 		return legWait
