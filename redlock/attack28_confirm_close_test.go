@@ -83,3 +83,64 @@ func TestAttack28_closeWithAConfirmationQueued(t *testing.T) {
 		t.Logf("Close took %v; its log: %s", took, strings.TrimSpace(logs.String()))
 	})
 }
+
+// TestAttack28_closeWithAConfirmationInFlight: Close while the confirming
+// rollback was sent and its master does not answer (a proxy holds it)
+// returns within a few per-master timeouts, completes it, leaves no retry
+// pending and no goroutine.
+func TestAttack28_closeWithAConfirmationInFlight(t *testing.T) {
+	redistest.SkipShort(t)
+	forEachPath(t, func(t *testing.T, path connPath) {
+		s := redistest.StartOne(t)
+		key := "atk28:closeinflight:" + path.name
+		var rollbacks atomic.Int32
+		var first atomic.Bool
+		confirmHeld := make(chan struct{})
+		hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
+			switch {
+			case cmd[0] == "SET" && len(cmd) > 1 && cmd[1] == key && first.CompareAndSwap(false, true):
+				return atk28Hold(c, atk28Held)
+			case cmd[0] == "EVALSHA" && len(cmd) > 5 && cmd[3] == key && cmd[5] == "":
+				if rollbacks.Add(1) == 2 {
+					close(confirmHeld)
+					<-c.Quit() // never answered
+					return hostile.HangUp
+				}
+			}
+			return hostile.Forward
+		}
+		p := hostile.NewProxy(t, s.Addr(), hook)
+		c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		warm, err := c.TryAcquire(context.Background(), key+":warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(time.Minute)); err == nil {
+			t.Fatal("granted by a master whose SET was held")
+		}
+		select {
+		case <-confirmHeld:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no confirmation sent (%d rollbacks)", rollbacks.Load())
+		}
+		start := time.Now()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		t.Logf("Close took %v with a confirmation in flight", took)
+		if took > 2*time.Second {
+			t.Errorf("Close took %v with a confirmation in flight", took)
+		}
+		if n := redlock.Finishing(c); n != 0 {
+			t.Errorf("%d retries pending after Close", n)
+		}
+	})
+}
