@@ -523,10 +523,13 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 		q.busy.fire()
 	}
 	// Yes or no, the key is no longer ours there — except that a
-	// rollback that found nothing may have overtaken the SET it undoes:
-	// it is confirmed once (confirmLater).
+	// rollback that found nothing may have overtaken the SET it undoes,
+	// when that SET failed unanswered: it is confirmed once
+	// (confirmLater). A SET that was answered has run, and cannot run
+	// after this.
 	v, err := e.r.decode(e.i, e.op, q.w.want, res, err)
-	q.f.ended(q.c, e, err, false, err == nil && v == voteNo && e.op == opRollback && !e.confirm)
+	again := err == nil && v == voteNo && e.op == opRollback && !e.confirm && e.r.setUnanswered(e.i)
+	q.f.ended(q.c, e, err, false, again)
 	q.c.workers.Done()
 }
 

@@ -688,6 +688,14 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	l.end()
 }
 
+// setUnanswered reports whether master i's acquisition failed without an
+// answer, so that it may yet run there (see confirmLater).
+func (r *round) setUnanswered(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.legs[i].vote == voteFail
+}
+
 // end ends the leg (whoever calls it has set ended, under round.mu):
 // rounds chained after it on its master go on, and the last leg frees the
 // round.
