@@ -46,7 +46,12 @@ type Reentrant struct {
 // NewReentrant returns a reentrant lock on key for owner (a random owner
 // when empty). It sends nothing; opts apply to every acquisition. An owner
 // ID must be used by one Reentrant at a time: two handles with the same
-// owner count their holds separately.
+// owner count their holds separately. Nor may it move to another Client
+// while this one may still retry a release or rollback of it in the
+// background (docs/design.md, "Finishing what a master missed"): a retry
+// compares the owner, not a hold, so it would delete the other Client's
+// hold. Close the first Client before the owner is used elsewhere, or give
+// each Client owners of its own.
 func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
