@@ -417,12 +417,24 @@ func (f *finisher) run(c *Client) {
 func (f *finisher) close(c *Client) {
 	f.mu.Lock()
 	n := len(f.queue)
+	confirms := 0 // not a master's miss: a rollback answered, to be sent once more
+	for _, e := range f.queue {
+		if e.confirm {
+			confirms++
+		}
+	}
 	f.queue = nil
 	for i := range f.masters {
 		n += len(f.masters[i].held)
+		for _, e := range f.masters[i].held {
+			if e.confirm {
+				confirms++
+			}
+		}
 		f.masters[i].held = nil
 	}
 	f.pending -= n
+	n -= confirms
 	f.closed, f.running = true, false
 	f.mu.Unlock()
 	if n > 0 && c.logger != nil {
