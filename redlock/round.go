@@ -389,14 +389,17 @@ func (l *leg) begin(prev *round) {
 		l.send()
 		return
 	}
-	// A command worthless late, to a master that is down, is not sent
-	// (as a transport that knows it down fails it unsent): it gives up
-	// now rather than wait for a command that master leaves unanswered,
-	// while its round could not decide without it. A led leg asks once
-	// its lead granted (downLed): should the lead refuse, its master is
-	// not asked, and not failed.
+	// An acquisition, to a master that is down, is not sent (as a
+	// transport that knows it down fails it unsent): it gives up now
+	// rather than wait for a command that master leaves unanswered, while
+	// its round could not decide without it (two grants, two refusals of
+	// five), the key held meanwhile where it was granted. A led leg asks
+	// once its lead granted (downLed): should the lead refuse, its master
+	// is not asked, and not failed. An extension waits as before: its
+	// round returns at a quorum, and its leg, sent once the command it
+	// follows has ended, still extends the lock on that master.
 	var dn downer
-	if d, ok := m.t.(downer); ok && l.cmd.DropWhenDown && !m.ordered {
+	if d, ok := m.t.(downer); ok && r.op == opAcquire && !m.ordered {
 		dn = d
 	}
 	var down error
@@ -470,9 +473,9 @@ func (l *leg) failDown(down error) {
 }
 
 // downer is the ability of a transport that is not Ordered to tell that
-// its master is down (pooledTransport.down): a command worthless late
-// (Command.DropWhenDown) that would wait for an earlier one on that
-// master is then failed at once, unsent (leg.begin).
+// its master is down (pooledTransport.down): an acquisition's leg that
+// would wait for an earlier command on that master is then failed at
+// once, unsent (leg.begin).
 type downer interface {
 	down() error
 }
