@@ -32,7 +32,7 @@ func TestNodeError_timeoutHasOnePrefix(t *testing.T) {
 	// Known down, not tried: said so, still a timeout, never the caller's
 	// DeadlineExceeded.
 	since := time.Now().Add(-1200 * time.Millisecond)
-	ne := c.nodeError(m, &notTriedError{since: since, cause: &downError{50 * time.Millisecond}})
+	ne := c.nodeError(m, &notTriedError{since: since, cause: &downError{d: 50 * time.Millisecond}})
 	msg := ne.Error()
 	if !errors.Is(ne, ErrMasterTimeout) || errors.Is(ne, context.DeadlineExceeded) ||
 		!strings.HasPrefix(msg, "master 2 (127.0.0.1:7003): known down since "+since.Format("15:04:05.000")+" (1.2s ago), not tried: no reply on the connection for over 50ms") {

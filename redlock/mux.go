@@ -817,11 +817,18 @@ func (mc *muxConn) settle(first *muxReq) {
 	}
 }
 
-// downError fails a command submitted while its connection is down: it
+// downError fails a command submitted while its connection is down (on
+// the pooled path: while its master is, pooledTransport.downLocked): it
 // was not sent.
-type downError struct{ d time.Duration }
+type downError struct {
+	d      time.Duration
+	pooled bool
+}
 
 func (e *downError) Error() string {
+	if e.pooled {
+		return fmt.Sprintf("no reply from the master for over %v while commands await one", e.d)
+	}
 	return fmt.Sprintf("no reply on the connection for over %v while a command awaits one", e.d)
 }
 
@@ -867,7 +874,7 @@ func (mc *muxConn) down() error {
 	d := mc.mx.timeout
 	if s := mc.blamed(d); s > d {
 		// down since the silence passed the timeout
-		return &notTriedError{since: time.Now().Add(d - s), cause: &downError{d}}
+		return &notTriedError{since: time.Now().Add(d - s), cause: &downError{d: d}}
 	}
 	return nil
 }

@@ -49,7 +49,11 @@ type pooledTransport struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	running int // goroutines of run, under mu
-	closed  bool
+	// busy is when running last rose from 0, as the time since epoch on
+	// clock (under mu): no command of this transport was unanswered
+	// before it that is still in flight.
+	busy   time.Duration
+	closed bool
 }
 
 // newPooled returns the pooled transport of the master named addr.
@@ -72,6 +76,16 @@ func (p *pooledTransport) Send(cmd *Command) {
 		p.mu.Unlock()
 		cmd.Complete(nil, ErrClosed, SendInfo{})
 		return
+	}
+	if cmd.DropWhenDown {
+		if err := p.downLocked(); err != nil {
+			p.mu.Unlock()
+			cmd.Complete(nil, err, SendInfo{})
+			return
+		}
+	}
+	if p.running == 0 {
+		p.busy = p.clock.Now().Sub(p.epoch)
 	}
 	p.running++
 	p.wg.Add(1)
@@ -196,6 +210,39 @@ func (p *pooledTransport) Silence() time.Duration {
 	return max(s, 0)
 }
 
+// downLocked fails (a downError) when the master is down: commands to it
+// are in flight and it has been silent (Silence) for longer than the
+// per-master timeout, counted from no earlier than when the commands now
+// in flight began to be (busy), as a pipelined connection is down
+// (muxConn.down). A command worthless late (Command.DropWhenDown: an
+// acquisition, an extension) sent now would only wait out its deadline on
+// a connection of its own; its round, meanwhile, may be unable to decide
+// without it (two grants and two refusals of five), and its grants would
+// keep the key from everyone else until then. With nothing in flight the
+// master is not down, whatever it last did: the next command goes, and
+// its answer ends the silence once the master runs again; a command that
+// went unanswered before an idle spell does not make the master down for
+// the commands sent together after it. Only on the real clock, as the
+// pipelined connection measures its silence in real time: a test's fake
+// clock, which may jump an hour while a release is in flight, never
+// makes a master down. Under p.mu.
+func (p *pooledTransport) downLocked() error {
+	if p.running == 0 || !p.realClock {
+		return nil
+	}
+	if s := min(p.Silence(), p.clock.Now().Sub(p.epoch)-p.busy); s > p.grace {
+		return &notTriedError{since: time.Now().Add(p.grace - s), cause: &downError{d: p.grace, pooled: true}}
+	}
+	return nil
+}
+
+// down is downLocked under p.mu (downer).
+func (p *pooledTransport) down() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.downLocked()
+}
+
 // Subscribe opens the master's release-notice subscription: on a
 // connection of its own where the pool can dial one, else on one borrowed
 // from the pool for as long as the subscription lives (Transport).
@@ -242,6 +289,7 @@ var (
 	_ Ordered   = (*mux)(nil)
 	_ Silencer  = (*mux)(nil)
 	_ Silencer  = (*pooledTransport)(nil)
+	_ downer    = (*pooledTransport)(nil)
 )
 
 // Inspect runs Client.Inspect's commands on a connection of the pool

@@ -390,17 +390,95 @@ func (l *leg) begin(prev *round) {
 		l.send()
 		return
 	}
+	// An acquisition, to a master that is down, is not sent (as a
+	// transport that knows it down fails it unsent): it gives up now
+	// rather than wait for a command that master leaves unanswered, while
+	// its round could not decide without it (two grants, two refusals of
+	// five), the key held meanwhile where it was granted. A led leg asks
+	// once its lead granted (downLed): should the lead refuse, its master
+	// is not asked, and not failed. An extension waits as before: its
+	// round returns at a quorum, and its leg, sent once the command it
+	// follows has ended, still extends the lock on that master.
+	var dn downer
+	if d, ok := m.t.(downer); ok && r.op == opAcquire && !m.ordered {
+		dn = d
+	}
+	var down error
+	if dn != nil && !l.led() {
+		down = dn.down()
+	}
 	r.mu.Lock()
 	l.waits = len(waits)
-	// One per-master timeout past the deadline, as collect waits for a
-	// master that is not silent: on a busy process the command it follows
-	// may have been answered in time and its reader not have run yet.
-	l.due = r.deadline.Add(r.c.timeout)
-	l.timer = time.AfterFunc(time.Until(l.due), l.expire)
+	if down != nil {
+		l.gaveUp, l.replied, l.vote = true, true, voteFail
+	} else {
+		// One per-master timeout past the deadline, as collect waits for
+		// a master that is not silent: on a busy process the command it
+		// follows may have been answered in time and its reader not have
+		// run yet.
+		l.due = r.deadline.Add(r.c.timeout)
+		l.timer = time.AfterFunc(time.Until(l.due), l.expire)
+	}
 	r.mu.Unlock()
+	if down != nil {
+		l.failDown(down)
+	}
 	for _, e := range waits {
 		e.then(l.ready)
 	}
+	if dn != nil && l.led() && len(waits) > 1 {
+		// After ready: a leg that waited for the lead alone has been
+		// sent (or not asked) by then.
+		r.legs[r.ledBy-1].answered.then(func() { l.downLed(dn) })
+	}
+}
+
+// downLed gives a led leg up once its lead granted, when it still waits
+// for an earlier command on its master and that master is down (begin).
+func (l *leg) downLed(dn downer) {
+	r := l.r
+	r.mu.Lock()
+	wait := l.waits > 0 && !l.gaveUp && r.legs[r.ledBy-1].granted()
+	r.mu.Unlock()
+	if !wait {
+		return
+	}
+	down := dn.down()
+	if down == nil {
+		return
+	}
+	r.mu.Lock()
+	if l.waits == 0 || l.gaveUp {
+		r.mu.Unlock()
+		return
+	}
+	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	l.timer.Stop()
+	r.mu.Unlock()
+	l.failDown(down)
+}
+
+// failDown reports the vote of a leg that gave up, unsent, because its
+// master is down (begin, downLed); it ends once what it waited for has
+// (ready), as one that gave up at its timer (expire).
+func (l *leg) failDown(down error) {
+	r := l.r
+	m := &r.c.masters[l.i]
+	// A failure, as answer records one when the transport fails a
+	// command unsent (the lead passes over a master failing lately).
+	r.c.failedAt[l.i].Store(time.Now().UnixNano())
+	err := r.c.nodeError(m, down)
+	r.answered(l.i, r.op, voteFail, err)
+	r.replies <- reply{index: l.i, vote: voteFail, err: err}
+	l.answered.fire()
+}
+
+// downer is the ability of a transport that is not Ordered to tell that
+// its master is down (pooledTransport.down): an acquisition's leg that
+// would wait for an earlier command on that master is then failed at
+// once, unsent (leg.begin).
+type downer interface {
+	down() error
 }
 
 // ready ends one of the leg's waits; after the last, it sends its command
