@@ -1176,6 +1176,11 @@ type tally struct {
 
 func (t *tally) ok(quorum int) bool { return t.yes >= quorum }
 
+// open reports whether the outcome of a round on n masters is still
+// unknown: neither a quorum of yes nor so many no and failures that a
+// quorum is impossible.
+func (t *tally) open(quorum, n int) bool { return t.yes < quorum && t.no+t.fail+t.skip <= n-quorum }
+
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
 	switch rp.vote {
@@ -1199,7 +1204,13 @@ func (t *tally) add(rp reply) {
 // unless this process, not the master, is why its answer was not read
 // (overdue): then collect waits on, up to one more per-master timeout
 // from when the timer fired, and as long again as each later firing was
-// late (a process that keeps stalling), but never past lateBound.
+// late (a process that keeps stalling), but never past lateBound. That
+// wait lasts only while it has a reason: a reply read during it asks
+// overdue again, and once every master still unanswered has been silent
+// for the whole timeout (and the readers' time after a late timer is
+// over), those masters count as failed then, not at the wait's end — a
+// hung master fails at the timeout however late another master's reader
+// was.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n)}
@@ -1212,10 +1223,20 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 		defer roundBeat.leave()
 	}
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
-	for t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum {
+	var hold time.Time // the end of the readers' time after a late timer (lateAllowance)
+	for t.open(c.quorum, n) {
 		select {
 		case rp := <-r.replies:
 			t.add(rp)
+			if !last.IsZero() && t.open(c.quorum, n) {
+				// An overdue wait: this reply may have been what it
+				// waited for.
+				now := c.clock.Now()
+				if c.overdue(&t, hold.Sub(now), now, last) == 0 {
+					c.timedOut(&t, r)
+					return t
+				}
+			}
 		case <-timer.C():
 			// Count the replies that arrived with the timer first.
 			for drained := false; !drained; {
@@ -1248,25 +1269,14 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			if last.After(bound) {
 				last = bound
 			}
-			open := t.yes < c.quorum && t.no+t.fail+t.skip <= n-c.quorum
-			if more := c.overdue(&t, due, last); open && more > 0 {
-				due = c.clock.Now().Add(more)
+			allow := lateAllowance(lateBy, c.timeout)
+			hold = now.Add(allow)
+			if more := c.overdue(&t, allow, now, last); t.open(c.quorum, n) && more > 0 {
+				due = now.Add(more)
 				timer = c.clock.NewTimer(more)
 				continue
 			}
-			for i, v := range t.votes {
-				switch {
-				case v != 0:
-				case r.unsentLed(i):
-					// Not asked: the lead's answer was not read in
-					// time (it counts as failed), so neither was this.
-					t.votes[i] = voteSkip
-					t.skip++
-				default:
-					t.fail++
-					t.errs = append(t.errs, c.nodeError(&c.masters[i], context.DeadlineExceeded))
-				}
-			}
+			c.timedOut(&t, r)
 			return t
 		case <-ctx.Done():
 			t.ctxErr = ctx.Err()
@@ -1274,6 +1284,25 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 		}
 	}
 	return t
+}
+
+// timedOut counts the masters that have not answered as failed when
+// collect stops waiting for them — or as not asked: a led leg the lead's
+// answer was not read in time for.
+func (c *Client) timedOut(t *tally, r *round) {
+	for i, v := range t.votes {
+		switch {
+		case v != 0:
+		case r.unsentLed(i):
+			// Not asked: the lead's answer was not read in time (it
+			// counts as failed), so neither was this.
+			t.votes[i] = voteSkip
+			t.skip++
+		default:
+			t.fail++
+			t.errs = append(t.errs, c.nodeError(&c.masters[i], context.DeadlineExceeded))
+		}
+	}
 }
 
 // overdue is asked by collect when the per-master timeout ends (due)
@@ -1290,14 +1319,15 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 // validity is counted from the round's start, and an answer taken later
 // counts as it would have on time. A timer that fires late (the process
 // did not run) measures how late, not the readers: so however late it
-// fired, the readers get up to one more timeout from then (last).
-func (c *Client) overdue(t *tally, due, last time.Time) time.Duration {
-	now := c.clock.Now()
+// fired, the readers get up to one more timeout from then (last). allow
+// is what is left at now of the readers' time after a late timer
+// (lateAllowance; 0 or less: none).
+func (c *Client) overdue(t *tally, allow time.Duration, now, last time.Time) time.Duration {
 	room := last.Sub(now)
 	if room <= 0 {
 		return 0
 	}
-	more := lateAllowance(now.Sub(due), c.timeout)
+	more := max(allow, 0)
 	for i, v := range t.votes {
 		if v != 0 {
 			continue
