@@ -542,7 +542,11 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// lately), a short random spread (real time, shorter than a
 			// few round trips) lets one of them reach a quorum before the
 			// others split the vote. In fair mode only the head of the
-			// queue can win.
+			// queue can win: a fair waiter is not led (no vote to split,
+			// and its attempts must refresh its place on every master). A
+			// waiting writer is led; its backoff attempts, never led, renew
+			// its intent on every master (docs/design.md, "Waiters that
+			// leave a mark").
 			t.Stop()
 			attempt = -1
 			if lead = c.leadFor(key); lead < 0 || k.queued() {
