@@ -59,7 +59,7 @@ var (
 	// key's queue (KEYS[2], KEYS[3]); see fair_acquire.lua.
 	FairAcquire = New("fair_acquire", 3, fairAcquireSrc)
 	// FairRelease is Release for a fair lock: it also takes the holder's
-	// entry out of the queue.
+	// entry out of the queue, whether or not the key was the holder's there.
 	FairRelease = New("fair_release", 3, fairReleaseSrc)
 	// Leave takes a waiter out of a fair lock's queue (KEYS[1], KEYS[2]).
 	Leave = New("leave", 2, leaveSrc)
