@@ -45,7 +45,7 @@ func TestKind_commandsPerPhase(t *testing.T) {
 		{"read", readKind{}, nil, opRollback, scripts.RW, []any{"k", "release-read", "tok", ""}},
 		{"write", writer, nil, opAcquire, scripts.RW, []any{"k", "write", "tok", int64(1000), int64(300), "W"}},
 		{"write", writer, nil, opExtend, scripts.RW, []any{"k", "extend-write", "tok", int64(1000)}},
-		{"write", writer, nil, opRelease, scripts.RW, []any{"k", "release-write", "tok", ch}},
+		{"write", writer, nil, opRelease, scripts.RW, []any{"k", "release-write", "tok", ch, "W"}},
 		{"write", writer, nil, opRollback, scripts.RW, []any{"k", "release-write", "tok", ""}},
 		{"write", writer, nil, opLeave, scripts.RW, []any{"k", "leave", "W", ch}},
 		{"multi", multi, nil, opAcquire, scripts.Multi, []any{"a", "b", "acquire", "tok", int64(1000)}},

@@ -111,7 +111,9 @@ func (w *writeKind) command(r *round, op opKind, dst []any) (*scripts.Script, st
 	case opExtend:
 		return scripts.RW, "", append(dst, key, "extend-write", tok, r.ttlMS)
 	case opRelease:
-		return scripts.RW, "", append(dst, key, "release-write", tok, wakeChannel(key))
+		// With the writer's id: its intent, left on a master that did not
+		// grant it the lock, goes too (rw.lua).
+		return scripts.RW, "", append(dst, key, "release-write", tok, wakeChannel(key), w.writer)
 	case opRollback:
 		return scripts.RW, "", append(dst, key, "release-write", tok, "")
 	default: // opLeave, announced: readers the intent held back may enter

@@ -17,7 +17,11 @@
 --           token's own entry; 1, or 0 if it has none.
 --   "release-read" / "release-write" ARGV[3] channel ("" for none):
 --           delete the token's own entry, and announce it when the lock
---           became free or a writer left; 1, or 0 if it had none.
+--           became free or a writer left; 1, or 0 if it had none. A
+--           writer's release (not a rollback) gives ARGV[4], its id: its
+--           intent goes too, also on a master that did not grant it the
+--           lock (which set the intent instead, and would otherwise turn
+--           readers and other writers away until it expired).
 --   "leave" a writer that gives up withdraws its intent (ARGV[2] is its
 --           id) and, ARGV[3] a channel ("" or absent for none), announces
 --           it unless a writer holds the lock: the readers it turned away
@@ -100,6 +104,9 @@ elseif op == "extend-read" or op == "extend-write" then
 	end
 elseif op == "release-read" or op == "release-write" then
 	local f = (op == "release-read" and "r:" or "w:") .. tok
+	if ARGV[4] and ARGV[4] ~= "" and intent == ARGV[4] then
+		redis.call("HDEL", key, "intent", "intent:exp")
+	end
 	if redis.call("HDEL", key, f) == 1 then
 		result = 1
 		if op == "release-read" then

@@ -68,3 +68,62 @@ func TestFair_releaseTakesTheEntryOutWhereTheLockWasNotHeld(t *testing.T) {
 		})
 	}
 }
+
+// A writer that got its quorum without one master (a reader's entry was
+// still there, so that master set the writer's intent instead) withdraws
+// the intent there too when it releases: left there, it turned every reader
+// and every other writer away on that master until it expired (1.1 s by
+// default), as a released fair holder's queue entry did.
+func TestRW_releaseTakesTheIntentOutWhereTheLockWasNotHeld(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			key := "rw:release:" + p.name
+			x := servers[2]
+			now, err := redis.Int64s(x.Do("TIME"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := now[0]*1000 + now[1]/1000 + time.Minute.Milliseconds()
+			if _, err := x.Do("HSET", key, "r:left", exp); err != nil {
+				t.Fatal(err)
+			}
+			w := leadClient(t, servers, p.pipelined)
+			lw, err := w.TryAcquireWrite(context.Background(), key, WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			intent := func() bool {
+				t.Helper()
+				n, err := redis.Int(x.Do("HEXISTS", key, "intent"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n == 1
+			}
+			if !intent() {
+				t.Fatal("the master that refused the writer holds no intent")
+			}
+			// The reader's entry goes there; then the writer releases.
+			if _, err := x.Do("HDEL", key, "r:left"); err != nil {
+				t.Fatal(err)
+			}
+			if err := lw.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if intent() {
+				t.Error("the released writer's intent still stands on the master that refused it")
+			}
+			r := leadClient(t, servers, p.pipelined)
+			lr, err := r.TryAcquireRead(context.Background(), key, WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lr.Release(context.Background())
+			if n, _ := redis.Int(x.Do("HEXISTS", key, "r:"+lr.Token())); n != 1 {
+				t.Error("the next reader was turned away by that master")
+			}
+		})
+	}
+}
