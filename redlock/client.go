@@ -504,7 +504,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				c.beforeWait()
 			}
 			waitFrom = time.Now()
-			wt = c.waker.wait(k.keys(key), mark)
+			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued())
 		} else {
 			c.waker.revive()
 		}

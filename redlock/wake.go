@@ -125,6 +125,13 @@ type waiter struct {
 	// waiting, neither taking this key nor giving up: a notice that wakes
 	// it cannot be counted on to hand the key over (notify).
 	multi bool
+	// ahead: a waiting writer. It is woken before this client's other
+	// waiters of the key, whatever their places: its intent turns its
+	// readers away, so a notice that woke one of them instead would be
+	// spent, and the writer, last in the queue after an attempt it lost,
+	// might hear none of the release's notices (a waiter on a clock that
+	// does not run, or whose backoff is long, would sleep on).
+	ahead bool
 }
 
 func newWaker(c *Client) *waker {
@@ -164,8 +171,8 @@ func (w *waker) mark(key string, k kind) mark {
 // channel. It reports whether the key was followed since gen with no
 // notice heard: a key's entry (and its subscriptions) older than gen,
 // no notice since.
-func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi bool) (*waiter, bool) {
-	wt := &waiter{key: key, ch: ch, multi: multi}
+func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahead bool) (*waiter, bool) {
+	wt := &waiter{key: key, ch: ch, multi: multi, ahead: ahead}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -199,10 +206,10 @@ type waiting struct {
 
 // wait registers a waiter for each key, all on one channel, and compares
 // the keys with m, read before the first attempt (see waiting.recheck).
-func (w *waker) wait(keys []string, m mark) *waiting {
+func (w *waker) wait(keys []string, m mark, ahead bool) *waiting {
 	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1)
+		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1, ahead)
 		wg.ws = append(wg.ws, wt)
 		wg.recheck = wg.recheck || !quiet
 	}
@@ -476,8 +483,15 @@ func (wg *waiting) rivals() int {
 // back of the queue: if it loses the race it waits its turn again. The
 // caller holds waker.mu. It returns the waiter woken.
 func (kw *keyWaiters) wakeFirst() *waiter {
-	wt := kw.queue[0]
-	copy(kw.queue, kw.queue[1:])
+	i := 0
+	for j, q := range kw.queue {
+		if q.ahead {
+			i = j // a waiting writer goes first (waiter.ahead)
+			break
+		}
+	}
+	wt := kw.queue[i]
+	copy(kw.queue[i:], kw.queue[i+1:])
 	kw.queue[len(kw.queue)-1] = wt
 	wt.woken = true
 	select {

@@ -53,3 +53,25 @@ func TestKeyWaiters_announceWithALead(t *testing.T) {
 		}
 	}
 }
+
+// A waiting writer is woken before the client's readers of the key,
+// wherever it stands in the queue (they cannot win past its intent), and
+// goes to the back; without one, the longest-waiting waiter is woken.
+func TestKeyWaiters_wakeFirstPrefersAWaitingWriter(t *testing.T) {
+	mk := func(ahead bool) *waiter { return &waiter{key: "k", ch: make(chan struct{}, 1), ahead: ahead} }
+	r1, r2, w := mk(false), mk(false), mk(true)
+	kw := &keyWaiters{queue: []*waiter{r1, r2, w}}
+	if got := kw.wakeFirst(); got != w {
+		t.Fatal("a reader was woken before the waiting writer")
+	}
+	if kw.queue[0] != r1 || kw.queue[1] != r2 || kw.queue[2] != w {
+		t.Fatal("the writer is not at the back after its wake")
+	}
+	if len(w.ch) != 1 || len(r1.ch) != 0 {
+		t.Fatal("the writer was not told")
+	}
+	kw = &keyWaiters{queue: []*waiter{r1, r2}}
+	if got := kw.wakeFirst(); got != r1 || kw.queue[0] != r2 || kw.queue[1] != r1 {
+		t.Fatal("without a writer, the longest-waiting waiter is not the one woken")
+	}
+}
