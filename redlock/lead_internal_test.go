@@ -135,6 +135,20 @@ func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
 		t.Fatal(err)
 	}
 	a.held = l
+	// Acquire returned at a quorum: on the pooled path the last SET may
+	// still be on its way, and the waiter's first attempt could overtake
+	// it there. The tests release on single masters: every one holds it.
+	held := redistest.WaitFor(ctx5s(t), func() bool {
+		for _, s := range servers {
+			if v, err := redis.String(s.Do("GET", key)); err != nil || v != l.Token() {
+				return false
+			}
+		}
+		return true
+	})
+	if !held {
+		t.Fatal("the holder's lock did not reach every master")
+	}
 	got := make(chan error, 1)
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
