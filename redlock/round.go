@@ -592,13 +592,19 @@ func (l *leg) granted() bool { return l.replied && l.vote == voteYes }
 // (Client.abandon): it then fails, unsent.
 func (l *leg) send() {
 	r := l.r
+	// Only an acquisition on an Ordered transport sends its rollback
+	// without waiting for the answer: only it waits for the hand-over.
+	hand := r.op == opAcquire && r.c.masters[l.i].ordered
 	r.mu.Lock()
-	l.sent, l.handing = true, true
+	l.sent, l.handing = true, hand
 	r.mu.Unlock()
 	if r.c.abandoned.Load() {
 		l.complete(nil, errAbandoned, SendInfo{})
 	} else {
 		r.c.masters[l.i].t.Send(&l.cmd)
+	}
+	if !hand {
+		return
 	}
 	// A rollback decided meanwhile waited for the command to be handed
 	// over (nextActLocked): it goes now.
