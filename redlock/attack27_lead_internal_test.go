@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -144,6 +145,70 @@ func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the lead's notice woke nobody")
+			}
+		})
+	}
+}
+
+// A lock on several keys is woken by the release of one of them, b, and
+// its attempt must ask b's lead first, not the lead of the lock's name
+// (its first key, a). The masters' notices of b's release wake it again
+// only at the first, at b's lead and at the quorum: when a's lead runs the
+// release last, an attempt refused there hears nothing more, and the
+// waiter (on a fake clock) would sleep on (a clean-clone CI run here:
+// TestRedis_UserPoolsPipelineEveryKind, its multi-key wake).
+func TestLead_wokenMultiKeyLockAsksTheReleasedKeysLead(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			b := "{lm:" + p.name + "}b"
+			var a string // held by nobody, its lead not b's
+			aw := awaitHeldIn(t, p.pipelined, b, func(w *Client) []string {
+				for i := 0; a == ""; i++ {
+					if k := fmt.Sprintf("{lm:%s}a%d", p.name, i); w.leadFor(k) != w.leadFor(b) {
+						a = k
+					}
+				}
+				return []string{a, b}
+			})
+			servers, l, got := aw.servers, aw.held, aw.got
+			leadA := aw.w.leadFor(a)
+			scripts := func() int { return servers[leadA].Calls("eval") + servers[leadA].Calls("evalsha") }
+			before := scripts()
+			// b's release runs on every master but a's lead: the first
+			// notice, b's lead's and the quorum's wake the waiter.
+			for i := range servers {
+				if i != leadA {
+					a27Release(t, servers[i], b, l.Token())
+				}
+			}
+			// Its attempt reaches a's lead (asked first, or after b's lead
+			// granted), which still holds b for the holder; a waiter that
+			// asked b's lead first may have the lock already.
+			var ended error
+			done := false
+			reached := redistest.WaitFor(ctx5s(t), func() bool {
+				select {
+				case ended = <-got:
+					done = true
+				default:
+				}
+				return done || scripts() > before
+			})
+			if !reached {
+				t.Fatal("the woken waiter did not reach a's lead")
+			}
+			// a's lead runs the release last: its notice wakes nobody.
+			a27Release(t, servers[leadA], b, l.Token())
+			if !done {
+				select {
+				case ended = <-got:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the waiter sleeps: its attempt asked a's lead first, which ran the release last")
+				}
+			}
+			if ended != nil {
+				t.Fatal(ended)
 			}
 		})
 	}

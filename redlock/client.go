@@ -549,7 +549,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// leave a mark").
 			t.Stop()
 			attempt = -1
-			if lead = c.leadFor(key); lead < 0 || k.queued() {
+			if lead = c.leadFor(wt.leadKey(key)); lead < 0 || k.queued() {
 				lead = -1
 				c.spread(ctx, k)
 			} else if wt.rivals() != 1 {

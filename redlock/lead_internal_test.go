@@ -127,9 +127,21 @@ type awaited struct {
 // Acquire is cancelled and awaited when the test ends.
 func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
 	t.Helper()
+	return awaitHeldIn(t, pipelined, key, nil)
+}
+
+// awaitHeldIn is awaitHeld with a waiter of the lock on the keys waited
+// returns, given the waiter's client (identified), key among them: a
+// multi-key lock when there are several. Nil waits for key alone.
+func awaitHeldIn(t *testing.T, pipelined bool, key string, waited func(w *Client) []string) *awaited {
+	t.Helper()
 	servers := redistest.Start(t, 3)
 	a := &awaited{servers: servers, holder: leadClient(t, servers, pipelined), fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	a.w = leadClient(t, servers, pipelined, WithClock(a.fake))
+	keys := []string{key}
+	if waited != nil {
+		keys = waited(a.w)
+	}
 	l, err := a.holder.Acquire(context.Background(), key, WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +168,22 @@ func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		l, err := a.w.Acquire(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
+		opts := []LockOption{WithTTL(time.Minute), WithWait(time.Hour)}
+		var l *Lock
+		var err error
+		if len(keys) == 1 {
+			l, err = a.w.Acquire(ctx, keys[0], opts...)
+		} else {
+			l, err = a.w.AcquireMulti(ctx, keys, opts...)
+		}
 		if err == nil {
 			err = l.Release(context.Background())
 		}
 		got <- err
 	}()
-	a27Waiting(t, servers, a.fake, key)
+	for _, k := range keys {
+		a27Waiting(t, servers, a.fake, k)
+	}
 	return a
 }
 

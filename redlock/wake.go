@@ -132,6 +132,8 @@ type waiter struct {
 	// might hear none of the release's notices (a waiter on a clock that
 	// does not run, or whose backoff is long, would sleep on).
 	ahead bool
+	// of is the wait this waiter is one key of.
+	of *waiting
 }
 
 func newWaker(c *Client) *waker {
@@ -171,8 +173,8 @@ func (w *waker) mark(key string, k kind) mark {
 // channel. It reports whether the key was followed since gen with no
 // notice heard: a key's entry (and its subscriptions) older than gen,
 // no notice since.
-func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahead bool) (*waiter, bool) {
-	wt := &waiter{key: key, ch: ch, multi: multi, ahead: ahead}
+func (w *waker) registerOn(wg *waiting, key string, gen uint64, multi, ahead bool) (*waiter, bool) {
+	wt := &waiter{key: key, ch: wg.ch, multi: multi, ahead: ahead, of: wg}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -202,6 +204,10 @@ type waiting struct {
 	// since, or a notice of a key came meanwhile. The waiter tries once
 	// more as soon as every key's channel is live (Acquire).
 	recheck bool
+	// woke is the key whose release's notice woke the waiter last
+	// (guarded by waker.mu): its lead is the master the woken attempt
+	// asks first (waiting.leadKey).
+	woke string
 }
 
 // wait registers a waiter for each key, all on one channel, and compares
@@ -209,11 +215,27 @@ type waiting struct {
 func (w *waker) wait(keys []string, m mark, ahead bool) *waiting {
 	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1, ahead)
+		wt, quiet := w.registerOn(wg, k, m.gen, len(keys) > 1, ahead)
 		wg.ws = append(wg.ws, wt)
 		wg.recheck = wg.recheck || !quiet
 	}
 	return wg
+}
+
+// leadKey returns the key whose lead a woken attempt asks first: the key
+// whose release woke it. A lock on several keys must not take the lead of
+// another: the masters' notices of that release wake it again only at the
+// first, the released key's lead and the quorum (keyWaiters.announce), so
+// an attempt refused at a lead that ran the release later would hear
+// nothing more. key, the lock's name, stands in until a notice woke it.
+func (wg *waiting) leadKey(key string) string {
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wg.woke == "" {
+		return key
+	}
+	return wg.woke
 }
 
 // live reports whether every key's channel is live on every master.
@@ -494,6 +516,7 @@ func (kw *keyWaiters) wakeFirst() *waiter {
 	copy(kw.queue[i:], kw.queue[i+1:])
 	kw.queue[len(kw.queue)-1] = wt
 	wt.woken = true
+	wt.of.woke = wt.key
 	select {
 	case wt.ch <- struct{}{}:
 	default:

@@ -58,7 +58,9 @@ func TestKeyWaiters_announceWithALead(t *testing.T) {
 // wherever it stands in the queue (they cannot win past its intent), and
 // goes to the back; without one, the longest-waiting waiter is woken.
 func TestKeyWaiters_wakeFirstPrefersAWaitingWriter(t *testing.T) {
-	mk := func(ahead bool) *waiter { return &waiter{key: "k", ch: make(chan struct{}, 1), ahead: ahead} }
+	mk := func(ahead bool) *waiter {
+		return &waiter{key: "k", ch: make(chan struct{}, 1), ahead: ahead, of: &waiting{}}
+	}
 	r1, r2, w := mk(false), mk(false), mk(true)
 	kw := &keyWaiters{queue: []*waiter{r1, r2, w}}
 	if got := kw.wakeFirst(); got != w {
