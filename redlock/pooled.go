@@ -236,8 +236,8 @@ func (p *pooledTransport) downLocked() error {
 	return nil
 }
 
-// down is downLocked under p.mu (downer).
-func (p *pooledTransport) down() error {
+// Down is downLocked under p.mu (Downer).
+func (p *pooledTransport) Down() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.downLocked()
@@ -289,7 +289,7 @@ var (
 	_ Ordered   = (*mux)(nil)
 	_ Silencer  = (*mux)(nil)
 	_ Silencer  = (*pooledTransport)(nil)
-	_ downer    = (*pooledTransport)(nil)
+	_ Downer    = (*pooledTransport)(nil)
 )
 
 // Inspect runs Client.Inspect's commands on a connection of the pool

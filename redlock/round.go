@@ -399,13 +399,13 @@ func (l *leg) begin(prev *round) {
 	// is not asked, and not failed. An extension waits as before: its
 	// round returns at a quorum, and its leg, sent once the command it
 	// follows has ended, still extends the lock on that master.
-	var dn downer
-	if d, ok := m.t.(downer); ok && r.op == opAcquire && !m.ordered {
+	var dn Downer
+	if d, ok := m.t.(Downer); ok && r.op == opAcquire && !m.ordered {
 		dn = d
 	}
 	var down error
 	if dn != nil && !l.led() {
-		down = dn.down()
+		down = dn.Down()
 	}
 	r.mu.Lock()
 	l.waits = len(waits)
@@ -435,7 +435,7 @@ func (l *leg) begin(prev *round) {
 
 // downLed gives a led leg up once its lead granted, when it still waits
 // for an earlier command on its master and that master is down (begin).
-func (l *leg) downLed(dn downer) {
+func (l *leg) downLed(dn Downer) {
 	r := l.r
 	r.mu.Lock()
 	wait := l.waits > 0 && !l.gaveUp && r.legs[r.ledBy-1].granted()
@@ -443,7 +443,7 @@ func (l *leg) downLed(dn downer) {
 	if !wait {
 		return
 	}
-	down := dn.down()
+	down := dn.Down()
 	if down == nil {
 		return
 	}
@@ -471,14 +471,6 @@ func (l *leg) failDown(down error) {
 	r.answered(l.i, r.op, voteFail, err)
 	r.replies <- reply{index: l.i, vote: voteFail, err: err}
 	l.answered.fire()
-}
-
-// downer is the ability of a transport that is not Ordered to tell that
-// its master is down (pooledTransport.down): an acquisition's leg that
-// would wait for an earlier command on that master is then failed at
-// once, unsent (leg.begin).
-type downer interface {
-	down() error
 }
 
 // ready ends one of the leg's waits; after the last, it sends its command

@@ -109,6 +109,26 @@ type Ordered interface {
 	Ordered() bool
 }
 
+// Downer is an optional ability of a Transport that is not Ordered. Down
+// reports, with an error that says why, that the master is down now:
+// commands to it are in flight and it has been silent for longer than the
+// per-master timeout, so that a command sent now would wait out its
+// deadline unanswered. Nil means it is not known to be down. An
+// acquisition whose command to that master would wait behind an earlier
+// one (the Client chains a holder's commands on a transport that is not
+// Ordered) then fails there at once, unsent, rather than hold its round
+// up while the masters that granted it keep the key from everyone else;
+// a led acquisition asks the lead first and gives up on such a master only
+// once the lead granted. Down must be cheap, safe for concurrent use, and
+// must not report a master that answers as down. The Client's own pooled
+// transport (redigo pools that cannot dial, or WithPipelining(false))
+// implements it. An Ordered transport has no use for it: the Client sends
+// it every command at once, and it may fail one that is worthless late
+// itself (Command.DropWhenDown).
+type Downer interface {
+	Down() error
+}
+
 // Silencer is an optional ability of a Transport whose replies a
 // goroutine of this process reads. Silence reports how long the master
 // has kept the transport waiting: the time since the earliest command
