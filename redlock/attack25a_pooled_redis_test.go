@@ -146,7 +146,7 @@ func TestAttack25a_lateGrantAfterTheRoundFailedIsRolledBack(t *testing.T) {
 	if err == nil {
 		return
 	}
-	if !waitAbsent(t, s, key, 5*time.Second) {
+	if !s.WaitAbsent(key, 5*time.Second) {
 		v, _ := redis.String(s.Do("GET", key))
 		t.Fatalf("the late grant (%q) was not rolled back", v)
 	}
@@ -174,7 +174,7 @@ func TestAttack25a_lateGrantAfterCtxEndsIsRolledBack(t *testing.T) {
 		t.Errorf("TryAcquire returned %v after it began, ctx ended at 80ms", took)
 	}
 	// The grant lands on the master and is read about 400 ms in.
-	if !waitAbsent(t, s, key, 5*time.Second) {
+	if !s.WaitAbsent(key, 5*time.Second) {
 		v, _ := redis.String(s.Do("GET", key))
 		t.Fatalf("the grant read after ctx ended (%q) was not rolled back", v)
 	}
@@ -207,11 +207,7 @@ func TestAttack25a_closeWithALateReplyInFlight(t *testing.T) {
 		if !first {
 			return hostile.Forward
 		}
-		args := make([]any, len(cmd)-1)
-		for i, a := range cmd[1:] {
-			args[i] = a
-		}
-		v, err := s.Do("SET", args...) // it runs now
+		v, err := s.Run(cmd) // it runs now
 		if err != nil {
 			return hostile.HangUp
 		}
@@ -248,7 +244,7 @@ func TestAttack25a_closeWithALateReplyInFlight(t *testing.T) {
 	if took > 3*atk25aTimeout {
 		t.Errorf("Close took %v, over three per-master timeouts", took)
 	}
-	if !waitAbsent(t, s, key, 2*time.Second) {
+	if !s.WaitAbsent(key, 2*time.Second) {
 		pttl, _ := redis.Int64(s.Do("PTTL", key))
 		t.Errorf("the failed attempt's grant, read while Close ran, was left on the master (PTTL %d ms): its rollback was refused by the closed transport", pttl)
 	}

@@ -54,27 +54,13 @@ func (h *ranThenReset) hook(c *hostile.Conn, cmd []string) hostile.Verdict {
 	if h.hits.Load() >= limit {
 		return hostile.Forward
 	}
-	args := make([]any, len(cmd)-1)
-	for i, a := range cmd[1:] {
-		args[i] = a
-	}
-	if _, err := h.s.Do(cmd[0], args...); err != nil {
+	if _, err := h.s.Run(cmd); err != nil {
 		// Not run (a NOSCRIPT on the pooled path, whose redigo script
 		// falls back to EVAL): let the client see it, and take the EVAL.
 		return hostile.Forward
 	}
 	h.hits.Add(1)
 	return hostile.HangUp
-}
-
-func waitAbsent(t *testing.T, s *redistest.Server, key string, d time.Duration) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	return redistest.WaitFor(ctx, func() bool {
-		n, err := redis.Int(s.Do("EXISTS", key))
-		return err == nil && n == 0
-	})
 }
 
 // TestAttack25a_resentGrantThatRanIsNotAFreshRefusal: the master ran an
@@ -128,7 +114,7 @@ func TestAttack25a_resentGrantThatRanIsNotAFreshRefusal(t *testing.T) {
 		if took > 2*realTimeout {
 			t.Errorf("TryAcquire took %v, over two per-master timeouts", took)
 		}
-		if !waitAbsent(t, s, key, 5*time.Second) {
+		if !s.WaitAbsent(key, 5*time.Second) {
 			v, _ := redis.String(s.Do("GET", key))
 			t.Fatalf("the key is still on the master (%q) after the failed attempt: its rollback did not delete it", v)
 		}
@@ -182,7 +168,7 @@ func TestAttack25a_resentGrantOnOneOfThree(t *testing.T) {
 			t.Errorf("release: %v", rerr)
 		}
 		for i, s := range servers {
-			if !waitAbsent(t, s, key, 5*time.Second) {
+			if !s.WaitAbsent(key, 5*time.Second) {
 				t.Errorf("master %d still holds the key after the release", i)
 			}
 		}
@@ -260,11 +246,7 @@ func TestAttack25a_ranThenResetUnderLoad(t *testing.T) {
 			if seen.Add(1)%7 != 0 {
 				return hostile.Forward
 			}
-			args := make([]any, len(cmd)-1)
-			for i, a := range cmd[1:] {
-				args[i] = a
-			}
-			_, _ = servers[0].Do(cmd[0], args...)
+			_, _ = servers[0].Run(cmd)
 			resets.Add(1)
 			return hostile.HangUp
 		}
@@ -342,7 +324,7 @@ func TestAttack25a_ranThenResetUnderLoad(t *testing.T) {
 		keys := append(ownKeys, "atk25a:rtr:shared:0", "atk25a:rtr:shared:1")
 		for i, s := range servers {
 			for _, k := range keys {
-				if !waitAbsent(t, s, k, 10*time.Second) {
+				if !s.WaitAbsent(k, 10*time.Second) {
 					v, _ := redis.String(s.Do("GET", k))
 					t.Errorf("master %d still holds %s = %q", i, k, v)
 				}

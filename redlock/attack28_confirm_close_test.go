@@ -50,13 +50,7 @@ func TestAttack28_closeWithAConfirmationQueued(t *testing.T) {
 		}
 		defer c.Close()
 		redlock.SetFinishBackoff(c, 2*time.Second, 4*time.Second)
-		warm, err := c.TryAcquire(context.Background(), key+":warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		warmUp(t, c, key+":warm")
 		if _, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(time.Minute)); err == nil {
 			t.Fatal("granted by a master whose SET was held")
 		}
@@ -115,13 +109,7 @@ func TestAttack28_closeWithAConfirmationInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		warm, err := c.TryAcquire(context.Background(), key+":warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		warmUp(t, c, key+":warm")
 		if _, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(time.Minute)); err == nil {
 			t.Fatal("granted by a master whose SET was held")
 		}

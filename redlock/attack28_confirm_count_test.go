@@ -63,11 +63,7 @@ func TestAttack28_confirmOnlyAfterAnUnansweredSET(t *testing.T) {
 						first := sets == 1
 						mu.Unlock()
 						if first && tc.lostSET {
-							args := make([]any, len(cmd)-1)
-							for i, a := range cmd[1:] {
-								args[i] = a
-							}
-							if _, err := ss[0].Do("SET", args...); err != nil {
+							if _, err := ss[0].Run(cmd); err != nil {
 								t.Errorf("the SET run for the proxy: %v", err)
 							}
 							return hostile.HangUp
@@ -86,11 +82,7 @@ func TestAttack28_confirmOnlyAfterAnUnansweredSET(t *testing.T) {
 							mu.Lock()
 							rbs[0] = "found(lost)"
 							mu.Unlock()
-							args := make([]any, len(cmd)-1)
-							for i, a := range cmd[1:] {
-								args[i] = a
-							}
-							if _, err := ss[0].Do("EVALSHA", args...); err != nil {
+							if _, err := ss[0].Run(cmd); err != nil {
 								t.Errorf("the rollback run for the proxy: %v", err)
 							}
 							if tc.heldRB {
@@ -111,13 +103,7 @@ func TestAttack28_confirmOnlyAfterAnUnansweredSET(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				warm, err := c.TryAcquire(context.Background(), key+":warm")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := warm.Release(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				warmUp(t, c, key+":warm")
 				if _, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(time.Minute)); !errors.Is(err, redlock.ErrNotAcquired) {
 					t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
 				}

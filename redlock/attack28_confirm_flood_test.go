@@ -44,13 +44,7 @@ func TestAttack28_confirmFloodAfterAStoppedMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		warm, err := c.TryAcquire(context.Background(), prefix+"warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		warmUp(t, c, prefix+"warm")
 		scripts0, sets0 := scriptCalls(ss[2]), ss[2].Calls("set")
 		if err := ss[2].Pause(); err != nil {
 			t.Fatal(err)

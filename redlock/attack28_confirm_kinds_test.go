@@ -199,11 +199,7 @@ func TestAttack28_confirmKinds(t *testing.T) {
 					case <-c.Quit():
 						return hostile.HangUp
 					}
-					args := make([]any, len(cmd)-1)
-					for i, a := range cmd[1:] {
-						args[i] = a
-					}
-					v, err := s.Do(cmd[0], args...)
+					v, err := s.Run(cmd)
 					mu.Lock()
 					late = fmt.Sprintf("%v, %v", v, err)
 					mu.Unlock()

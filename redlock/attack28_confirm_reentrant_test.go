@@ -228,7 +228,7 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 		if err := re.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if !waitAbsent(t, s, key, time.Second) {
+		if !s.WaitAbsent(key, time.Second) {
 			t.Fatal("released, the key stays")
 		}
 		t.Logf("rollbacks (key present before each): %v", strings.Join(got, " "))

@@ -18,6 +18,20 @@ import (
 // scriptCalls is how many EVAL and EVALSHA commands master s has run.
 func scriptCalls(s *redistest.Server) int { return s.Calls("eval") + s.Calls("evalsha") }
 
+// warmUp makes c's first contact with its masters (the identity probe,
+// the scripts loaded) by taking and releasing a lock of key, so that what
+// a test counts next is its own.
+func warmUp(t *testing.T, c *redlock.Client, key string) {
+	t.Helper()
+	l, err := c.TryAcquire(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A failed attempt's SET that waited unanswered on a connection the client
 // gave up runs on the master only after the rollback that came in on
 // another connection found nothing to delete (a master frozen or busy runs
@@ -57,11 +71,7 @@ func TestRollback_overtakenBySETIsConfirmed(t *testing.T) {
 							return hostile.HangUp
 						}
 						// It runs now, late; its reply goes nowhere.
-						args := make([]any, len(cmd)-1)
-						for i, a := range cmd[1:] {
-							args[i] = a
-						}
-						v, err := s.Do("SET", args...)
+						v, err := s.Run(cmd)
 						lateSet <- fmt.Sprintf("%v, %v", v, err)
 						return hostile.HangUp
 					}
@@ -107,13 +117,7 @@ func TestRollback_overtakenBySETIsConfirmed(t *testing.T) {
 			defer c.Close()
 			// First contact (the identity probe, scripts loaded) before
 			// counting.
-			warm, err := c.TryAcquire(context.Background(), key+":warm")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, c, key+":warm")
 			mu.Lock()
 			scripts0 = scriptCalls(s)
 			mu.Unlock()
@@ -128,7 +132,7 @@ func TestRollback_overtakenBySETIsConfirmed(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("no rollback ran on the master, so neither did the SET")
 			}
-			if !waitAbsent(t, s, key, 3*time.Second) {
+			if !s.WaitAbsent(key, 3*time.Second) {
 				pttl, _ := redis.Int64(s.Do("PTTL", key))
 				t.Fatalf("the late grant stays on the master (PTTL %d ms; %d rollbacks sent): the rollback it overtook was not confirmed", pttl, rollbacks.Load())
 			}

@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -400,30 +399,9 @@ func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
 			lead := cs[0].leadFor(key)
 			other := (lead + 1) % len(servers)
 			before := allSetCalls(t, servers)
-			ctx, cancel := context.WithCancel(context.Background())
-			var holders, overlaps atomic.Int32
 			var phase atomic.Int32 // 0 healthy, 1 a non-lead stopped, 2 the lead stopped, 3 all running again
 			got := make([][4]int, clients)
-			var wg sync.WaitGroup
-			for i, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for ctx.Err() == nil {
-						l, err := c.Acquire(ctx, key, WithTTL(5*time.Second), WithWait(5*time.Second))
-						if err != nil {
-							continue
-						}
-						if holders.Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						got[i][phase.Load()]++
-						time.Sleep(200 * time.Microsecond)
-						holders.Add(-1)
-						_ = l.Release(context.Background())
-					}
-				}()
-			}
+			ct := contend(cs, key, func(i int) { got[i][phase.Load()]++ })
 			time.Sleep(700 * time.Millisecond)
 			healthySets := make([]int, len(servers))
 			for i, s := range servers {
@@ -439,9 +417,7 @@ func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
 			_ = servers[lead].Resume()
 			phase.Store(3)
 			time.Sleep(700 * time.Millisecond)
-			cancel()
-			wg.Wait()
-			if n := overlaps.Load(); n != 0 {
+			if n := ct.stop(); n != 0 {
 				t.Fatalf("%d times two contenders held the lock at once", n)
 			}
 			var per [4]int
@@ -576,17 +552,9 @@ func TestLead_rollbackWaitsForTheSETToBeHandedOver(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // it ran, and what follows it
 	for _, i := range []int{lead, b} {
-		if !waitAbsentIn(t, servers[i], key, 3*time.Second) {
+		if !servers[i].WaitAbsent(key, 3*time.Second) {
 			v, _ := redis.String(servers[i].Do("GET", key))
 			t.Errorf("master %d keeps the failed attempt's grant %q", i, v)
 		}
 	}
-}
-
-// waitAbsentIn waits up to d for key to be gone from s.
-func waitAbsentIn(t *testing.T, s *redistest.Server, key string, d time.Duration) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	return redistest.WaitFor(ctx, func() bool { return !exists(t, s, key) })
 }

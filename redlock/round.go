@@ -756,7 +756,7 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
 	l.ended = true
-	unknown := l.vote == voteFail // the SET failed unanswered: it may yet run
+	unknown := r.setUnansweredLocked(l.i)
 	r.mu.Unlock()
 	if err == nil && v == voteNo && unknown {
 		r.c.confirmLater(r, l.i)
@@ -769,8 +769,11 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 func (r *round) setUnanswered(i int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.legs[i].vote == voteFail
+	return r.setUnansweredLocked(i)
 }
+
+// setUnansweredLocked is setUnanswered under round.mu.
+func (r *round) setUnansweredLocked(i int) bool { return r.legs[i].vote == voteFail }
 
 // end ends the leg (whoever calls it has set ended, under round.mu):
 // rounds chained after it on its master go on, and the last leg frees the

@@ -32,29 +32,9 @@ func handoverRates(t *testing.T, pipelined bool, servers []*redistest.Server, ke
 	for i := range cs {
 		cs[i] = leadClient(t, servers, pipelined, WithTimeout(timeout))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var holders, overlaps, got atomic.Int32
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				l, err := c.Acquire(ctx, key, WithTTL(5*time.Second), WithWait(5*time.Second))
-				if err != nil {
-					continue
-				}
-				if holders.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				got.Add(1)
-				time.Sleep(200 * time.Microsecond)
-				holders.Add(-1)
-				_ = l.Release(context.Background())
-			}
-		}()
-	}
+	var got atomic.Int32
+	ct := contend(cs, key, func(int) { got.Add(1) })
+	defer ct.stop()
 	count := func(d time.Duration) float64 {
 		from, start := got.Load(), time.Now()
 		time.Sleep(d)
@@ -68,12 +48,54 @@ func handoverRates(t *testing.T, pipelined bool, servers []*redistest.Server, ke
 	if err := servers[stopped].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	wg.Wait()
-	if n := overlaps.Load(); n != 0 {
+	if n := ct.stop(); n != 0 {
 		t.Fatalf("%d times two contenders held the lock at once", n)
 	}
 	return up, down
+}
+
+// contention is contenders handing a key over (contend).
+type contention struct {
+	cancel   func()
+	wg       sync.WaitGroup
+	overlaps atomic.Int32
+}
+
+// contend starts a goroutine per client, each looping until stop: acquire
+// key (5 s TTL and wait), held(its index), hold it 200 µs, release. Two
+// holders at once count as an overlap.
+func contend(cs []*Client, key string, held func(i int)) *contention {
+	ctx, cancel := context.WithCancel(context.Background())
+	ct := &contention{cancel: cancel}
+	var holders atomic.Int32
+	for i, c := range cs {
+		ct.wg.Add(1)
+		go func() {
+			defer ct.wg.Done()
+			for ctx.Err() == nil {
+				l, err := c.Acquire(ctx, key, WithTTL(5*time.Second), WithWait(5*time.Second))
+				if err != nil {
+					continue
+				}
+				if holders.Add(1) != 1 {
+					ct.overlaps.Add(1)
+				}
+				held(i)
+				time.Sleep(200 * time.Microsecond)
+				holders.Add(-1)
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	return ct
+}
+
+// stop ends the contenders, waits for them, and returns how many times
+// two held the lock at once.
+func (ct *contention) stop() int32 {
+	ct.cancel()
+	ct.wg.Wait()
+	return ct.overlaps.Load()
 }
 
 // With one master of five stopped (SIGSTOP), a quorum is still there, and

@@ -291,6 +291,28 @@ func (s *Server) Calls(cmd string) int {
 	return 0
 }
 
+// Run runs a command given as its name and arguments, as a proxy sees
+// one (internal/hostile), on its own connection: the command a hook runs
+// itself instead of forwarding it.
+func (s *Server) Run(cmd []string) (any, error) {
+	args := make([]any, len(cmd)-1)
+	for i, a := range cmd[1:] {
+		args[i] = a
+	}
+	return s.Do(cmd[0], args...)
+}
+
+// WaitAbsent waits up to d for key to be gone from the server, and
+// reports whether it is.
+func (s *Server) WaitAbsent(key string, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return WaitFor(ctx, func() bool {
+		n, err := redis.Int(s.Do("EXISTS", key))
+		return err == nil && n == 0
+	})
+}
+
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
 // nothing, like a master frozen by a long pause.
 func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
