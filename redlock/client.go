@@ -51,9 +51,16 @@ type Client struct {
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
-	someOrdered bool     // at least one master's transport is Ordered
-	fin         finisher // retries of releases and rollbacks that masters missed
-	ident       identity // the masters' run_ids: two addresses of one server are refused
+	someOrdered bool // at least one master's transport is Ordered
+	// ownSubs: every master's transport is this package's own connection
+	// to that one server (pipelined or pooled), where each waiting client
+	// subscribes: a release that finds no subscriber there need not
+	// publish (release.lua). Not for a cluster, which broadcasts a
+	// PUBLISH to subscribers on its other nodes, nor for a transport of
+	// another package, which may subscribe elsewhere.
+	ownSubs bool
+	fin     finisher // retries of releases and rollbacks that masters missed
+	ident   identity // the masters' run_ids: two addresses of one server are refused
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -176,6 +183,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		releasing:    make(map[string]*round),
 		closing:      make(chan struct{}),
 		allOrdered:   true,
+		ownSubs:      !cfg.clusterSlots,
 	}
 	seen := make(map[string]int, len(ts))
 	for i, t := range ts {
@@ -192,6 +200,11 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.addrs[i] = addr
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
+		switch t.(type) {
+		case *mux, *pooledTransport:
+		default:
+			c.ownSubs = false
+		}
 	}
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))

@@ -330,3 +330,46 @@ func TestRelease_noticeCountsTheSubscribers(t *testing.T) {
 		}
 	}
 }
+
+// With ARGV[3] "1" (every subscriber of the lock's channel is on this
+// server), a release that finds none publishes nothing; one that finds
+// some publishes as always. Without it, the notice is always published
+// (a cluster broadcasts it to subscribers on other nodes).
+func TestRelease_quietWithoutSubscribersOnlyWhenTold(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	release := func(args ...any) {
+		t.Helper()
+		if _, err := c.Do("SET", "k", "0123456789abcdef", "PX", 10000); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := redis.Int(scripts.Release.Do(c, timeout, append([]any{"k", "0123456789abcdef"}, args...)...)); err != nil || n != 1 {
+			t.Fatalf("release %v = %d, %v; want 1", args, n, err)
+		}
+	}
+	published := func() int { return srv.Calls("publish") }
+	p0 := published()
+	release("ch", "1")
+	if p := published(); p != p0 {
+		t.Fatalf("told every subscriber is here, a release with none published %d notices", p-p0)
+	}
+	release("ch")
+	if p := published(); p != p0+1 {
+		t.Fatalf("not told, a release with no subscriber here published %d notices, want 1", p-p0)
+	}
+	psc := redis.PubSubConn{Conn: conn(t, srv)}
+	if err := psc.Subscribe("ch"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := psc.ReceiveWithTimeout(timeout).(redis.Subscription); !ok {
+		t.Fatal("no subscription")
+	}
+	release("ch", "1")
+	m, ok := psc.ReceiveWithTimeout(timeout).(redis.Message)
+	if !ok {
+		t.Fatal("told every subscriber is here, a release with one did not publish")
+	}
+	if id, n := layout.ParseNotice(string(m.Data)); id != "01234567" || n != 1 {
+		t.Fatalf("notice %q = %q, %d; want 01234567, 1", m.Data, id, n)
+	}
+}
