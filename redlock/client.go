@@ -52,15 +52,13 @@ type Client struct {
 	// goroutines and no chaining.
 	allOrdered  bool
 	someOrdered bool // at least one master's transport is Ordered
-	// ownSubs: every master's transport is this package's own connection
-	// to that one server (pipelined or pooled), where each waiting client
-	// subscribes: a release that finds no subscriber there need not
-	// publish (release.lua). Not for a cluster, which broadcasts a
-	// PUBLISH to subscribers on its other nodes, nor for a transport of
-	// another package, which may subscribe elsewhere.
-	ownSubs bool
-	fin     finisher // retries of releases and rollbacks that masters missed
-	ident   identity // the masters' run_ids: two addresses of one server are refused
+	// localNotices: every master's transport subscribes on the server its
+	// commands run on (LocalNotices), and the masters are no cluster's
+	// nodes: a release that finds no subscriber there need not publish
+	// (release.lua).
+	localNotices bool
+	fin          finisher // retries of releases and rollbacks that masters missed
+	ident        identity // the masters' run_ids: two addresses of one server are refused
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -183,7 +181,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		releasing:    make(map[string]*round),
 		closing:      make(chan struct{}),
 		allOrdered:   true,
-		ownSubs:      !cfg.clusterSlots,
+		localNotices: !cfg.clusterSlots,
 	}
 	seen := make(map[string]int, len(ts))
 	for i, t := range ts {
@@ -200,11 +198,8 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.addrs[i] = addr
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
-		switch t.(type) {
-		case *mux, *pooledTransport:
-		default:
-			c.ownSubs = false
-		}
+		ln, ok := t.(LocalNotices)
+		c.localNotices = c.localNotices && ok && ln.LocalNotices()
 	}
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))

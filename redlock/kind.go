@@ -101,7 +101,7 @@ func (plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, strin
 	case opExtend:
 		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
 	case opRelease:
-		if r.c.ownSubs {
+		if r.c.localNotices {
 			// No subscriber on the master: nothing to publish there.
 			return scripts.Release, "", append(dst, key, token, wakeChannel(key), "1")
 		}
