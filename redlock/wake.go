@@ -453,6 +453,16 @@ func (w *waker) syncLocked() {
 // notice on: the next waiter is woken too, until one waiting for this key
 // alone is (or every waiter was), and the notice counts as heard, so that
 // a waiter registering now tries again (mark).
+//
+// A multi-key waiter is woken by every notice of each of its keys, from
+// every master, whether announce says the notice wakes or not: a master
+// may refuse its attempt for another of its keys, still held there, and
+// that master's notice of that key's release may come neither first, nor
+// from that key's lead, nor complete a quorum (it ran the release after
+// the others): announce's three would all have been spent on attempts the
+// master refused, and the waiter would sleep until its timer. The masters
+// release its keys in orders of their own, so no one notice of a release
+// can stand for a master's: every master's is heard.
 func (w *waker) notify(key, id string, from int) {
 	id, subs := layout.ParseNotice(id)
 	w.mu.Lock()
@@ -470,13 +480,28 @@ func (w *waker) notify(key, id string, from int) {
 	}
 	// The lead is worked out only for a key waited on here: leadFor takes
 	// no lock of the waker's (lead.go).
-	if !kw.announce(id, from, w.c.leadFor(key), w.c.quorum) || len(kw.queue) == 0 {
+	if len(kw.queue) == 0 {
+		kw.announce(id, from, w.c.leadFor(key), w.c.quorum)
 		return
 	}
-	for range len(kw.queue) {
-		if !kw.wakeFirst().multi {
-			return
+	if kw.announce(id, from, w.c.leadFor(key), w.c.quorum) {
+		for range len(kw.queue) {
+			if !kw.wakeFirst().multi {
+				break
+			}
+			w.gen++
+			kw.heard = w.gen
 		}
+	}
+	// Every multi-key waiter hears every notice (see above), in its place.
+	multi := false
+	for _, wt := range kw.queue {
+		if wt.multi {
+			kw.wake(wt)
+			multi = true
+		}
+	}
+	if multi {
 		w.gen++
 		kw.heard = w.gen
 	}
@@ -515,13 +540,19 @@ func (kw *keyWaiters) wakeFirst() *waiter {
 	wt := kw.queue[i]
 	copy(kw.queue[i:], kw.queue[i+1:])
 	kw.queue[len(kw.queue)-1] = wt
+	kw.wake(wt)
+	return wt
+}
+
+// wake hands a notice of the key to wt, in its place in the queue. The
+// caller holds waker.mu.
+func (kw *keyWaiters) wake(wt *waiter) {
 	wt.woken = true
 	wt.of.woke = wt.key
 	select {
 	case wt.ch <- struct{}{}:
 	default:
 	}
-	return wt
 }
 
 // close stops every subscriber; the client waits for their goroutines.
