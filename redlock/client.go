@@ -557,13 +557,19 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// leave a mark").
 			t.Stop()
 			attempt = -1
-			if lead = c.leadFor(wt.leadKey(key)); lead < 0 || k.queued() {
+			leadKey := wt.leadKey(key)
+			if lead = c.leadFor(leadKey); lead < 0 || k.queued() {
 				lead = -1
 				c.spread(ctx, k)
-			} else if wt.rivals() != 1 {
-				// Others in other clients were woken too (or may
-				// have been: the notice did not say).
-				c.leadDelay(ctx, time.Since(waitFrom))
+			} else {
+				// That master's notice wakes a waiter, should the lead
+				// have changed by then (keyWaiters.announce).
+				wt.asking(leadKey, lead)
+				if wt.rivals() != 1 {
+					// Others in other clients were woken too (or may
+					// have been: the notice did not say).
+					c.leadDelay(ctx, time.Since(waitFrom))
+				}
 			}
 		case <-c.closing:
 			// The client is closing: the next attempt fails at once

@@ -70,10 +70,13 @@ type keyWaiters struct {
 	queue  []*waiter
 	recent [8]announced // ring of releases recently announced
 	next   int
-	subs   int       // clients waiting on the master of the latest notice, by that notice; 0: not told
-	born   uint64    // waker.gen when the entry was made
-	heard  uint64    // waker.gen at its latest notice that woke nobody
-	idle   time.Time // when its last waiter left; zero while it has waiters
+	subs   int // clients waiting on the master of the latest notice, by that notice; 0: not told
+	// asked is the master the latest led attempt of a waiter of the key
+	// asked first (-1: none yet): its notice wakes a waiter (announce).
+	asked int
+	born  uint64    // waker.gen when the entry was made
+	heard uint64    // waker.gen at its latest notice that woke nobody
+	idle  time.Time // when its last waiter left; zero while it has waiters
 }
 
 // announced is one release, how many masters have announced it, and
@@ -88,13 +91,18 @@ type announced struct {
 // it should wake a waiter: the first notice does (the quickest hand-off).
 // A woken waiter asks the key's lead master first (lead.go), which may
 // not have run the release yet when another master's notice came first:
-// the lead's own notice wakes a waiter again. So does the notice that
+// the lead's own notice wakes a waiter again. So does the notice of the
+// master asked, the lead a woken attempt asked first: the lead can change
+// between that attempt and the master's notice (leadFor passes over a
+// master that failed a command lately, and takes it back after
+// leadQuiet), and a notice judged by the lead of its own time only would
+// wake nobody from a master that refused the attempt as its lead. So does the notice that
 // completes a quorum, for a waiter woken earlier whose attempt reached
 // masters that had not yet run the release: it failed there, and would
 // otherwise sleep through their notices of the same release. That holds
 // for a led attempt too: a lead that ran the release first grants it,
 // and the others, asked next, may still hold the released token.
-func (k *keyWaiters) announce(id string, from, lead, quorum int) bool {
+func (k *keyWaiters) announce(id string, from, lead, asked, quorum int) bool {
 	for j := range k.recent {
 		if r := &k.recent[j]; r.id == id {
 			r.notices++
@@ -102,7 +110,7 @@ func (k *keyWaiters) announce(id string, from, lead, quorum int) bool {
 				r.leadSeen = true
 				return true
 			}
-			return r.notices == quorum
+			return from == asked || r.notices == quorum
 		}
 	}
 	k.recent[k.next] = announced{id: id, notices: 1, leadSeen: from == lead}
@@ -180,7 +188,7 @@ func (w *waker) registerOn(wg *waiting, key string, gen uint64, multi, ahead boo
 	kw := w.waiters[key]
 	if kw == nil {
 		w.gen++
-		kw = &keyWaiters{born: w.gen}
+		kw = &keyWaiters{born: w.gen, asked: -1}
 		w.waiters[key] = kw
 	}
 	if !kw.idle.IsZero() {
@@ -236,6 +244,20 @@ func (wg *waiting) leadKey(key string) string {
 		return key
 	}
 	return wg.woke
+}
+
+// asking records lead, the lead of key (one of the waiter's: the one
+// whose release woke it, waiting.leadKey), as the master a woken attempt
+// of the waiter asks first (keyWaiters.asked). The waiter's other keys
+// keep theirs: another waiter of those, a single-key one that asked its
+// key's lead, may still await that master's notice.
+func (wg *waiting) asking(key string, lead int) {
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if kw := w.waiters[key]; kw != nil {
+		kw.asked = lead
+	}
 }
 
 // live reports whether every key's channel is live on every master.
@@ -481,10 +503,10 @@ func (w *waker) notify(key, id string, from int) {
 	// The lead is worked out only for a key waited on here: leadFor takes
 	// no lock of the waker's (lead.go).
 	if len(kw.queue) == 0 {
-		kw.announce(id, from, w.c.leadFor(key), w.c.quorum)
+		kw.announce(id, from, w.c.leadFor(key), kw.asked, w.c.quorum)
 		return
 	}
-	if kw.announce(id, from, w.c.leadFor(key), w.c.quorum) {
+	if kw.announce(id, from, w.c.leadFor(key), kw.asked, w.c.quorum) {
 		for range len(kw.queue) {
 			if !kw.wakeFirst().multi {
 				break

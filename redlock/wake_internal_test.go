@@ -17,11 +17,11 @@ func TestKeyWaiters_announce(t *testing.T) {
 	} {
 		var k keyWaiters
 		for i, want := range tc.want {
-			if got := k.announce("rel-1", i, -1, tc.quorum); got != want {
+			if got := k.announce("rel-1", i, -1, -1, tc.quorum); got != want {
 				t.Errorf("quorum %d, notice %d: wake = %v, want %v", tc.quorum, i+1, got, want)
 			}
 		}
-		if !k.announce("rel-2", 0, -1, tc.quorum) {
+		if !k.announce("rel-2", 0, -1, -1, tc.quorum) {
 			t.Errorf("quorum %d: another release's first notice did not wake", tc.quorum)
 		}
 	}
@@ -47,7 +47,31 @@ func TestKeyWaiters_announceWithALead(t *testing.T) {
 	} {
 		var k keyWaiters
 		for i, from := range tc.order {
-			if got := k.announce("rel", from, 2, 3); got != tc.want[i] {
+			if got := k.announce("rel", from, 2, -1, 3); got != tc.want[i] {
+				t.Errorf("%s, notice %d (master %d): wake = %v, want %v", tc.name, i+1, from, got, tc.want[i])
+			}
+		}
+	}
+}
+
+// The master a woken attempt asked first wakes a waiter with its notice
+// even when, by then, another master leads the key (the one asked failed
+// a command since, and leadFor passes it over for leadQuiet): it refused
+// the attempt, not having run the release yet, and its notice may be
+// neither the first, nor the lead's, nor the quorum's.
+func TestKeyWaiters_announceFromTheMasterAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order []int // the masters announcing, in order; the lead is 2, the master asked 4, the quorum 3
+		want  []bool
+	}{
+		{"asked last", []int{0, 1, 3, 2, 4}, []bool{true, false, true, true, true}},
+		{"asked after the quorum", []int{0, 1, 3, 4, 2}, []bool{true, false, true, true, true}},
+		{"asked before the quorum", []int{0, 4, 1, 3}, []bool{true, true, true, false}},
+	} {
+		var k keyWaiters
+		for i, from := range tc.order {
+			if got := k.announce("rel", from, 2, 4, 3); got != tc.want[i] {
 				t.Errorf("%s, notice %d (master %d): wake = %v, want %v", tc.name, i+1, from, got, tc.want[i])
 			}
 		}
