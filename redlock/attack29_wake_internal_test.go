@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -143,6 +144,95 @@ func TestAttack29_multiKeyRefusedAtLeadForItsOtherKey(t *testing.T) {
 			}
 			a27Release(t, s[m.leadA], m.b, m.lb.Token())
 			m.wantLock(t, "the waiter sleeps: a's lead refused it for b, and its notice of b's release woke nobody")
+		})
+	}
+}
+
+// A multi-key waiter [a, b] on five masters: a and b, held by two locks,
+// are released master by master in random orders, interleaved, a few
+// milliseconds apart or at once (so that notices of a and of b come in
+// quick succession and the waiter's woken key is overwritten). Once
+// every master ran both releases, the waiter, on a fake clock, must have
+// been woken to an attempt that finds both keys free on a quorum.
+func TestAttack29_multiKeyRandomReleaseOrders(t *testing.T) {
+	redistest.SkipShort(t)
+	servers := redistest.Start(t, 5)
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			holder := leadClient(t, servers, p.pipelined)
+			for trial := range 8 {
+				seed := uint64(time.Now().UnixNano())
+				rng := rand.New(rand.NewPCG(seed, uint64(trial)))
+				a := fmt.Sprintf("{a29r:%s:%d:%d}a", p.name, trial, seed)
+				b := fmt.Sprintf("{a29r:%s:%d:%d}b", p.name, trial, seed)
+				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+				w := leadClient(t, servers, p.pipelined, WithClock(fake))
+				la, err := holder.Acquire(context.Background(), a, WithTTL(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lb, err := holder.Acquire(context.Background(), b, WithTTL(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := redistest.WaitFor(ctx5s(t), func() bool {
+					for _, s := range servers {
+						for _, l := range []*Lock{la, lb} {
+							if v, err := redis.String(s.Do("GET", l.Key())); err != nil || v != l.Token() {
+								return false
+							}
+						}
+					}
+					return true
+				})
+				if !held {
+					t.Fatal("the holder's locks did not reach every master")
+				}
+				got := make(chan error, 1)
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					l, err := w.AcquireMulti(ctx, []string{a, b}, WithTTL(time.Minute), WithWait(time.Hour))
+					if err == nil {
+						err = l.Release(context.Background())
+					}
+					got <- err
+				}()
+				a27Waiting(t, servers, fake, a)
+				a27Waiting(t, servers, fake, b)
+				type step struct {
+					l *Lock
+					m int
+				}
+				var steps []step
+				for i := range servers {
+					steps = append(steps, step{la, i}, step{lb, i})
+				}
+				rng.Shuffle(len(steps), func(i, j int) { steps[i], steps[j] = steps[j], steps[i] })
+				var order []string
+				for _, st := range steps {
+					a27Release(t, servers[st.m], st.l.Key(), st.l.Token())
+					name := "a"
+					if st.l == lb {
+						name = "b"
+					}
+					order = append(order, fmt.Sprintf("%s@%d", name, st.m))
+					if d := rng.IntN(4); d > 0 {
+						time.Sleep(time.Duration(d) * time.Millisecond)
+					}
+				}
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatalf("trial %d: %v", trial, err)
+					}
+				case <-time.After(5 * time.Second):
+					cancel()
+					<-got
+					t.Fatalf("trial %d: the waiter sleeps though both keys are free everywhere: releases %v (leads: a %d, b %d)",
+						trial, order, w.leadFor(a), w.leadFor(b))
+				}
+				cancel()
+			}
 		})
 	}
 }
