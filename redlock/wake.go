@@ -96,8 +96,8 @@ type announced struct {
 // between that attempt and the master's notice (leadFor passes over a
 // master that failed a command lately, and takes it back after
 // leadQuiet), and a notice judged by the lead of its own time only would
-// wake nobody from a master that refused the attempt as its lead. So does the notice that
-// completes a quorum, for a waiter woken earlier whose attempt reached
+// wake nobody from a master that refused the attempt as its lead. So does
+// the notice that completes a quorum, for a waiter woken earlier whose attempt reached
 // masters that had not yet run the release: it failed there, and would
 // otherwise sleep through their notices of the same release. That holds
 // for a led attempt too: a lead that ran the release first grants it,
