@@ -18,6 +18,10 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
+// realTimeoutIn is the external tests' realTimeout: a per-master timeout
+// that a loaded machine does not reach.
+const realTimeoutIn = 500 * time.Millisecond
+
 // leadPaths are the two redigo paths, as internal tests name them.
 var leadPaths = []struct {
 	name      string
@@ -135,7 +139,10 @@ func awaitHeld(t *testing.T, pipelined bool, key string) *awaited {
 func awaitHeldIn(t *testing.T, pipelined bool, key string, waited func(w *Client) []string) *awaited {
 	t.Helper()
 	servers := redistest.Start(t, 3)
-	a := &awaited{servers: servers, holder: leadClient(t, servers, pipelined), fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	// The holder's lock must reach every master: a generous per-master
+	// timeout, so that a loaded machine does not fail one of its SETs.
+	a := &awaited{servers: servers, holder: leadClient(t, servers, pipelined, WithTimeout(realTimeoutIn)),
+		fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	a.w = leadClient(t, servers, pipelined, WithClock(a.fake))
 	keys := []string{key}
 	if waited != nil {
@@ -279,10 +286,12 @@ func TestLead_refusedLeadAsksNoOther(t *testing.T) {
 func TestLead_sameServerInEveryClient(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 5)
-	a := leadClient(t, servers, true)
+	// A generous per-master timeout: a command that timed out on a loaded
+	// machine would pass its master over as lead in one client only.
+	a := leadClient(t, servers, true, WithTimeout(realTimeoutIn))
 	rev := slices.Clone(servers)
 	slices.Reverse(rev)
-	b := leadClient(t, rev, true)
+	b := leadClient(t, rev, true, WithTimeout(realTimeoutIn))
 	led := make(map[string]int)
 	for i := range 500 {
 		key := fmt.Sprintf("lead:same:%d", i)
