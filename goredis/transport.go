@@ -38,7 +38,6 @@ var (
 	_ redlock.Transport    = (*Transport)(nil)
 	_ redlock.Ordered      = (*Transport)(nil)
 	_ redlock.Silencer     = (*Transport)(nil)
-	_ redlock.LocalNotices = (*Transport)(nil)
 	_ redlock.Subscription = (*subscription)(nil)
 )
 
@@ -108,13 +107,6 @@ func (t *Transport) Addr() string { return t.addr }
 // shards may reorder them (the redlock.Client then chains a holder's
 // commands itself).
 func (t *Transport) Ordered() bool { return t.ordered }
-
-// LocalNotices reports whether the transport subscribes on the server its
-// commands run on (redlock.LocalNotices): true for a *redis.Client, whose
-// subscriptions go to its one master; false for a cluster, whose nodes
-// broadcast a PUBLISH to subscribers on other nodes, or a ring. With it, a
-// plain lock's release publishes nothing where nobody waits.
-func (t *Transport) LocalNotices() bool { return t.ordered }
 
 // Silence reports how long the master has kept the transport's batch in
 // flight waiting, less the time this process was seen not to run meanwhile

@@ -3,7 +3,6 @@ package goredis
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,83 +206,5 @@ func TestNew_releaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// commandstat returns how many times master i ran cmd, also from scripts
-// (INFO commandstats).
-func (ms *masterSet) commandstat(t *testing.T, i int, cmd string) int {
-	t.Helper()
-	info, err := ms.admin[i].Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			fmt.Sscanf(rest, "%d", &n)
-		}
-	}
-	return n
-}
-
-// Through *redis.Client masters (redlock.LocalNotices), a release that
-// finds no waiter subscribed publishes nothing; a waiter of another
-// client is still woken by the next.
-func TestNew_releaseWithNoWaiterPublishesNothing(t *testing.T) {
-	ms := startMasters(t, 3)
-	c := ms.lockClient(t)
-	ctx := ctxFor(t)
-	before := make([]int, len(ms.admin))
-	for i := range ms.admin {
-		before[i] = ms.commandstat(t, i, "publish")
-	}
-	for range 3 {
-		l, err := c.Acquire(ctx, "quiet")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range ms.admin {
-		if n := ms.commandstat(t, i, "publish") - before[i]; n != 0 {
-			t.Errorf("master %d: %d notices published with no waiter", i, n)
-		}
-	}
-	l, err := c.Acquire(ctx, "quiet", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := ms.lockClient(t)
-	got := make(chan error, 1)
-	go func() {
-		wl, err := w.Acquire(ctx, "quiet", redlock.WithWait(time.Minute), redlock.WithBackoff(time.Minute, time.Minute))
-		if err == nil {
-			err = wl.Release(ctx)
-		}
-		got <- err
-	}()
-	waitFor(t, "the waiter subscribed on every master", func() bool {
-		for _, a := range ms.admin {
-			n, err := a.PubSubNumSub(context.Background(), "quorumlock:released:quiet").Result()
-			if err != nil || n["quorumlock:released:quiet"] != 1 {
-				return false
-			}
-		}
-		return true
-	})
-	time.Sleep(100 * time.Millisecond) // past its re-check attempt
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the release did not wake the waiter (its backoff is a minute)")
 	}
 }

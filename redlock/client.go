@@ -51,14 +51,9 @@ type Client struct {
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
-	someOrdered bool // at least one master's transport is Ordered
-	// localNotices: every master's transport subscribes on the server its
-	// commands run on (LocalNotices), and the masters are no cluster's
-	// nodes: a release that finds no subscriber there need not publish
-	// (release.lua).
-	localNotices bool
-	fin          finisher // retries of releases and rollbacks that masters missed
-	ident        identity // the masters' run_ids: two addresses of one server are refused
+	someOrdered bool     // at least one master's transport is Ordered
+	fin         finisher // retries of releases and rollbacks that masters missed
+	ident       identity // the masters' run_ids: two addresses of one server are refused
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -181,7 +176,6 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		releasing:    make(map[string]*round),
 		closing:      make(chan struct{}),
 		allOrdered:   true,
-		localNotices: !cfg.clusterSlots,
 	}
 	seen := make(map[string]int, len(ts))
 	for i, t := range ts {
@@ -198,8 +192,6 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.addrs[i] = addr
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
-		ln, ok := t.(LocalNotices)
-		c.localNotices = c.localNotices && ok && ln.LocalNotices()
 	}
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))

@@ -101,10 +101,6 @@ func (plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, strin
 	case opExtend:
 		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
 	case opRelease:
-		if r.c.localNotices {
-			// No subscriber on the master: nothing to publish there.
-			return scripts.Release, "", append(dst, key, token, wakeChannel(key), "1")
-		}
 		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
 	default: // opRollback
 		// Not announced: after a split vote every contender rolls back,

@@ -609,39 +609,3 @@ func TestKinds_rejectFairAndFencing(t *testing.T) {
 		t.Errorf("reentrant with an empty key: %v", err)
 	}
 }
-
-// A release that finds no waiter subscribed on a master publishes nothing
-// there (each waiting client subscribes to the masters it locks on), on
-// both paths; a waiter of another client is still woken by it (expectWake).
-func TestRedis_releaseWithNoWaiterPublishesNothing(t *testing.T) {
-	forEachPath(t, func(t *testing.T, path connPath) {
-		rs := startReal(t, 3)
-		c := rs.client(t, path)
-		ctx := ctxT(t)
-		before := make([]int, len(rs.servers))
-		for i, s := range rs.servers {
-			before[i] = s.Calls("publish")
-		}
-		for range 3 {
-			l, err := c.Acquire(ctx, "quiet")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, s := range rs.servers {
-			if n := s.Calls("publish") - before[i]; n != 0 {
-				t.Errorf("master %d: %d notices published with no waiter", i, n)
-			}
-		}
-		l, err := c.Acquire(ctx, "quiet", redlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		expectWake(t, path, rs, []string{"quiet"}, func(c *redlock.Client) (func(context.Context) error, error) {
-			return releaser(c.Acquire(ctx, "quiet", redlock.WithWait(time.Hour)))
-		}, l.Release)
-	})
-}

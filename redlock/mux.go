@@ -1025,10 +1025,6 @@ func (mx *mux) Addr() string { return mx.addr }
 // (noScript).
 func (mx *mux) Ordered() bool { return true }
 
-// LocalNotices reports that the subscriber dials the master the commands
-// go to (LocalNotices).
-func (mx *mux) LocalNotices() bool { return true }
-
 // Send submits cmd on the master's pipelined connection (Transport).
 func (mx *mux) Send(cmd *Command) {
 	q := &cmd.mq

@@ -236,11 +236,6 @@ func (p *pooledTransport) downLocked() error {
 	return nil
 }
 
-// LocalNotices reports that the pool's subscriptions are on the server
-// its commands run on (LocalNotices): a connection of its own, dialed
-// like the others, or one borrowed from the pool.
-func (p *pooledTransport) LocalNotices() bool { return true }
-
 // Down is downLocked under p.mu (Downer).
 func (p *pooledTransport) Down() error {
 	p.mu.Lock()
@@ -289,14 +284,12 @@ func discard(conn redis.Conn) {
 }
 
 var (
-	_ Transport    = (*pooledTransport)(nil)
-	_ Transport    = (*mux)(nil)
-	_ Ordered      = (*mux)(nil)
-	_ Silencer     = (*mux)(nil)
-	_ Silencer     = (*pooledTransport)(nil)
-	_ Downer       = (*pooledTransport)(nil)
-	_ LocalNotices = (*pooledTransport)(nil)
-	_ LocalNotices = (*mux)(nil)
+	_ Transport = (*pooledTransport)(nil)
+	_ Transport = (*mux)(nil)
+	_ Ordered   = (*mux)(nil)
+	_ Silencer  = (*mux)(nil)
+	_ Silencer  = (*pooledTransport)(nil)
+	_ Downer    = (*pooledTransport)(nil)
 )
 
 // Inspect runs Client.Inspect's commands on a connection of the pool

@@ -129,21 +129,6 @@ type Downer interface {
 	Down() error
 }
 
-// LocalNotices is an optional ability of a Transport. A transport whose
-// LocalNotices method returns true subscribes (Subscribe) on the very
-// server its commands run on, as every client of that master is then
-// expected to: the master's own count of a channel's subscribers is every
-// waiter, and a plain lock's release that finds none there publishes
-// nothing (a PUBLISH would reach no one; it costs the master about a
-// sixth of a lock+unlock). A cluster, whose nodes broadcast a PUBLISH to
-// subscribers connected to other nodes, must not have it, nor a transport
-// behind a proxy that spreads subscribers over several servers. The
-// Client's own transports have it, and so does the go-redis adapter's for
-// a *redis.Client; without it every release publishes.
-type LocalNotices interface {
-	LocalNotices() bool
-}
-
 // Silencer is an optional ability of a Transport whose replies a
 // goroutine of this process reads. Silence reports how long the master
 // has kept the transport waiting: the time since the earliest command

@@ -1,7 +1,7 @@
 -- Compare-and-delete: remove the lock only if it still holds this token,
 -- and announce the release to waiters.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] channel to PUBLISH on ("" for
--- none); ARGV[3] see below.
+-- none).
 -- The message is the token's first 8 characters (enough for a waiting
 -- client to tell one release from another, as each master announces it;
 -- not enough to act as the token), then "/" and how many connections this
@@ -10,27 +10,15 @@
 -- the minimal ACL does not grant: it is left out, without a refusal (and
 -- an ACL log entry) per release, where the user may not run it, and on a
 -- Redis older than 7.0, which cannot tell.
--- ARGV[3] "1" (optional): every connection subscribed to the channel for
--- this lock is on this server, as when each waiting client subscribes to
--- the master it locks on: a release that finds no subscriber here
--- publishes nothing (a PUBLISH would reach no one). The client leaves it
--- out where subscribers may be elsewhere (a cluster broadcasts PUBLISH to
--- every node), and without the count the notice is always published.
 -- Returns 1 if the key was deleted, 0 if it was absent or held another token.
 if redis.call("GET", KEYS[1]) == ARGV[1] then
 	redis.call("DEL", KEYS[1])
 	if ARGV[2] ~= "" then
-		local n
+		local msg = string.sub(ARGV[1], 1, 8)
 		if redis.acl_check_cmd and redis.acl_check_cmd("PUBSUB", "NUMSUB", ARGV[2]) then
-			n = redis.call("PUBSUB", "NUMSUB", ARGV[2])[2]
+			msg = msg .. "/" .. redis.call("PUBSUB", "NUMSUB", ARGV[2])[2]
 		end
-		if n ~= 0 or ARGV[3] ~= "1" then
-			local msg = string.sub(ARGV[1], 1, 8)
-			if n then
-				msg = msg .. "/" .. n
-			end
-			redis.call("PUBLISH", ARGV[2], msg)
-		end
+		redis.call("PUBLISH", ARGV[2], msg)
 	end
 	return 1
 end
