@@ -19,7 +19,7 @@ import (
 // may mean — is the Client's, written once. A Transport moves one
 // master's commands and replies, and its release notices, and says what
 // it can do beyond that through small optional interfaces (Ordered,
-// Silencer, Inspector).
+// Silencer, Downer, Inspector).
 //
 // The Client gets its transports from New (redigo pools: a pipelined
 // transport where the pool can dial a connection of its own, else a
