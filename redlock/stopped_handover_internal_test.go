@@ -22,6 +22,15 @@ import (
 // the test if two contenders ever held the lock at once.
 func handoverRates(t *testing.T, pipelined bool, servers []*redistest.Server, key string, stopped int) (up, down float64) {
 	t.Helper()
+	return handoverRatesOf(t, servers, key, stopped, func(timeout time.Duration) *Client {
+		return leadClient(t, servers, pipelined, WithTimeout(timeout))
+	})
+}
+
+// handoverRatesOf is handoverRates with contenders that client makes,
+// given the per-master timeout.
+func handoverRatesOf(t *testing.T, servers []*redistest.Server, key string, stopped int, client func(timeout time.Duration) *Client) (up, down float64) {
+	t.Helper()
 	const (
 		clients = 6
 		timeout = 100 * time.Millisecond
@@ -30,7 +39,7 @@ func handoverRates(t *testing.T, pipelined bool, servers []*redistest.Server, ke
 	)
 	cs := make([]*Client, clients)
 	for i := range cs {
-		cs[i] = leadClient(t, servers, pipelined, WithTimeout(timeout))
+		cs[i] = client(timeout)
 	}
 	var got atomic.Int32
 	ct := contend(cs, key, func(int) { got.Add(1) })
@@ -205,5 +214,83 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 		if o := <-ch; o.err != nil || !o.info.Sent {
 			t.Errorf("an acquisition after the master resumed and an idle spell: err %v, sent %v; want it sent and answered", o.err, o.info.Sent)
 		}
+	}
+}
+
+// outsidePooled is a transport of another package, as a user would write
+// one around a client of their own (here the pooled transport, so that
+// its behaviour is known): not Ordered, it passes on Silence and Down
+// (Downer), and counts the Down calls that found the master down.
+type outsidePooled struct {
+	p     *pooledTransport
+	downs atomic.Int32
+}
+
+func (o *outsidePooled) Addr() string           { return o.p.Addr() }
+func (o *outsidePooled) Send(cmd *Command)      { o.p.Send(cmd) }
+func (o *outsidePooled) Close() error           { return o.p.Close() }
+func (o *outsidePooled) Silence() time.Duration { return o.p.Silence() }
+func (o *outsidePooled) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+	return o.p.Subscribe(ctx, notify)
+}
+
+func (o *outsidePooled) Down() error {
+	err := o.p.Down()
+	if err != nil {
+		o.downs.Add(1)
+	}
+	return err
+}
+
+var _ Downer = (*outsidePooled)(nil)
+
+// Downer is an exported ability: a transport of another package that is
+// not Ordered and has it gets what the Client's own pooled transport gets.
+// With a non-lead master stopped, hand-overs among contenders on such
+// transports go on at a good part of their rate, as on the pooled path
+// (TestLead_handOversGoOnWithOneMasterStopped), and the Client asked the
+// transports' Down and was told the master was down.
+func TestDowner_outsideTransportGetsTheDownCheck(t *testing.T) {
+	redistest.SkipShort(t)
+	servers := redistest.Start(t, 5)
+	key := "downer:outside"
+	var all []*outsidePooled
+	probe := leadClient(t, servers, false)
+	stopped := (probe.leadFor(key) + 1) % len(servers)
+	up, down := handoverRatesOf(t, servers, key, stopped, func(timeout time.Duration) *Client {
+		ts := make([]Transport, len(servers))
+		for i, s := range servers {
+			pl := s.Pool()
+			t.Cleanup(func() { pl.Close() })
+			// Subscriptions on connections of their own (the pool dials):
+			// a subscription on a borrowed connection races its reader
+			// at Close (found here, left open: see the session note).
+			o := &outsidePooled{p: newPooled(s.Addr(), pl, pl, timeout, clock.Real())}
+			all = append(all, o)
+			ts[i] = o
+		}
+		c, err := NewWithTransports(ts, WithTimeout(timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.identify(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+	var downs int32
+	for _, o := range all {
+		downs += o.downs.Load()
+	}
+	t.Logf("hand-overs/s: %.0f with every master up, %.0f with master %d stopped: %.2f; Down found it down %d times", up, down, stopped, down/up, downs)
+	if up == 0 {
+		t.Fatal("no hand-over with every master up")
+	}
+	if downs == 0 {
+		t.Error("the Client never learned from an outside transport's Down that the stopped master was down")
+	}
+	if down < up/5 {
+		t.Errorf("hand-overs/s: %.0f with master %d stopped, %.0f with every master up: want at least a fifth", down, stopped, up)
 	}
 }
