@@ -150,14 +150,14 @@ func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
 	}
 }
 
-// A lock on several keys is woken by the release of one of them, b, and
-// its attempt must ask b's lead first, not the lead of the lock's name
-// (its first key, a). The masters' notices of b's release wake it again
-// only at the first, at b's lead and at the quorum: when a's lead runs the
-// release last, an attempt refused there hears nothing more, and the
-// waiter (on a fake clock) would sleep on (a clean-clone CI run here:
+// A lock on several keys, [a, b], is woken by the release of b, and its
+// led attempt asks a's lead, which runs b's release last, after a quorum
+// of the others: refused there, the waiter must be woken again by that
+// master's notice, which is neither the first, nor b's lead's, nor the
+// quorum's (a multi-key waiter hears every notice of its keys). Before,
+// it slept on (a fake clock; a clean-clone CI run here:
 // TestRedis_UserPoolsPipelineEveryKind, its multi-key wake).
-func TestLead_wokenMultiKeyLockAsksTheReleasedKeysLead(t *testing.T) {
+func TestLead_wokenMultiKeyLockHearsItsFirstKeysLeadLast(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
@@ -182,9 +182,9 @@ func TestLead_wokenMultiKeyLockAsksTheReleasedKeysLead(t *testing.T) {
 					a27Release(t, servers[i], b, l.Token())
 				}
 			}
-			// Its attempt reaches a's lead (asked first, or after b's lead
-			// granted), which still holds b for the holder; a waiter that
-			// asked b's lead first may have the lock already.
+			// Its attempt reaches a's lead, which still holds b for the
+			// holder and refuses it. (A waiter that asked another master
+			// first may have the lock already.)
 			var ended error
 			done := false
 			reached := redistest.WaitFor(ctx5s(t), func() bool {
@@ -204,7 +204,7 @@ func TestLead_wokenMultiKeyLockAsksTheReleasedKeysLead(t *testing.T) {
 				select {
 				case ended = <-got:
 				case <-time.After(5 * time.Second):
-					t.Fatal("the waiter sleeps: its attempt asked a's lead first, which ran the release last")
+					t.Fatal("the waiter sleeps: a's lead, which refused its attempt, ran the release last, and its notice woke nobody")
 				}
 			}
 			if ended != nil {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
@@ -54,19 +52,7 @@ func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 	if m.lb, err = m.holder.Acquire(context.Background(), m.b, WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	held := redistest.WaitFor(ctx5s(t), func() bool {
-		for _, s := range servers {
-			for _, l := range []*Lock{m.la, m.lb} {
-				if v, err := redis.String(s.Do("GET", l.Key())); err != nil || v != l.Token() {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	if !held {
-		t.Fatal("the holder's locks did not reach every master")
-	}
+	heldEverywhere(t, servers, m.la, m.lb)
 	got := make(chan error, 1)
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -175,19 +161,7 @@ func TestAttack29_multiKeyRandomReleaseOrders(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				held := redistest.WaitFor(ctx5s(t), func() bool {
-					for _, s := range servers {
-						for _, l := range []*Lock{la, lb} {
-							if v, err := redis.String(s.Do("GET", l.Key())); err != nil || v != l.Token() {
-								return false
-							}
-						}
-					}
-					return true
-				})
-				if !held {
-					t.Fatal("the holder's locks did not reach every master")
-				}
+				heldEverywhere(t, servers, la, lb)
 				got := make(chan error, 1)
 				ctx, cancel := context.WithCancel(context.Background())
 				go func() {

@@ -549,14 +549,13 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			// leave a mark").
 			t.Stop()
 			attempt = -1
-			leadKey := wt.leadKey(key)
-			if lead = c.leadFor(leadKey); lead < 0 || k.queued() {
+			if lead = c.leadFor(key); lead < 0 || k.queued() {
 				lead = -1
 				c.spread(ctx, k)
 			} else {
 				// That master's notice wakes a waiter, should the lead
 				// have changed by then (keyWaiters.announce).
-				wt.asking(leadKey, lead)
+				wt.asking(key, lead)
 				if wt.rivals() != 1 {
 					// Others in other clients were woken too (or may
 					// have been: the notice did not say).

@@ -156,17 +156,7 @@ func awaitHeldIn(t *testing.T, pipelined bool, key string, waited func(w *Client
 	// Acquire returned at a quorum: on the pooled path the last SET may
 	// still be on its way, and the waiter's first attempt could overtake
 	// it there. The tests release on single masters: every one holds it.
-	held := redistest.WaitFor(ctx5s(t), func() bool {
-		for _, s := range servers {
-			if v, err := redis.String(s.Do("GET", key)); err != nil || v != l.Token() {
-				return false
-			}
-		}
-		return true
-	})
-	if !held {
-		t.Fatal("the holder's lock did not reach every master")
-	}
+	heldEverywhere(t, servers, l)
 	got := make(chan error, 1)
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,6 +181,26 @@ func awaitHeldIn(t *testing.T, pipelined bool, key string, waited func(w *Client
 		a27Waiting(t, servers, a.fake, k)
 	}
 	return a
+}
+
+// heldEverywhere waits until every master holds each of locks with its
+// token: Acquire returns at a quorum, and on the pooled path the last SET
+// may still be on its way.
+func heldEverywhere(t *testing.T, servers []*redistest.Server, locks ...*Lock) {
+	t.Helper()
+	held := redistest.WaitFor(ctx5s(t), func() bool {
+		for _, s := range servers {
+			for _, l := range locks {
+				if v, err := redis.String(s.Do("GET", l.Key())); err != nil || v != l.Token() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if !held {
+		t.Fatal("the holder's locks did not reach every master")
+	}
 }
 
 // setCalls is how many SETs master s has run (INFO commandstats).

@@ -140,8 +140,6 @@ type waiter struct {
 	// might hear none of the release's notices (a waiter on a clock that
 	// does not run, or whose backoff is long, would sleep on).
 	ahead bool
-	// of is the wait this waiter is one key of.
-	of *waiting
 }
 
 func newWaker(c *Client) *waker {
@@ -181,8 +179,8 @@ func (w *waker) mark(key string, k kind) mark {
 // channel. It reports whether the key was followed since gen with no
 // notice heard: a key's entry (and its subscriptions) older than gen,
 // no notice since.
-func (w *waker) registerOn(wg *waiting, key string, gen uint64, multi, ahead bool) (*waiter, bool) {
-	wt := &waiter{key: key, ch: wg.ch, multi: multi, ahead: ahead, of: wg}
+func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahead bool) (*waiter, bool) {
+	wt := &waiter{key: key, ch: ch, multi: multi, ahead: ahead}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -212,10 +210,6 @@ type waiting struct {
 	// since, or a notice of a key came meanwhile. The waiter tries once
 	// more as soon as every key's channel is live (Acquire).
 	recheck bool
-	// woke is the key whose release's notice woke the waiter last
-	// (guarded by waker.mu): its lead is the master the woken attempt
-	// asks first (waiting.leadKey).
-	woke string
 }
 
 // wait registers a waiter for each key, all on one channel, and compares
@@ -223,35 +217,21 @@ type waiting struct {
 func (w *waker) wait(keys []string, m mark, ahead bool) *waiting {
 	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wt, quiet := w.registerOn(wg, k, m.gen, len(keys) > 1, ahead)
+		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1, ahead)
 		wg.ws = append(wg.ws, wt)
 		wg.recheck = wg.recheck || !quiet
 	}
 	return wg
 }
 
-// leadKey returns the key whose lead a woken attempt asks first: the key
-// whose release woke it. A lock on several keys must not take the lead of
-// another: the masters' notices of that release wake it again only at the
-// first, the released key's lead and the quorum (keyWaiters.announce), so
-// an attempt refused at a lead that ran the release later would hear
-// nothing more. key, the lock's name, stands in until a notice woke it.
-func (wg *waiting) leadKey(key string) string {
-	w := wg.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if wg.woke == "" {
-		return key
-	}
-	return wg.woke
-}
-
-// asking records lead, the lead of key (one of the waiter's: the one
-// whose release woke it, waiting.leadKey), as the master a woken attempt
-// of the waiter asks first (keyWaiters.asked). The waiter's other keys
-// keep theirs: another waiter of those, a single-key one that asked its
-// key's lead, may still await that master's notice.
+// asking records lead, the lead of key, as the master a woken attempt of
+// a single-key waiter asks first (keyWaiters.asked). A multi-key waiter
+// records nothing: it hears every notice of each of its keys (notify),
+// and the record of its first key is another waiter's.
 func (wg *waiting) asking(key string, lead int) {
+	if len(wg.ws) != 1 {
+		return
+	}
 	w := wg.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -467,14 +447,10 @@ func (w *waker) syncLocked() {
 	}
 }
 
-// notify wakes the longest-waiting waiter of key for master from's notice
-// of release id when announce says the notice should wake one. The
-// woken waiter goes to the back of the queue: if it loses the race it
-// waits its turn again. A woken multi-key waiter may fail on another of
-// its keys and keep waiting, neither taking this key nor passing the
-// notice on: the next waiter is woken too, until one waiting for this key
-// alone is (or every waiter was), and the notice counts as heard, so that
-// a waiter registering now tries again (mark).
+// notify wakes the longest-waiting waiter for key alone for master
+// from's notice of release id when announce says the notice should wake
+// one. The woken waiter goes to the back of the queue: if it loses the
+// race it waits its turn again.
 //
 // A multi-key waiter is woken by every notice of each of its keys, from
 // every master, whether announce says the notice wakes or not: a master
@@ -484,7 +460,10 @@ func (w *waker) syncLocked() {
 // the others): announce's three would all have been spent on attempts the
 // master refused, and the waiter would sleep until its timer. The masters
 // release its keys in orders of their own, so no one notice of a release
-// can stand for a master's: every master's is heard.
+// can stand for a master's: every master's is heard. Such a waiter may
+// fail on another of its keys and keep waiting, neither taking this key
+// nor passing the notice on, so the notice also counts as heard: a waiter
+// registering now tries again (mark).
 func (w *waker) notify(key, id string, from int) {
 	id, subs := layout.ParseNotice(id)
 	w.mu.Lock()
@@ -502,18 +481,8 @@ func (w *waker) notify(key, id string, from int) {
 	}
 	// The lead is worked out only for a key waited on here: leadFor takes
 	// no lock of the waker's (lead.go).
-	if len(kw.queue) == 0 {
-		kw.announce(id, from, w.c.leadFor(key), kw.asked, w.c.quorum)
-		return
-	}
 	if kw.announce(id, from, w.c.leadFor(key), kw.asked, w.c.quorum) {
-		for range len(kw.queue) {
-			if !kw.wakeFirst().multi {
-				break
-			}
-			w.gen++
-			kw.heard = w.gen
-		}
+		kw.wakeFirst()
 	}
 	// Every multi-key waiter hears every notice (see above), in its place.
 	multi := false
@@ -548,16 +517,27 @@ func (wg *waiting) rivals() int {
 	return n
 }
 
-// wakeFirst wakes the key's longest-waiting waiter and sends it to the
-// back of the queue: if it loses the race it waits its turn again. The
-// caller holds waker.mu. It returns the waiter woken.
+// wakeFirst wakes the key's longest-waiting waiter for this key alone
+// and sends it to the back of the queue: if it loses the race it waits
+// its turn again. Multi-key waiters are left out: they hear every notice
+// (notify). The caller holds waker.mu. It returns the waiter woken, or nil
+// when none waits for this key alone.
 func (kw *keyWaiters) wakeFirst() *waiter {
-	i := 0
+	i := -1
 	for j, q := range kw.queue {
+		if q.multi {
+			continue
+		}
+		if i < 0 {
+			i = j
+		}
 		if q.ahead {
 			i = j // a waiting writer goes first (waiter.ahead)
 			break
 		}
+	}
+	if i < 0 {
+		return nil
 	}
 	wt := kw.queue[i]
 	copy(kw.queue[i:], kw.queue[i+1:])
@@ -570,7 +550,6 @@ func (kw *keyWaiters) wakeFirst() *waiter {
 // caller holds waker.mu.
 func (kw *keyWaiters) wake(wt *waiter) {
 	wt.woken = true
-	wt.of.woke = wt.key
 	select {
 	case wt.ch <- struct{}{}:
 	default:

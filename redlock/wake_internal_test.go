@@ -83,7 +83,7 @@ func TestKeyWaiters_announceFromTheMasterAsked(t *testing.T) {
 // goes to the back; without one, the longest-waiting waiter is woken.
 func TestKeyWaiters_wakeFirstPrefersAWaitingWriter(t *testing.T) {
 	mk := func(ahead bool) *waiter {
-		return &waiter{key: "k", ch: make(chan struct{}, 1), ahead: ahead, of: &waiting{}}
+		return &waiter{key: "k", ch: make(chan struct{}, 1), ahead: ahead}
 	}
 	r1, r2, w := mk(false), mk(false), mk(true)
 	kw := &keyWaiters{queue: []*waiter{r1, r2, w}}
