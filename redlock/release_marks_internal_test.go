@@ -20,6 +20,12 @@ import (
 // fair key over on three masters: one master carried 11-29 such entries
 // throughout and held the key in 55-109 of 200 samples, the others in
 // 188-199.
+//
+// Each call returns at a quorum, and the third master may answer after it
+// (a clean-clone CI run read that master's queue before its answer came), so
+// the test waits for that master's state. The long backoff makes the entry
+// outlive the wait many times over (4 × backoff max + 2 × timeout), so only
+// the release, not the entry's expiry, can take it out within the wait.
 func TestFair_releaseTakesTheEntryOutWhereTheLockWasNotHeld(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
@@ -31,20 +37,20 @@ func TestFair_releaseTakesTheEntryOutWhereTheLockWasNotHeld(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := leadClient(t, servers, p.pipelined)
-			la, err := a.TryAcquire(context.Background(), key, WithFair(), WithTTL(time.Minute))
+			fair := []LockOption{WithFair(), WithTTL(time.Minute), WithBackoff(10*time.Millisecond, 15*time.Second)}
+			la, err := a.TryAcquire(context.Background(), key, fair...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			queue := func() []string {
-				t.Helper()
-				q, err := redis.Strings(x.Do("ZRANGE", layout.QueueKey(key), 0, -1))
-				if err != nil {
-					t.Fatal(err)
+			var q []string
+			queued := func(n int) func() bool {
+				return func() bool {
+					q, err = redis.Strings(x.Do("ZRANGE", layout.QueueKey(key), 0, -1))
+					return err == nil && len(q) == n
 				}
-				return q
 			}
-			if q := queue(); len(q) != 1 {
-				t.Fatalf("the master that refused the holder queues %v, not the holder alone", q)
+			if !redistest.WaitFor(ctx5s(t), queued(1)) {
+				t.Fatalf("the master that refused the holder queues %v (%v), not the holder alone", q, err)
 			}
 			// The other token's hold ends there; then the holder releases.
 			if _, err := x.Do("DEL", key); err != nil {
@@ -53,16 +59,20 @@ func TestFair_releaseTakesTheEntryOutWhereTheLockWasNotHeld(t *testing.T) {
 			if err := la.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if q := queue(); len(q) != 0 {
-				t.Errorf("the released holder's entry is still queued on the master that refused it: %v", q)
+			if !redistest.WaitFor(ctx5s(t), queued(0)) {
+				t.Errorf("the released holder's entry is still queued on the master that refused it: %v (%v)", q, err)
 			}
 			b := leadClient(t, servers, p.pipelined)
-			lb, err := b.TryAcquire(context.Background(), key, WithFair(), WithTTL(time.Minute))
+			lb, err := b.TryAcquire(context.Background(), key, fair...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer lb.Release(context.Background())
-			if tok, _ := redis.String(x.Do("GET", key)); tok != lb.Token() {
+			var tok string
+			if !redistest.WaitFor(ctx5s(t), func() bool {
+				tok, _ = redis.String(x.Do("GET", key))
+				return tok == lb.Token()
+			}) {
 				t.Errorf("the next waiter was refused by that master (it holds %q)", tok)
 			}
 		})
@@ -74,6 +84,8 @@ func TestFair_releaseTakesTheEntryOutWhereTheLockWasNotHeld(t *testing.T) {
 // the intent there too when it releases: left there, it turned every reader
 // and every other writer away on that master until it expired (1.1 s by
 // default), as a released fair holder's queue entry did.
+// It waits for the third master as the fair test does, and for the same
+// reason.
 func TestRW_releaseTakesTheIntentOutWhereTheLockWasNotHeld(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
@@ -90,19 +102,18 @@ func TestRW_releaseTakesTheIntentOutWhereTheLockWasNotHeld(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := leadClient(t, servers, p.pipelined)
-			lw, err := w.TryAcquireWrite(context.Background(), key, WithTTL(time.Minute))
+			rw := []LockOption{WithTTL(time.Minute), WithBackoff(10*time.Millisecond, 15*time.Second)}
+			lw, err := w.TryAcquireWrite(context.Background(), key, rw...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			intent := func() bool {
-				t.Helper()
-				n, err := redis.Int(x.Do("HEXISTS", key, "intent"))
-				if err != nil {
-					t.Fatal(err)
+			intent := func(want bool) func() bool {
+				return func() bool {
+					n, err := redis.Int(x.Do("HEXISTS", key, "intent"))
+					return err == nil && (n == 1) == want
 				}
-				return n == 1
 			}
-			if !intent() {
+			if !redistest.WaitFor(ctx5s(t), intent(true)) {
 				t.Fatal("the master that refused the writer holds no intent")
 			}
 			// The reader's entry goes there; then the writer releases.
@@ -112,16 +123,19 @@ func TestRW_releaseTakesTheIntentOutWhereTheLockWasNotHeld(t *testing.T) {
 			if err := lw.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if intent() {
+			if !redistest.WaitFor(ctx5s(t), intent(false)) {
 				t.Error("the released writer's intent still stands on the master that refused it")
 			}
 			r := leadClient(t, servers, p.pipelined)
-			lr, err := r.TryAcquireRead(context.Background(), key, WithTTL(time.Minute))
+			lr, err := r.TryAcquireRead(context.Background(), key, rw...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer lr.Release(context.Background())
-			if n, _ := redis.Int(x.Do("HEXISTS", key, "r:"+lr.Token())); n != 1 {
+			if !redistest.WaitFor(ctx5s(t), func() bool {
+				n, _ := redis.Int(x.Do("HEXISTS", key, "r:"+lr.Token()))
+				return n == 1
+			}) {
 				t.Error("the next reader was turned away by that master")
 			}
 		})
