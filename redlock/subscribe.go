@@ -2,7 +2,9 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -19,11 +21,10 @@ type redigoSub struct {
 	borrowed bool // conn is a pooled connection, not one of its own
 	notify   func(channel, payload string)
 
-	// stopRead ends the reader's wait on a borrowed connection, which
-	// must not be closed under its reader (redigo's pooled connection
-	// reads the unsubscribe replies itself on Close).
-	readCtx  context.Context
-	stopRead context.CancelFunc
+	// bmu orders the breaking of a borrowed connection (breakConn) with
+	// its return to the pool; returned is set once it went back.
+	bmu      sync.Mutex
+	returned bool
 
 	wmu  sync.Mutex      // serializes Set
 	have map[string]bool // the channels subscribed (under wmu)
@@ -61,15 +62,45 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 	if err != nil {
 		return nil, err
 	}
+	if borrowed {
+		_, ctxOK := conn.(redis.ConnWithContext)
+		_, timeoutOK := conn.(redis.ConnWithTimeout)
+		if !ctxOK || !timeoutOK {
+			closeQuietly(conn)
+			return nil, fmt.Errorf("%w: the pool's connections (%T) cannot read without a deadline or be broken under their reader (redis.ConnWithTimeout, redis.ConnWithContext), which a release-notice subscription needs; waiters poll", ErrInvalid, conn)
+		}
+	}
 	s := &redigoSub{conn: conn, borrowed: borrowed, notify: notify, have: map[string]bool{},
 		want: map[string]bool{}, acked: map[string]bool{}, pend: map[string]int{},
 		done: make(chan struct{}), readerDone: make(chan struct{})}
-	s.readCtx, s.stopRead = context.WithCancel(context.Background())
 	go s.read()
 	return s, nil
 }
 
 func (s *redigoSub) broken() { s.doneOnce.Do(func() { close(s.done) }) }
+
+// breakConn breaks the connection under its reader and any write under
+// way, without reading from it: a connection of its own is closed; a
+// borrowed one, which must not be closed while read (a pooled
+// connection's Close unsubscribes and reads the replies itself), is
+// broken the way redigo breaks a connection whose context ended: a
+// receive whose deadline has already passed closes the network connection
+// and marks the connection failed, before it reads anything (the pool
+// then discards it).
+func (s *redigoSub) breakConn() {
+	if !s.borrowed {
+		s.conn.Close()
+		return
+	}
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	if s.returned {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	_, _ = redis.ReceiveContext(s.conn, ctx)
+}
 
 // Done is closed once the subscription broke or was closed.
 func (s *redigoSub) Done() <-chan struct{} { return s.done }
@@ -105,11 +136,9 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !s.borrowed {
-		// A write that blocks (a master that does not read) ends with ctx.
-		stop := context.AfterFunc(ctx, func() { s.conn.Close() })
-		defer stop()
-	}
+	// A write that blocks (a master that does not read) ends with ctx.
+	stop := context.AfterFunc(ctx, s.breakConn)
+	defer stop()
 	want := make(map[string]bool, len(channels))
 	var sub, unsub []any
 	for _, ch := range channels {
@@ -143,10 +172,7 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 		err = psc.Unsubscribe(unsub...)
 	}
 	if err != nil {
-		s.stopRead()
-		if !s.borrowed {
-			s.conn.Close()
-		}
+		s.breakConn()
 		s.broken()
 		return err
 	}
@@ -155,9 +181,9 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 }
 
 // read wakes the waiters of each released channel until the connection
-// closes or, for a borrowed connection, until stopRead. A panic of the
-// parser (a hostile master, on a pool this package did not make) breaks
-// the subscription.
+// closes or breaks (breakConn). It is the connection's only reader until
+// it returns. A panic of the parser (a hostile master, on a pool this
+// package did not make) breaks the subscription.
 func (s *redigoSub) read() {
 	defer close(s.readerDone)
 	defer s.broken()
@@ -172,18 +198,12 @@ func (s *redigoSub) read() {
 		s.mu.Unlock()
 	}()
 	psc := redis.PubSubConn{Conn: s.conn}
-	receive := func() any {
-		// No read deadline: the connection is idle while nobody
-		// releases. A borrowed connection cannot be closed under this
-		// read, so the read is cancelled instead (which breaks the
-		// connection; the pool discards it).
-		if s.borrowed {
-			return psc.ReceiveContext(s.readCtx)
-		}
-		return psc.ReceiveWithTimeout(0)
-	}
 	for {
-		switch v := receive().(type) {
+		// No read deadline: the connection is idle while nobody
+		// releases. (Not ReceiveContext: cancelled, it returns while
+		// the read it started goes on, which then races the pool's
+		// Close.)
+		switch v := psc.ReceiveWithTimeout(0).(type) {
 		case redis.Message:
 			s.notify(v.Channel, string(v.Data))
 		case redis.Subscription:
@@ -218,19 +238,19 @@ func (s *redigoSub) ack(v redis.Subscription) {
 	}
 }
 
-// Close ends the reader, then closes the connection: a connection of its
-// own at once (which unblocks the reader), a borrowed one only after its
-// reader gave it up.
+// Close breaks the connection, which ends the reader and any Set under
+// way, and waits for the reader; only then does a borrowed connection go
+// back to its pool, which reads from it as it takes it back.
 func (s *redigoSub) Close() error {
 	s.closeOnce.Do(func() {
-		s.stopRead()
-		if !s.borrowed {
-			s.conn.Close()
-		}
-		s.wmu.Lock() // a Set under way ends (its write fails on a closed connection)
+		s.breakConn()
+		s.wmu.Lock() // a Set under way ends (its write fails on a broken connection)
 		defer s.wmu.Unlock()
 		<-s.readerDone
+		s.bmu.Lock()
+		s.returned = true
 		closeQuietly(s.conn)
+		s.bmu.Unlock()
 		s.broken()
 	})
 	return nil
