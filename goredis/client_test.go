@@ -446,6 +446,18 @@ func testMulti(t *testing.T, ms *masterSet, c, other *redlock.Client) {
 	if len(l.Keys()) != 3 {
 		t.Fatalf("Keys %q", l.Keys())
 	}
+	// AcquireMulti returns at a quorum; the others follow. Had other's
+	// attempts overtaken them on a master, they would be granted there and
+	// m0 be on it until the rollback, which the check below may not wait
+	// for; with the keys on every master, every master refuses.
+	waitFor(t, "every master holds the keys", func() bool {
+		for _, k := range l.Keys() {
+			if ms.holders(t, k, l.Token()) != len(ms.servers) {
+				return false
+			}
+		}
+		return true
+	})
 	if _, err := other.TryAcquire(ctx, "m2"); !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("one of a multi-key lock's keys: %v, want ErrNotAcquired", err)
 	}
