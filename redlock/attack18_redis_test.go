@@ -182,7 +182,12 @@ func TestAttack18_ForeignTypeAtMetaKey(t *testing.T) {
 				t.Logf("release: %v", err)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		// The release returns at a quorum: at N=5 the last master's may
+		// still be on its way. A key left by the attempt lives its TTL
+		// (10 s by default), past the 3 s wait.
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		redistest.WaitFor(wctx, func() bool { return count(rs.values(t, "k"), "") == n })
 		for i, v := range rs.values(t, "k") {
 			if v != "" {
 				t.Errorf("master %d keeps the lock key after the attempt: %q", i, v)
