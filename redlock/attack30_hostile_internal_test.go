@@ -1,0 +1,219 @@
+package redlock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func a30bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
+
+// a30Subscriber answers SUBSCRIBE as a master does, then writes what push
+// returns (until "" or the test ends); everything else gets +OK.
+func a30Subscriber(push func(i int, channel string) string) hostile.Answer {
+	return func(w io.Writer, cmd []string, quit <-chan struct{}) error {
+		switch cmd[0] {
+		case "SUBSCRIBE":
+			var b bytes.Buffer
+			for i, ch := range cmd[1:] {
+				fmt.Fprintf(&b, "*3\r\n$9\r\nsubscribe\r\n%s:%d\r\n", a30bulk(ch), i+1)
+			}
+			if _, err := w.Write(b.Bytes()); err != nil {
+				return err
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-quit:
+					return io.EOF
+				default:
+				}
+				p := push(i, cmd[1])
+				if p == "" {
+					return nil
+				}
+				if _, err := io.WriteString(w, p); err != nil {
+					return err
+				}
+			}
+		case "ECHO":
+			_, err := io.WriteString(w, a30bulk(cmd[1]))
+			return err
+		}
+		_, err := io.WriteString(w, "+OK\r\n")
+		return err
+	}
+}
+
+// A hostile master on the borrowed path: whatever it sends, no panic
+// escapes, the subscription ends or Close ends it promptly, the pool gets
+// its slot back, and no goroutine is left.
+func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, tc := range []struct {
+		name     string
+		push     func(i int, ch string) string
+		breaks   bool // the subscription breaks by itself
+		panicErr bool
+	}{
+		{"huge length header", func(i int, ch string) string {
+			if i == 0 {
+				return "$300000000000000\r\n"
+			}
+			return ""
+		}, true, true},
+		{"huge array header", func(i int, ch string) string {
+			if i == 0 {
+				return "*300000000000000\r\n"
+			}
+			return ""
+		}, true, true},
+		{"garbage", func(i int, ch string) string {
+			if i == 0 {
+				return "?garbage\r\n"
+			}
+			return ""
+		}, true, false},
+		{"error reply", func(i int, ch string) string {
+			if i == 0 {
+				return "-ERR nope\r\n"
+			}
+			return ""
+		}, true, false},
+		{"not a push", func(i int, ch string) string {
+			if i == 0 {
+				return "*2\r\n$3\r\nfoo\r\n:1\r\n"
+			}
+			return ""
+		}, true, false},
+		{"100MB bulk begun, never finished", func(i int, ch string) string {
+			if i == 0 {
+				return "*3\r\n$7\r\nmessage\r\n" + a30bulk(ch) + "$100000000\r\nxxxx"
+			}
+			return ""
+		}, false, false},
+		{"nested 5000 deep", func(i int, ch string) string {
+			if i == 0 {
+				return strings.Repeat("*1\r\n", 5000) + ":1\r\n"
+			}
+			return ""
+		}, true, false},
+		{"message flood", func(i int, ch string) string {
+			return "*3\r\n$7\r\nmessage\r\n" + a30bulk(ch) + a30bulk("payload")
+		}, false, false},
+		{"forged subscribe acks flood", func(i int, ch string) string {
+			return "*3\r\n$9\r\nsubscribe\r\n" + a30bulk(fmt.Sprintf("other%d", i%100)) + ":1\r\n"
+		}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+			addr := hostile.Start(t, a30Subscriber(tc.push))
+			rp := attack30RedisPool(addr)
+			defer rp.Close()
+			p := newPooled(addr, attack30Pool{rp}, nil, time.Second, clock.Real())
+			for round := 0; round < 3; round++ {
+				sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = sub.Set(ctx5s(t), []string{"a30:h"})
+				t.Logf("Set: %v", err)
+				if tc.breaks {
+					select {
+					case <-sub.Done():
+					case <-time.After(5 * time.Second):
+						t.Fatal("the subscription did not break")
+					}
+					rs := sub.(*redigoSub)
+					if got := rs.Err(); tc.panicErr != errors.Is(got, ErrPanic) {
+						t.Errorf("Err = %v, want ErrPanic: %v", got, tc.panicErr)
+					}
+				} else {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if sub.Live("other1") {
+					t.Error("a forged acknowledgement made a channel live")
+				}
+				attack30Close(t, fmt.Sprintf("round %d", round), sub)
+				attack30Clean(t, fmt.Sprintf("round %d", round), rp.Stats)
+			}
+			if st := rp.Stats(); st.ActiveCount != 0 {
+				t.Errorf("broken hostile connections went back to the pool: %+v", st)
+			}
+		})
+	}
+}
+
+// A master that reads nothing: a Set that cannot write ends with its ctx
+// (the borrowed connection is broken under the write), and Close returns.
+func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
+	redistest.SkipShort(t)
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	addr := hostile.Serve(t, func(c net.Conn, quit <-chan struct{}) { <-quit })
+	rp := attack30RedisPool(addr)
+	defer rp.Close()
+	p := newPooled(addr, attack30Pool{rp}, nil, time.Second, clock.Real())
+	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chans := make([]string, 20000)
+	for i := range chans {
+		chans[i] = fmt.Sprintf("a30:blocked:%0200d", i) // ~4MB: more than the socket buffers
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- sub.Set(ctx, chans) }()
+	select {
+	case err := <-done:
+		t.Logf("Set: %v after %v", err, time.Since(start))
+		if err == nil {
+			t.Error("a Set that could not be written succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		sub.Close()
+		t.Fatal("a Set blocked on its write outlives its ctx")
+	}
+	select {
+	case <-sub.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("Done open after the Set broke the connection")
+	}
+	attack30Close(t, "after the blocked Set", sub)
+	attack30Clean(t, "at the end", rp.Stats)
+
+	// And Close alone ends a Set blocked on its write (background ctx).
+	sub, err = p.Subscribe(ctx5s(t), func(string, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- sub.Set(context.Background(), chans) }()
+	time.Sleep(100 * time.Millisecond)
+	attack30Close(t, "with a Set blocked", sub)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the blocked Set succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked Set outlives Close")
+	}
+	attack30Clean(t, "at the end", rp.Stats)
+}
+
+var _ = redis.ErrNil
