@@ -1,11 +1,11 @@
 package redlock
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,47 +17,10 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// attack30Pool is a pool of the user's own (neither a pool.Dialer nor a
-// *redis.Pool) over a plain redigo pool: a subscription borrows.
-type attack30Pool struct{ p *redis.Pool }
-
-func (a attack30Pool) GetContext(ctx context.Context) (redis.Conn, error) {
-	return a.p.GetContext(ctx)
-}
-
 func attack30RedisPool(addr string, opts ...redis.DialOption) *redis.Pool {
 	return &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", addr, opts...)
 	}}
-}
-
-// attack30Clean waits for the pool to lend nothing: every connection it
-// counts is idle.
-func attack30Clean(t *testing.T, what string, stats func() redis.PoolStats) {
-	t.Helper()
-	if !redistest.WaitFor(ctx5s(t), func() bool { st := stats(); return st.ActiveCount == st.IdleCount }) {
-		st := stats()
-		t.Errorf("%s: the pool still lends %d connections (%d active, %d idle)", what, st.ActiveCount-st.IdleCount, st.ActiveCount, st.IdleCount)
-	}
-}
-
-func attack30Close(t *testing.T, what string, sub Subscription) {
-	t.Helper()
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		sub.Close()
-	}()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: Close hangs", what)
-	}
-	select {
-	case <-sub.Done():
-	default:
-		t.Errorf("%s: Done is open after Close", what)
-	}
 }
 
 // Close while a Set is in flight, many times: Close returns, the Set ends,
@@ -66,9 +29,7 @@ func attack30Close(t *testing.T, what string, sub Subscription) {
 func TestAttack30_closeConcurrentWithSet(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
-	defer rp.Close()
-	p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
+	rp, p := borrowingFrom(t, s.Addr())
 	for i := 0; i < 200; i++ {
 		sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 		if err != nil {
@@ -91,13 +52,13 @@ func TestAttack30_closeConcurrentWithSet(t *testing.T) {
 		if i%3 != 0 {
 			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
 		}
-		attack30Close(t, fmt.Sprintf("iteration %d", i), sub)
+		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		wg.Wait()
 		if err := sub.Set(context.Background(), []string{"x"}); err != ErrClosed {
 			t.Fatalf("iteration %d: Set after Close: %v, want ErrClosed", i, err)
 		}
 	}
-	attack30Clean(t, "after the closes", rp.Stats)
+	lendsNothing(t, "after the closes", rp.Stats)
 	// The pool's connections are not left subscribed: a command on each
 	// idle one gets its own reply.
 	for i := 0; i < 8; i++ {
@@ -115,9 +76,7 @@ func TestAttack30_closeConcurrentWithSet(t *testing.T) {
 func TestAttack30_setWithEndingCtx(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
-	defer rp.Close()
-	p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
+	rp, p := borrowingFrom(t, s.Addr())
 
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 	if err != nil {
@@ -139,7 +98,7 @@ func TestAttack30_setWithEndingCtx(t *testing.T) {
 	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:c") }) {
 		t.Fatal("not live")
 	}
-	attack30Close(t, "after an ended ctx", sub)
+	closeWithin(t, "after an ended ctx", sub)
 
 	broke := 0
 	for i := 0; i < 300; i++ {
@@ -157,10 +116,10 @@ func TestAttack30_setWithEndingCtx(t *testing.T) {
 		if err != nil {
 			broke++
 		}
-		attack30Close(t, fmt.Sprintf("iteration %d", i), sub)
+		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 	}
 	t.Logf("%d of 300 Sets failed with their ctx", broke)
-	attack30Clean(t, "after the Sets", rp.Stats)
+	lendsNothing(t, "after the Sets", rp.Stats)
 }
 
 // Close at once after Subscribe, before any Set (the reader may not have
@@ -168,18 +127,16 @@ func TestAttack30_setWithEndingCtx(t *testing.T) {
 func TestAttack30_closeRightAfterSubscribe(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
-	defer rp.Close()
-	p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
+	rp, p := borrowingFrom(t, s.Addr())
 	for i := 0; i < 300; i++ {
 		sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		attack30Close(t, fmt.Sprintf("iteration %d", i), sub)
+		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		sub.Close() // twice
 	}
-	attack30Clean(t, "after the closes", rp.Stats)
+	lendsNothing(t, "after the closes", rp.Stats)
 	if st := rp.Stats(); st.ActiveCount != 0 {
 		t.Errorf("broken subscription connections went back to the pool: %+v", st)
 	}
@@ -191,19 +148,8 @@ func TestAttack30_closeRightAfterSubscribe(t *testing.T) {
 func TestAttack30_masterKilledUnderSubscription(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
-	defer rp.Close()
-	p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
-	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Set(ctx5s(t), []string{"a30:k"}); err != nil {
-		t.Fatal(err)
-	}
-	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:k") }) {
-		t.Fatal("not live")
-	}
+	rp, p := borrowingFrom(t, s.Addr())
+	sub, _ := heardSub(t, p, "a30:k")
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -218,113 +164,78 @@ func TestAttack30_masterKilledUnderSubscription(t *testing.T) {
 	if err := sub.Set(ctx5s(t), []string{"a30:k", "a30:k2"}); err != ErrClosed {
 		t.Errorf("Set on a broken subscription: %v, want ErrClosed", err)
 	}
-	attack30Close(t, "after the kill", sub)
+	closeWithin(t, "after the kill", sub)
 	if st := rp.Stats(); st.ActiveCount != 0 || st.IdleCount != 0 {
 		t.Errorf("after Close the pool holds %+v, want the dead connection discarded", st)
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	heard := make(chan string, 1)
-	sub, err = p.Subscribe(ctx5s(t), func(ch, _ string) {
-		select {
-		case heard <- ch:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	if err := sub.Set(ctx5s(t), []string{"a30:k"}); err != nil {
-		t.Fatal(err)
-	}
-	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:k") }) {
-		t.Fatal("the new subscription never went live")
-	}
-	if _, err := s.Do("PUBLISH", "a30:k", "x"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-heard:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the new subscription hears nothing")
-	}
-	attack30Close(t, "the new subscription", sub)
-	attack30Clean(t, "at the end", rp.Stats)
+	sub, heard := heardSub(t, p, "a30:k")
+	hears(t, s, heard, "a30:k")
+	closeWithin(t, "the new subscription", sub)
+	lendsNothing(t, "at the end", rp.Stats)
 }
 
-// The user's pool has a read timeout: the subscription, which reads without
-// a deadline, must not break while idle for longer than it.
-func TestAttack30_userReadTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
+// The pool's connections have a short read timeout (a user's redis.Pool,
+// the package's own guarded pool): the subscription, which reads without a
+// deadline, does not break while idle for longer than it (before 7252de9
+// the user's pool's did), and its Close behind a stopped master returns and
+// discards the connection.
+func TestAttack30_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
 	redistest.SkipShort(t)
-	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr(), redis.DialReadTimeout(100*time.Millisecond))
-	defer rp.Close()
-	p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
-	heard := make(chan string, 1)
-	sub, err := p.Subscribe(ctx5s(t), func(ch, _ string) {
-		select {
-		case heard <- ch:
-		default:
+	for _, tc := range []struct {
+		name string
+		pool func(*redistest.Server) (pool.Pool, func() redis.PoolStats)
+	}{
+		{"user's redis.Pool", func(s *redistest.Server) (pool.Pool, func() redis.PoolStats) {
+			rp := attack30RedisPool(s.Addr(), redis.DialReadTimeout(100*time.Millisecond))
+			t.Cleanup(func() { rp.Close() })
+			return lendingPool{p: rp}, rp.Stats
+		}},
+		{"guarded pool", func(s *redistest.Server) (pool.Pool, func() redis.PoolStats) {
+			pl := s.Pool(pool.WithReadTimeout(100 * time.Millisecond))
+			return lendingPool{p: pl}, pl.Stats
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.StartOne(t)
+			lender, stats := tc.pool(s)
+			p := newPooled(s.Addr(), lender, nil, time.Second, clock.Real())
+			for i := range 3 {
+				sub, heard := heardSub(t, p, "a30:rt")
+				time.Sleep(500 * time.Millisecond)
+				select {
+				case <-sub.Done():
+					t.Fatal("an idle subscription broke on the pool's read timeout")
+				default:
+				}
+				if !sub.Live("a30:rt") {
+					t.Fatal("not live after an idle spell")
+				}
+				hears(t, s, heard, "a30:rt")
+				if i == 1 {
+					paused(t, s)
+				}
+				closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
+				_ = s.Resume()
+			}
+			lendsNothing(t, "at the end", stats)
+		})
+	}
+}
+
+// logged wraps each connection in redis.NewLoggingConn, as a user debugging
+// their pool might, over inner's wrapping (if any): the logging connection
+// has every method and passes each call on.
+func logged(inner func(redis.Conn) redis.Conn) func(redis.Conn) redis.Conn {
+	logger := log.New(io.Discard, "", 0)
+	return func(c redis.Conn) redis.Conn {
+		if inner != nil {
+			c = inner(c)
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
+		return redis.NewLoggingConn(c, logger, "a30")
 	}
-	if err := sub.Set(ctx5s(t), []string{"a30:rt"}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(600 * time.Millisecond)
-	select {
-	case <-sub.Done():
-		t.Fatal("an idle subscription broke on the pool's read timeout")
-	default:
-	}
-	if !sub.Live("a30:rt") {
-		t.Fatal("not live after an idle spell")
-	}
-	if _, err := s.Do("PUBLISH", "a30:rt", "x"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-heard:
-	case <-time.After(5 * time.Second):
-		t.Fatal("nothing heard after an idle spell")
-	}
-	// Close behind a stopped master, with the read timeout set.
-	paused(t, s)
-	attack30Close(t, "behind a stopped master", sub)
-	_ = s.Resume()
-	attack30Clean(t, "at the end", rp.Stats)
-}
-
-// logPool wraps every connection it lends in redis.NewLoggingConn, as a
-// user debugging their pool might. The wrapper has both
-// ConnWithContext and ConnWithTimeout, and passes them through.
-type logPool struct {
-	p   *redis.Pool
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-type syncWriter struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (w syncWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(b)
-}
-
-func (l logPool) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := l.p.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return redis.NewLoggingConn(c, log.New(syncWriter{l.mu, l.buf}, "", 0), "a30"), nil
 }
 
 func TestAttack30_loggingConnPoolWorksAndBreaks(t *testing.T) {
@@ -332,40 +243,18 @@ func TestAttack30_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	s := redistest.StartOne(t)
 	rp := attack30RedisPool(s.Addr())
 	defer rp.Close()
-	lp := logPool{p: rp, mu: new(sync.Mutex), buf: new(bytes.Buffer)}
+	lp := lendingPool{rp, logged(nil)}
 	p := newPooled(s.Addr(), lp, nil, time.Second, clock.Real())
 	for i := 0; i < 20; i++ {
-		heard := make(chan string, 1)
-		sub, err := p.Subscribe(ctx5s(t), func(ch, _ string) {
-			select {
-			case heard <- ch:
-			default:
-			}
-		})
-		if err != nil {
-			t.Fatalf("a logging connection is refused: %v", err)
-		}
-		if err := sub.Set(ctx5s(t), []string{"a30:log"}); err != nil {
-			t.Fatal(err)
-		}
-		if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:log") }) {
-			t.Fatal("not live")
-		}
-		if _, err := s.Do("PUBLISH", "a30:log", "x"); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-heard:
-		case <-time.After(5 * time.Second):
-			t.Fatal("nothing heard")
-		}
+		sub, heard := heardSub(t, p, "a30:log")
+		hears(t, s, heard, "a30:log")
 		if i%2 == 0 {
 			paused(t, s)
 		}
-		attack30Close(t, fmt.Sprintf("iteration %d", i), sub)
+		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		_ = s.Resume()
 	}
-	attack30Clean(t, "at the end", rp.Stats)
+	lendsNothing(t, "at the end", rp.Stats)
 	if st := rp.Stats(); st.ActiveCount != 0 {
 		t.Errorf("broken subscription connections went back to the pool: %+v", st)
 	}
@@ -392,20 +281,21 @@ func (w timeoutOnlyConn) DoWithTimeout(d time.Duration, cmd string, args ...any)
 	return redis.DoWithTimeout(w.c, d, cmd, args...)
 }
 
-// bareDialConn has only redis.Conn's methods.
-type bareDialConn struct{ redis.Conn }
-
 // A redis.Pool whose Dial wraps its connections, lent through a user's
-// pool: the subscription must be refused (ErrInvalid, as for a pool whose
-// own connections lack the abilities) or, if accepted, Close must return.
-func TestAttack30_DEFECT_closeHangsOnUnbreakableInnerConn(t *testing.T) {
+// pool: the pool's activeConn has every method and passes each call on, so
+// a check of the methods accepted it, and Close then hung for ever (the
+// reader, with no deadline, on a connection breakConn could not break;
+// found by this attack on 7252de9). The subscription is refused
+// (ErrInvalid, as for a pool whose own connections lack the abilities);
+// were it accepted, Close must still return.
+func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name string
 		wrap func(redis.Conn) redis.Conn
 	}{
 		{"timeout only", func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} }},
-		{"bare", func(c redis.Conn) redis.Conn { return bareDialConn{c} }},
+		{"bare", func(c redis.Conn) redis.Conn { return bareConn{c} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
@@ -417,141 +307,49 @@ func TestAttack30_DEFECT_closeHangsOnUnbreakableInnerConn(t *testing.T) {
 				return tc.wrap(c), nil
 			}}
 			defer rp.Close()
-			p := newPooled(s.Addr(), attack30Pool{rp}, nil, time.Second, clock.Real())
-			sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
-			if err != nil {
-				t.Logf("refused: %v", err)
-				attack30Clean(t, "after the refusal", rp.Stats)
-				return
-			}
-			t.Logf("accepted: the check saw %T", sub.(*redigoSub).conn)
-			setErr := sub.Set(ctx5s(t), []string{"a30:w"})
-			live := redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:w") })
-			select {
-			case <-sub.Done():
-				t.Logf("Set: %v; the subscription broke at once (its reader cannot read): a silent, permanently dead subscription, not ErrInvalid", setErr)
-			default:
-				t.Logf("Set: %v; live: %v", setErr, live)
-			}
-			closed := make(chan struct{})
-			go func() {
-				defer close(closed)
-				sub.Close()
-			}()
-			select {
-			case <-closed:
-			case <-time.After(5 * time.Second):
-				// Free the reader so that the test ends: kill the master.
-				_ = s.Kill()
-				<-closed
-				t.Fatal("DEFECT: Close hangs: breakConn's ReceiveContext fails with errContextNotSupported on the pool's inner connection and breaks nothing, so the reader (ReceiveWithTimeout(0), no deadline) never ends")
-			}
-			attack30Clean(t, "after Close", rp.Stats)
+			p := newPooled(s.Addr(), lendingPool{p: rp}, nil, time.Second, clock.Real())
+			refused(t, s, p, rp.Stats)
 		})
 	}
 }
 
-var _ pool.Pool = attack30Pool{}
-var _ = strings.Contains
-
-// guardedOnly hides that a *pool.RedisPool can dial: its guarded
-// connections are borrowed.
-type guardedOnly struct{ p *pool.RedisPool }
-
-func (g guardedOnly) GetContext(ctx context.Context) (redis.Conn, error) { return g.p.GetContext(ctx) }
-
-// The package's own guarded connections, borrowed, with a short read
-// timeout: an idle subscription outlives it, and Close behind a stopped
-// master returns and discards the connection.
-func TestAttack30_guardedPoolReadTimeoutIdleSubscription(t *testing.T) {
-	redistest.SkipShort(t)
-	s := redistest.StartOne(t)
-	pl := s.Pool(pool.WithReadTimeout(100 * time.Millisecond))
-	p := newPooled(s.Addr(), guardedOnly{pl}, nil, time.Second, clock.Real())
-	for i := 0; i < 3; i++ {
-		heard := make(chan string, 1)
-		sub, err := p.Subscribe(ctx5s(t), func(ch, _ string) {
-			select {
-			case heard <- ch:
-			default:
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sub.Set(ctx5s(t), []string{"a30:g"}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
-		select {
-		case <-sub.Done():
-			t.Fatal("an idle guarded subscription broke on the pool's read timeout")
-		default:
-		}
-		if _, err := s.Do("PUBLISH", "a30:g", "x"); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-heard:
-		case <-time.After(5 * time.Second):
-			t.Fatal("nothing heard after an idle spell")
-		}
-		if i == 1 {
-			paused(t, s)
-		}
-		attack30Close(t, fmt.Sprintf("iteration %d", i), sub)
-		_ = s.Resume()
-	}
-	if st := pl.Stats(); st.ActiveCount != st.IdleCount {
-		t.Errorf("the pool still lends: %+v", st)
-	}
-}
-
-// wrapPool lends its redis.Pool's connections wrapped by wrap.
-type wrapPool struct {
-	p    *redis.Pool
-	wrap func(redis.Conn) redis.Conn
-}
-
-func (w wrapPool) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := w.p.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return w.wrap(c), nil
-}
-
-// The type check sees only the outermost connection: redis.NewLoggingConn
+// A type check sees only the outermost connection: redis.NewLoggingConn
 // has every method and delegates, so a pool of the user's own that logs a
-// connection able to read with a timeout but not with a context passes
-// the check, and Close then hangs as in
-// TestAttack30_DEFECT_closeHangsOnUnbreakableInnerConn.
-func TestAttack30_DEFECT_loggingWrapperHidesUnbreakableConn(t *testing.T) {
+// connection able to read with a timeout but not with a context passed
+// it, and Close then hung as in TestAttack30_unbreakableInnerConnIsRefused.
+// Now refused.
+func TestAttack30_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp := attack30RedisPool(s.Addr())
 	defer rp.Close()
-	var mu sync.Mutex
-	var buf bytes.Buffer
-	wp := wrapPool{rp, func(c redis.Conn) redis.Conn {
-		return redis.NewLoggingConn(timeoutOnlyConn{c}, log.New(syncWriter{&mu, &buf}, "", 0), "a30")
-	}}
+	wp := lendingPool{rp, logged(func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })}
 	p := newPooled(s.Addr(), wp, nil, time.Second, clock.Real())
+	refused(t, s, p, rp.Stats)
+}
+
+// refused checks that p refuses a subscription (ErrInvalid) and that the
+// pool lends nothing after it. Were one accepted, its Close could hang for
+// ever on a connection that does not break: the master is killed first, so
+// that the test ends.
+func refused(t *testing.T, s *redistest.Server, p *pooledTransport, stats func() redis.PoolStats) {
+	t.Helper()
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
-	if err != nil {
-		t.Logf("refused: %v", err)
-		return
-	}
-	if err := sub.Set(ctx5s(t), []string{"a30:lw"}); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan struct{})
-	go func() { defer close(closed); sub.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
+	if err == nil {
 		_ = s.Kill()
-		<-closed
-		t.Fatal("DEFECT: accepted (the check saw a loggingConn), and Close hangs: breakConn broke nothing")
+		sub.Close()
+		t.Fatalf("accepted a subscription on connections that do not break (%T)", sub.(*redigoSub).conn)
 	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("refused with %v, want ErrInvalid", err)
+	}
+	lendsNothing(t, "after the refusal", stats)
+}
+
+// borrowingFrom is a user's redis.Pool of the master at addr, lent through
+// a lendingPool, and a pooled transport on it whose subscriptions borrow.
+func borrowingFrom(t *testing.T, addr string, opts ...redis.DialOption) (*redis.Pool, *pooledTransport) {
+	rp := attack30RedisPool(addr, opts...)
+	t.Cleanup(func() { rp.Close() })
+	return rp, newPooled(addr, lendingPool{p: rp}, nil, time.Second, clock.Real())
 }

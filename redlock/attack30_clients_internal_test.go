@@ -25,7 +25,7 @@ func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
 		for i, s := range servers {
 			rp := attack30RedisPool(s.Addr())
 			rps = append(rps, rp)
-			pools[i] = attack30Pool{rp}
+			pools[i] = lendingPool{p: rp}
 		}
 		c, err := New(pools, WithTimeout(500*time.Millisecond))
 		if err != nil {
@@ -107,14 +107,14 @@ func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
 		}
 	}
 	for i, rp := range rps {
-		attack30Clean(t, fmt.Sprintf("pool %d", i), rp.Stats)
+		lendsNothing(t, fmt.Sprintf("pool %d", i), rp.Stats)
 	}
 }
 
-// The timeoutOnlyConn defect at the Client level: a waiter on a pool of the
-// user's own whose redis.Pool dials wrapped connections; Client.Close then
-// never returns.
-func TestAttack30_DEFECT_clientCloseHangsOnTimeoutOnlyDialConns(t *testing.T) {
+// The timeoutOnlyConn case at the Client level: a waiter on a pool of the
+// user's own whose redis.Pool dials wrapped connections; Client.Close never
+// returned before such pools were refused a subscription.
+func TestAttack30_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
@@ -125,7 +125,7 @@ func TestAttack30_DEFECT_clientCloseHangsOnTimeoutOnlyDialConns(t *testing.T) {
 		return timeoutOnlyConn{c}, nil
 	}}
 	defer rp.Close()
-	c, err := New([]pool.Pool{attack30Pool{rp}}, WithTimeout(500*time.Millisecond))
+	c, err := New([]pool.Pool{lendingPool{p: rp}}, WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +157,6 @@ func TestAttack30_DEFECT_clientCloseHangsOnTimeoutOnlyDialConns(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		_ = s.Kill() // frees the reader, so that the test ends
 		<-closed
-		t.Fatal("DEFECT: Client.Close hangs: the borrowed subscription's connection cannot be broken (its pool's inner connection lacks ReceiveContext) and its reader never ends")
+		t.Fatal("Client.Close hangs: the borrowed subscription's connection cannot be broken (its pool's inner connection lacks ReceiveContext) and its reader never ends")
 	}
 }

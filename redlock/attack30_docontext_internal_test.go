@@ -68,7 +68,7 @@ func TestAttack30_doContextOnPooledConnectionThenReturned(t *testing.T) {
 				cancel()
 			}
 			t.Logf("%d of 400 cancelled", cancelled)
-			attack30Clean(t, "after the commands", stats)
+			lendsNothing(t, "after the commands", stats)
 		})
 	}
 }

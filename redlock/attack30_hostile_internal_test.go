@@ -1,11 +1,9 @@
 package redlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"testing"
@@ -15,48 +13,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
-
-func a30bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
-
-// a30Subscriber answers SUBSCRIBE as a master does, then writes what push
-// returns (until "" or the test ends); everything else gets +OK.
-func a30Subscriber(push func(i int, channel string) string) hostile.Answer {
-	return func(w io.Writer, cmd []string, quit <-chan struct{}) error {
-		switch cmd[0] {
-		case "SUBSCRIBE":
-			var b bytes.Buffer
-			for i, ch := range cmd[1:] {
-				fmt.Fprintf(&b, "*3\r\n$9\r\nsubscribe\r\n%s:%d\r\n", a30bulk(ch), i+1)
-			}
-			if _, err := w.Write(b.Bytes()); err != nil {
-				return err
-			}
-			for i := 0; ; i++ {
-				select {
-				case <-quit:
-					return io.EOF
-				default:
-				}
-				p := push(i, cmd[1])
-				if p == "" {
-					return nil
-				}
-				if _, err := io.WriteString(w, p); err != nil {
-					return err
-				}
-			}
-		case "ECHO":
-			_, err := io.WriteString(w, a30bulk(cmd[1]))
-			return err
-		}
-		_, err := io.WriteString(w, "+OK\r\n")
-		return err
-	}
-}
 
 // A hostile master on the borrowed path: whatever it sends, no panic
 // escapes, the subscription ends or Close ends it promptly, the pool gets
@@ -101,7 +60,7 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 		}, true, false},
 		{"100MB bulk begun, never finished", func(i int, ch string) string {
 			if i == 0 {
-				return "*3\r\n$7\r\nmessage\r\n" + a30bulk(ch) + "$100000000\r\nxxxx"
+				return "*3\r\n$7\r\nmessage\r\n" + hostile.Bulk(ch) + "$100000000\r\nxxxx"
 			}
 			return ""
 		}, false, false},
@@ -112,18 +71,16 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 			return ""
 		}, true, false},
 		{"message flood", func(i int, ch string) string {
-			return "*3\r\n$7\r\nmessage\r\n" + a30bulk(ch) + a30bulk("payload")
+			return "*3\r\n$7\r\nmessage\r\n" + hostile.Bulk(ch) + hostile.Bulk("payload")
 		}, false, false},
 		{"forged subscribe acks flood", func(i int, ch string) string {
-			return "*3\r\n$9\r\nsubscribe\r\n" + a30bulk(fmt.Sprintf("other%d", i%100)) + ":1\r\n"
+			return "*3\r\n$9\r\nsubscribe\r\n" + hostile.Bulk(fmt.Sprintf("other%d", i%100)) + ":1\r\n"
 		}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-			addr := hostile.Start(t, a30Subscriber(tc.push))
-			rp := attack30RedisPool(addr)
-			defer rp.Close()
-			p := newPooled(addr, attack30Pool{rp}, nil, time.Second, clock.Real())
+			addr := hostile.Start(t, hostile.Subscriber(tc.push))
+			rp, p := borrowingFrom(t, addr)
 			for round := 0; round < 3; round++ {
 				sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 				if err != nil {
@@ -147,8 +104,8 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 				if sub.Live("other1") {
 					t.Error("a forged acknowledgement made a channel live")
 				}
-				attack30Close(t, fmt.Sprintf("round %d", round), sub)
-				attack30Clean(t, fmt.Sprintf("round %d", round), rp.Stats)
+				closeWithin(t, fmt.Sprintf("round %d", round), sub)
+				lendsNothing(t, fmt.Sprintf("round %d", round), rp.Stats)
 			}
 			if st := rp.Stats(); st.ActiveCount != 0 {
 				t.Errorf("broken hostile connections went back to the pool: %+v", st)
@@ -163,9 +120,7 @@ func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	redistest.SkipShort(t)
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	addr := hostile.Serve(t, func(c net.Conn, quit <-chan struct{}) { <-quit })
-	rp := attack30RedisPool(addr)
-	defer rp.Close()
-	p := newPooled(addr, attack30Pool{rp}, nil, time.Second, clock.Real())
+	rp, p := borrowingFrom(t, addr)
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 	if err != nil {
 		t.Fatal(err)
@@ -194,8 +149,8 @@ func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("Done open after the Set broke the connection")
 	}
-	attack30Close(t, "after the blocked Set", sub)
-	attack30Clean(t, "at the end", rp.Stats)
+	closeWithin(t, "after the blocked Set", sub)
+	lendsNothing(t, "at the end", rp.Stats)
 
 	// And Close alone ends a Set blocked on its write (background ctx).
 	sub, err = p.Subscribe(ctx5s(t), func(string, string) {})
@@ -204,7 +159,7 @@ func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	}
 	go func() { done <- sub.Set(context.Background(), chans) }()
 	time.Sleep(100 * time.Millisecond)
-	attack30Close(t, "with a Set blocked", sub)
+	closeWithin(t, "with a Set blocked", sub)
 	select {
 	case err := <-done:
 		if err == nil {
@@ -213,7 +168,7 @@ func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the blocked Set outlives Close")
 	}
-	attack30Clean(t, "at the end", rp.Stats)
+	lendsNothing(t, "at the end", rp.Stats)
 }
 
 var _ = redis.ErrNil

@@ -1,11 +1,9 @@
 package redlock_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -21,9 +19,6 @@ import (
 
 // Attacks on the guard, the backstops and the redaction of credentials
 // that the first tests did not try.
-
-// bulk is a RESP bulk string.
-func bulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
 
 // leaks reports how text shows pw: as it is, as a Go-quoted string would
 // show it, as the decimal bytes fmt prints for a []byte, or a prefix of
@@ -55,9 +50,9 @@ func TestAttack_passwordInRepliesNeverShows(t *testing.T) {
 		name, pw string
 		reply    func(pw string) string
 	}{
-		{"long bulk", "Lq7-" + strings.Repeat("Zx9", 14), func(pw string) string { return bulk(pw) }},
-		{"bulk that quoting escapes", `Pw"9\9` + "\x01Secret-Tail", func(pw string) string { return bulk(pw) }},
-		{"array of it", "ArrPw-77-AbcdefGh", func(pw string) string { return "*2\r\n" + bulk(pw) + bulk(pw) }},
+		{"long bulk", "Lq7-" + strings.Repeat("Zx9", 14), func(pw string) string { return hostile.Bulk(pw) }},
+		{"bulk that quoting escapes", `Pw"9\9` + "\x01Secret-Tail", func(pw string) string { return hostile.Bulk(pw) }},
+		{"array of it", "ArrPw-77-AbcdefGh", func(pw string) string { return "*2\r\n" + hostile.Bulk(pw) + hostile.Bulk(pw) }},
 		{"status line", "StatPw-77-AbcdefGh", func(pw string) string { return "+" + pw + "\r\n" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,45 +153,6 @@ func TestAttack_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
 	}
 }
 
-// hostileSubscriber answers SUBSCRIBE as a master does, then pushes what
-// push returns (until it returns "" or the test ends); lock commands fail.
-func hostileSubscriber(push func(i int, channel string) string) hostile.Answer {
-	return func(w io.Writer, cmd []string, quit <-chan struct{}) error {
-		switch cmd[0] {
-		case "SUBSCRIBE":
-			var b bytes.Buffer
-			for i, ch := range cmd[1:] {
-				fmt.Fprintf(&b, "*3\r\n$9\r\nsubscribe\r\n%s:%d\r\n", bulk(ch), i+1)
-			}
-			if _, err := w.Write(b.Bytes()); err != nil {
-				return err
-			}
-			for i := 0; ; i++ {
-				select {
-				case <-quit:
-					return io.EOF
-				default:
-				}
-				p := push(i, cmd[1])
-				if p == "" {
-					return nil
-				}
-				if _, err := io.WriteString(w, p); err != nil {
-					return err
-				}
-			}
-		case "UNSUBSCRIBE":
-			_, err := io.WriteString(w, "*3\r\n$11\r\nunsubscribe\r\n"+bulk(cmd[min(1, len(cmd)-1)])+":0\r\n")
-			return err
-		case "PING":
-			_, err := io.WriteString(w, "*2\r\n$4\r\npong\r\n$0\r\n\r\n")
-			return err
-		}
-		_, err := io.WriteString(w, "-ERR hostile\r\n")
-		return err
-	}
-}
-
 // A hostile master beside two real ones pushes, on the pub/sub connection
 // of a waiter, what no master sends: messages of 1 MiB on a binary
 // channel, one over the limit, messages of the wrong shape, RESP3 pushes,
@@ -205,7 +161,7 @@ func hostileSubscriber(push func(i int, channel string) string) hostile.Answer {
 // succeeds and the waiter is woken.
 func TestAttack_hostilePubSubPushes(t *testing.T) {
 	real := redistest.Start(t, 2)
-	msg := func(ch, data string) string { return "*3\r\n$7\r\nmessage\r\n" + bulk(ch) + bulk(data) }
+	msg := func(ch, data string) string { return "*3\r\n$7\r\nmessage\r\n" + hostile.Bulk(ch) + hostile.Bulk(data) }
 	big := strings.Repeat("d", pool.DefaultMaxBulk-64)
 	for _, tc := range []struct {
 		name string
@@ -226,7 +182,7 @@ func TestAttack_hostilePubSubPushes(t *testing.T) {
 		{"messages of the wrong shape", func(i int, ch string) string {
 			return []string{
 				"*3\r\n$7\r\nmessage\r\n:1\r\n:2\r\n", "*1\r\n$7\r\nmessage\r\n",
-				"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n" + bulk(ch) + "*1\r\n:1\r\n", "*3\r\n$4\r\nnope\r\n$1\r\na\r\n$1\r\nb\r\n",
+				"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n" + hostile.Bulk(ch) + "*1\r\n:1\r\n", "*3\r\n$4\r\nnope\r\n$1\r\na\r\n$1\r\nb\r\n",
 				"*3\r\n$7\r\nmessage\r\n$-1\r\n$-1\r\n", "*0\r\n", ":1\r\n", "",
 			}[min(i, 7)]
 		}},
@@ -234,7 +190,7 @@ func TestAttack_hostilePubSubPushes(t *testing.T) {
 			if i > 0 {
 				return ""
 			}
-			return ">3\r\n$7\r\nmessage\r\n" + bulk(ch) + "$1\r\nx\r\n"
+			return ">3\r\n$7\r\nmessage\r\n" + hostile.Bulk(ch) + "$1\r\nx\r\n"
 		}},
 		{"arrays nested without end", func(i int, ch string) string {
 			if i >= 1000 {
@@ -250,7 +206,7 @@ func TestAttack_hostilePubSubPushes(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bad := hostile.Start(t, hostileSubscriber(tc.push))
+			bad := hostile.Start(t, hostile.Subscriber(tc.push))
 			forEachPath(t, func(t *testing.T, path connPath) {
 				c := addrClient(t, path, []string{real[0].Addr(), bad, real[1].Addr()})
 				var before, after runtime.MemStats

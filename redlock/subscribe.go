@@ -55,20 +55,12 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 	var err error
 	borrowed := dial == nil
 	if borrowed {
-		conn, err = p.GetContext(ctx)
+		conn, err = borrowBreakable(ctx, p)
 	} else {
 		conn, err = dial.Dial(ctx)
 	}
 	if err != nil {
 		return nil, err
-	}
-	if borrowed {
-		_, ctxOK := conn.(redis.ConnWithContext)
-		_, timeoutOK := conn.(redis.ConnWithTimeout)
-		if !ctxOK || !timeoutOK {
-			closeQuietly(conn)
-			return nil, fmt.Errorf("%w: the pool's connections (%T) cannot read without a deadline or be broken under their reader (redis.ConnWithTimeout, redis.ConnWithContext), which a release-notice subscription needs; waiters poll", ErrInvalid, conn)
-		}
 	}
 	s := &redigoSub{conn: conn, borrowed: borrowed, notify: notify, have: map[string]bool{},
 		want: map[string]bool{}, acked: map[string]bool{}, pend: map[string]int{},
@@ -77,16 +69,48 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 	return s, nil
 }
 
+// borrowBreakable borrows a connection from p for a subscription, once it
+// knows that p's connections can be broken under their reader (breakPooled)
+// and read without a deadline. Their methods alone do not tell: a pool's
+// or a logging wrapper's connection has them all and passes each call on
+// to the connection it wraps, which may lack them (a user's dial wrapper
+// older than ReceiveContext); its reader could then never be stopped, and
+// Close would wait for it for ever. So the first connection borrowed is
+// broken as Close would break it, and given back (the pool discards it);
+// only if it did break is a second one borrowed for the subscription.
+func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
+	probe, err := p.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, timeoutOK := probe.(redis.ConnWithTimeout)
+	breakPooled(probe)
+	broke := probe.Err() != nil
+	closeQuietly(probe)
+	if !timeoutOK || !broke {
+		return nil, fmt.Errorf("%w: the pool's connections (%T) cannot read without a deadline or be broken under their reader (redis.ConnWithTimeout, redis.ConnWithContext), which a release-notice subscription needs; waiters poll", ErrInvalid, probe)
+	}
+	return p.GetContext(ctx)
+}
+
+// breakPooled breaks a pooled connection without reading from it, the way
+// redigo breaks a connection whose context ended: a receive whose deadline
+// has already passed marks the connection failed and closes its network
+// connection before it reads anything (the pool then discards it). A
+// connection that cannot receive with a context is left as it was.
+func breakPooled(conn redis.Conn) {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	_, _ = redis.ReceiveContext(conn, ctx)
+}
+
 func (s *redigoSub) broken() { s.doneOnce.Do(func() { close(s.done) }) }
 
 // breakConn breaks the connection under its reader and any write under
 // way, without reading from it: a connection of its own is closed; a
 // borrowed one, which must not be closed while read (a pooled
 // connection's Close unsubscribes and reads the replies itself), is
-// broken the way redigo breaks a connection whose context ended: a
-// receive whose deadline has already passed closes the network connection
-// and marks the connection failed, before it reads anything (the pool
-// then discards it).
+// broken by breakPooled, which borrowBreakable found to work on its pool.
 func (s *redigoSub) breakConn() {
 	if !s.borrowed {
 		s.conn.Close()
@@ -94,18 +118,17 @@ func (s *redigoSub) breakConn() {
 	}
 	s.bmu.Lock()
 	defer s.bmu.Unlock()
-	if s.returned {
-		return
+	if !s.returned {
+		breakPooled(s.conn)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
-	defer cancel()
-	_, _ = redis.ReceiveContext(s.conn, ctx)
 }
 
 // Done is closed once the subscription broke or was closed.
 func (s *redigoSub) Done() <-chan struct{} { return s.done }
 
-// Err reports why the subscription broke, when its reply parser panicked.
+// Err reports why the subscription broke, when its reply parser panicked
+// or the master sent what is not a notice; nil when the connection failed
+// or was closed.
 func (s *redigoSub) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,6 +210,7 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 func (s *redigoSub) read() {
 	defer close(s.readerDone)
 	defer s.broken()
+	var failed error // a reply the reader cannot take, on a connection still whole
 	defer func() {
 		p := recover()
 		s.mu.Lock()
@@ -194,6 +218,8 @@ func (s *redigoSub) read() {
 		clear(s.acked)
 		if p != nil {
 			s.err = panicError(p)
+		} else if failed != nil {
+			s.err = failed
 		}
 		s.mu.Unlock()
 	}()
@@ -209,6 +235,13 @@ func (s *redigoSub) read() {
 		case redis.Subscription:
 			s.ack(v)
 		case error:
+			// A connection that failed, or that Close broke, says why
+			// through its own errors; one still whole was handed a reply
+			// that is not a notice (a hostile master's error reply or
+			// stray value) or cannot read as asked: say which.
+			if s.conn.Err() == nil {
+				failed = fmt.Errorf("release-notice subscription: %w", v)
+			}
 			return
 		}
 	}

@@ -25,39 +25,83 @@ func TestSubscribe_borrowedConnectionCloseBehindAStoppedMaster(t *testing.T) {
 	s := redistest.StartOne(t)
 	pl := s.Pool()
 	p := newPooled(s.Addr(), pl, nil, time.Second, clock.Real())
-	heard := make(chan string, 1)
+	sub, heard := heardSub(t, p, "borrowed:ch")
+	hears(t, s, heard, "borrowed:ch")
+	if got := pl.Stats().ActiveCount; got != 1 {
+		t.Fatalf("the pool lends %d connections, want the subscription's one", got)
+	}
+	paused(t, s)
+	closeWithin(t, "behind a stopped master", sub)
+	if st := pl.Stats(); st.ActiveCount != 0 || st.IdleCount != 0 {
+		t.Errorf("after Close the pool has %d active, %d idle connections: the broken subscription connection should be discarded", st.ActiveCount, st.IdleCount)
+	}
+}
+
+// lendingPool is a pool of the user's own, neither a pool.Dialer nor a
+// *redis.Pool, so that a subscription borrows from it; wrap, when set,
+// wraps each connection it lends, as a user's pool might (logging, a
+// connection type of their own).
+type lendingPool struct {
+	p interface {
+		GetContext(context.Context) (redis.Conn, error)
+	}
+	wrap func(redis.Conn) redis.Conn
+}
+
+func (l lendingPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := l.p.GetContext(ctx)
+	if err != nil || l.wrap == nil {
+		return c, err
+	}
+	return l.wrap(c), nil
+}
+
+// heardSub subscribes on p to channel and waits until the master
+// acknowledged it; heard gets the channel of each notice (the latest one
+// when nobody takes them).
+func heardSub(t *testing.T, p *pooledTransport, channel string) (sub Subscription, heard <-chan string) {
+	t.Helper()
+	ch := make(chan string, 1)
 	sub, err := p.Subscribe(ctx5s(t), func(channel, _ string) {
 		select {
-		case heard <- channel:
+		case ch <- channel:
 		default:
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sub.Set(ctx5s(t), []string{"borrowed:ch"}); err != nil {
+	if err := sub.Set(ctx5s(t), []string{channel}); err != nil {
+		sub.Close()
 		t.Fatal(err)
 	}
-	rs := sub.(*redigoSub)
-	if !redistest.WaitFor(ctx5s(t), func() bool { return rs.Live("borrowed:ch") }) {
-		t.Fatal("the subscription never went live")
+	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live(channel) }) {
+		sub.Close()
+		t.Fatalf("the subscription to %s never went live", channel)
 	}
-	if _, err := s.Do("PUBLISH", "borrowed:ch", "x"); err != nil {
+	return sub, ch
+}
+
+// hears publishes on channel at s and waits for the notice on heard.
+func hears(t *testing.T, s *redistest.Server, heard <-chan string, channel string) {
+	t.Helper()
+	if _, err := s.Do("PUBLISH", channel, "x"); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case ch := <-heard:
-		if ch != "borrowed:ch" {
-			t.Fatalf("heard %q", ch)
+	case got := <-heard:
+		if got != channel {
+			t.Fatalf("heard %q, want %q", got, channel)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the published notice was not heard")
+		t.Fatalf("the notice on %s was not heard", channel)
 	}
-	if got := pl.Stats().ActiveCount; got != 1 {
-		t.Fatalf("the pool lends %d connections, want the subscription's one", got)
-	}
+}
 
-	paused(t, s)
+// closeWithin closes sub and fails the test if Close takes 5 s, or leaves
+// Done open.
+func closeWithin(t *testing.T, what string, sub Subscription) {
+	t.Helper()
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -66,36 +110,28 @@ func TestSubscribe_borrowedConnectionCloseBehindAStoppedMaster(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close hangs behind a stopped master")
+		t.Fatalf("%s: Close hangs", what)
 	}
 	select {
 	case <-sub.Done():
 	default:
-		t.Error("Done is open after Close")
+		t.Errorf("%s: Done is open after Close", what)
 	}
-	if st := pl.Stats(); st.ActiveCount != 0 || st.IdleCount != 0 {
-		t.Errorf("after Close the pool has %d active, %d idle connections: the broken subscription connection should be discarded", st.ActiveCount, st.IdleCount)
+}
+
+// lendsNothing waits for the pool to lend nothing: every connection it
+// counts is idle.
+func lendsNothing(t *testing.T, what string, stats func() redis.PoolStats) {
+	t.Helper()
+	if !redistest.WaitFor(ctx5s(t), func() bool { st := stats(); return st.ActiveCount == st.IdleCount }) {
+		st := stats()
+		t.Errorf("%s: the pool still lends %d connections (%d active, %d idle)", what, st.ActiveCount-st.IdleCount, st.ActiveCount, st.IdleCount)
 	}
 }
 
 // bareConn hides every ability of a redigo connection but redis.Conn's own
 // methods, as a pool of the user's own might wrap its connections.
 type bareConn struct{ redis.Conn }
-
-// barePool lends bareConns.
-type barePool struct {
-	p interface {
-		GetContext(context.Context) (redis.Conn, error)
-	}
-}
-
-func (b barePool) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := b.p.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return bareConn{c}, nil
-}
 
 // A pool whose connections can neither read without a deadline nor be
 // broken under their reader cannot carry a subscription: Subscribe says
@@ -105,7 +141,7 @@ func TestSubscribe_borrowedConnectionThatCannotBeBrokenIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), barePool{pl}, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), lendingPool{pl, func(c redis.Conn) redis.Conn { return bareConn{c} }}, nil, time.Second, clock.Real())
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 	if err == nil {
 		sub.Close()
@@ -115,7 +151,5 @@ func TestSubscribe_borrowedConnectionThatCannotBeBrokenIsRefused(t *testing.T) {
 		t.Errorf("err = %v, want ErrInvalid", err)
 	}
 	t.Log(err)
-	if st := pl.Stats(); st.ActiveCount != st.IdleCount {
-		t.Errorf("the pool still lends %d connections after the refusal", st.ActiveCount-st.IdleCount)
-	}
+	lendsNothing(t, "after the refusal", pl.Stats)
 }

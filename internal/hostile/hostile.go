@@ -226,3 +226,50 @@ func Trickle(head string, every time.Duration) Answer {
 		}
 	}
 }
+
+// Bulk is s as a RESP bulk string.
+func Bulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
+
+// Subscriber answers SUBSCRIBE as a master does, then pushes what push
+// returns (until it returns "" or the test ends). It acknowledges
+// UNSUBSCRIBE, answers PING and ECHO as a subscribed master does, and
+// fails every other command (a lock command, a pool's PUNSUBSCRIBE).
+func Subscriber(push func(i int, channel string) string) Answer {
+	return func(w io.Writer, cmd []string, quit <-chan struct{}) error {
+		switch cmd[0] {
+		case "SUBSCRIBE":
+			var b strings.Builder
+			for i, ch := range cmd[1:] {
+				b.WriteString("*3\r\n$9\r\nsubscribe\r\n" + Bulk(ch) + ":" + strconv.Itoa(i+1) + "\r\n")
+			}
+			if _, err := io.WriteString(w, b.String()); err != nil {
+				return err
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-quit:
+					return io.EOF
+				default:
+				}
+				p := push(i, cmd[1])
+				if p == "" {
+					return nil
+				}
+				if _, err := io.WriteString(w, p); err != nil {
+					return err
+				}
+			}
+		case "UNSUBSCRIBE":
+			_, err := io.WriteString(w, "*3\r\n$11\r\nunsubscribe\r\n"+Bulk(cmd[min(1, len(cmd)-1)])+":0\r\n")
+			return err
+		case "PING":
+			_, err := io.WriteString(w, "*2\r\n$4\r\npong\r\n$0\r\n\r\n")
+			return err
+		case "ECHO":
+			_, err := io.WriteString(w, Bulk(cmd[min(1, len(cmd)-1)]))
+			return err
+		}
+		_, err := io.WriteString(w, "-ERR hostile\r\n")
+		return err
+	}
+}
