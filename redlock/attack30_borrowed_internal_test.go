@@ -17,9 +17,15 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-func attack30RedisPool(addr string, opts ...redis.DialOption) *redis.Pool {
+// userRedisPool is a user's redis.Pool of the master at addr, whose Dial
+// wraps each connection with wrap, when set.
+func userRedisPool(addr string, wrap func(redis.Conn) redis.Conn, opts ...redis.DialOption) *redis.Pool {
 	return &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		return redis.DialContext(ctx, "tcp", addr, opts...)
+		c, err := redis.DialContext(ctx, "tcp", addr, opts...)
+		if err != nil || wrap == nil {
+			return c, err
+		}
+		return wrap(c), nil
 	}}
 }
 
@@ -189,7 +195,7 @@ func TestAttack30_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
 		pool func(*redistest.Server) (pool.Pool, func() redis.PoolStats)
 	}{
 		{"user's redis.Pool", func(s *redistest.Server) (pool.Pool, func() redis.PoolStats) {
-			rp := attack30RedisPool(s.Addr(), redis.DialReadTimeout(100*time.Millisecond))
+			rp := userRedisPool(s.Addr(), nil, redis.DialReadTimeout(100*time.Millisecond))
 			t.Cleanup(func() { rp.Close() })
 			return lendingPool{p: rp}, rp.Stats
 		}},
@@ -241,7 +247,7 @@ func logged(inner func(redis.Conn) redis.Conn) func(redis.Conn) redis.Conn {
 func TestAttack30_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
+	rp := userRedisPool(s.Addr(), nil)
 	defer rp.Close()
 	lp := lendingPool{rp, logged(nil)}
 	p := newPooled(s.Addr(), lp, nil, time.Second, clock.Real())
@@ -299,13 +305,7 @@ func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
-			rp := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-				c, err := redis.DialContext(ctx, "tcp", s.Addr())
-				if err != nil {
-					return nil, err
-				}
-				return tc.wrap(c), nil
-			}}
+			rp := userRedisPool(s.Addr(), tc.wrap)
 			defer rp.Close()
 			p := newPooled(s.Addr(), lendingPool{p: rp}, nil, time.Second, clock.Real())
 			refused(t, s, p, rp.Stats)
@@ -321,7 +321,7 @@ func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
 func TestAttack30_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := attack30RedisPool(s.Addr())
+	rp := userRedisPool(s.Addr(), nil)
 	defer rp.Close()
 	wp := lendingPool{rp, logged(func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })}
 	p := newPooled(s.Addr(), wp, nil, time.Second, clock.Real())
@@ -349,7 +349,7 @@ func refused(t *testing.T, s *redistest.Server, p *pooledTransport, stats func()
 // borrowingFrom is a user's redis.Pool of the master at addr, lent through
 // a lendingPool, and a pooled transport on it whose subscriptions borrow.
 func borrowingFrom(t *testing.T, addr string, opts ...redis.DialOption) (*redis.Pool, *pooledTransport) {
-	rp := attack30RedisPool(addr, opts...)
+	rp := userRedisPool(addr, nil, opts...)
 	t.Cleanup(func() { rp.Close() })
 	return rp, newPooled(addr, lendingPool{p: rp}, nil, time.Second, clock.Real())
 }

@@ -23,7 +23,7 @@ func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
 	newClient := func() *Client {
 		pools := make([]pool.Pool, len(servers))
 		for i, s := range servers {
-			rp := attack30RedisPool(s.Addr())
+			rp := userRedisPool(s.Addr(), nil)
 			rps = append(rps, rp)
 			pools[i] = lendingPool{p: rp}
 		}
@@ -117,13 +117,7 @@ func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
 func TestAttack30_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialContext(ctx, "tcp", s.Addr())
-		if err != nil {
-			return nil, err
-		}
-		return timeoutOnlyConn{c}, nil
-	}}
+	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })
 	defer rp.Close()
 	c, err := New([]pool.Pool{lendingPool{p: rp}}, WithTimeout(500*time.Millisecond))
 	if err != nil {

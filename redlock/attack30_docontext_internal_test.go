@@ -33,7 +33,7 @@ func TestAttack30_doContextOnPooledConnectionThenReturned(t *testing.T) {
 			var p pool.Pool
 			var stats func() redis.PoolStats
 			if tc.name == "redis.Pool" {
-				rp := attack30RedisPool(s.Addr())
+				rp := userRedisPool(s.Addr(), nil)
 				defer rp.Close()
 				p, stats = rp, rp.Stats
 			} else {

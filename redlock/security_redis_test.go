@@ -253,3 +253,52 @@ func TestRedis_CredentialsNeverShow(t *testing.T) {
 }
 
 func ctx0(t *testing.T) context.Context { return ctxT(t) }
+
+// A lock user the ACL refuses SUBSCRIBE (the rule set without +subscribe)
+// still locks, and its waiters, whose subscriptions the masters refuse with
+// NOPERM, poll and get the lock. The refusal is logged once per master —
+// the subscriber is restarted every second while a waiter waits, and each
+// restart is refused again — and the masters are never reported as failing:
+// they serve every lock command. (Before, the refusal was not logged at all;
+// recorded as the failure of a master, it would have turned the master
+// failing and answering again once a second.)
+func TestRedis_SubscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		servers := redistest.Start(t, 3)
+		urls := aclUser(t, servers, "nosub", strings.Replace(minimalACL, " +subscribe ", " ", 1))
+		var logs syncBuffer
+		c := addrClient(t, path, urls, redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		ctx := ctxT(t)
+		l, err := c.Acquire(ctx, "lock:nosub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l2, err := c.Acquire(ctx, "lock:nosub", redlock.WithWait(10*time.Second))
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- err
+		}()
+		// Long enough for the subscribers to be refused, restarted and
+		// refused again.
+		time.Sleep(2500 * time.Millisecond)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		out := logs.String()
+		if n := strings.Count(out, "refuses release notices"); n != len(servers) {
+			t.Errorf("the refusal was logged %d times, want once per master (%d):\n%s", n, len(servers), out)
+		}
+		if !strings.Contains(out, "NOPERM") || !strings.Contains(out, "subscribe") {
+			t.Errorf("the log does not say that SUBSCRIBE was refused:\n%s", out)
+		}
+		if strings.Contains(out, "master failing") {
+			t.Errorf("a master that serves locks was reported failing:\n%s", out)
+		}
+	})
+}

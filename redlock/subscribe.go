@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -40,7 +41,7 @@ type redigoSub struct {
 	acked map[string]bool
 	pend  map[string]int
 	ended bool  // the reader stopped: nothing more is heard
-	err   error // why it broke, when a panic of the parser did it
+	err   error // why it broke, when the connection was whole: a parser panic, a reply refused (errNoticesRefused)
 
 	done       chan struct{} // closed once broken or closed
 	doneOnce   sync.Once
@@ -69,26 +70,46 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 	return s, nil
 }
 
+// errNoticesRefused is matched by the errors of a subscription that the
+// master or the pool refuses while the connection stays whole: an error
+// reply to SUBSCRIBE (an ACL user without channel permissions gets
+// NOPERM), a reply the reader cannot take, a pool whose connections cannot
+// carry one (with ErrInvalid). The master still serves locks; its waiters
+// poll. The subscriber logs it, now and then, and does not count the
+// master as failing (subscriber.fail).
+var errNoticesRefused = errors.New("redlock: release notices refused")
+
 // borrowBreakable borrows a connection from p for a subscription, once it
-// knows that p's connections can be broken under their reader (breakPooled)
-// and read without a deadline. Their methods alone do not tell: a pool's
-// or a logging wrapper's connection has them all and passes each call on
-// to the connection it wraps, which may lack them (a user's dial wrapper
-// older than ReceiveContext); its reader could then never be stopped, and
-// Close would wait for it for ever. So the first connection borrowed is
+// knows that p's connections can be broken under their reader
+// (breakPooled). Their methods alone do not tell: a pool's or a logging
+// wrapper's connection has them all and passes each call on to the
+// connection it wraps, which may lack them (a user's dial wrapper older
+// than ReceiveContext); its reader could then never be stopped, and Close
+// would wait for it for ever. So the first connection borrowed, whole, is
 // broken as Close would break it, and given back (the pool discards it);
-// only if it did break is a second one borrowed for the subscription.
+// only if the break is what failed it is a second one borrowed for the
+// subscription. (That one is assumed to be of the same kind: a pool that
+// lends connections of several kinds is not caught. An inner connection
+// that cannot read without a deadline fails the reader's first read, and
+// the subscription is refused then.)
 func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
 	probe, err := p.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_, timeoutOK := probe.(redis.ConnWithTimeout)
-	breakPooled(probe)
-	broke := probe.Err() != nil
+	if err := probe.Err(); err != nil {
+		closeQuietly(probe)
+		return nil, err // a pool that lends a failed connection (a dial that failed)
+	}
+	if _, ok := probe.(redis.ConnWithTimeout); !ok {
+		closeQuietly(probe)
+		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot read without a deadline (redis.ConnWithTimeout), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe)
+	}
+	err = breakPooled(probe)
+	broke := errors.Is(err, context.DeadlineExceeded) && probe.Err() != nil
 	closeQuietly(probe)
-	if !timeoutOK || !broke {
-		return nil, fmt.Errorf("%w: the pool's connections (%T) cannot read without a deadline or be broken under their reader (redis.ConnWithTimeout, redis.ConnWithContext), which a release-notice subscription needs; waiters poll", ErrInvalid, probe)
+	if !broke {
+		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot be broken under their reader (a receive whose context has ended left one whole: %v), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe, err)
 	}
 	return p.GetContext(ctx)
 }
@@ -97,11 +118,13 @@ func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
 // redigo breaks a connection whose context ended: a receive whose deadline
 // has already passed marks the connection failed and closes its network
 // connection before it reads anything (the pool then discards it). A
-// connection that cannot receive with a context is left as it was.
-func breakPooled(conn redis.Conn) {
+// connection that cannot receive with a context is left as it was. It
+// returns the receive's error: context.DeadlineExceeded where it broke.
+func breakPooled(conn redis.Conn) error {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
 	defer cancel()
-	_, _ = redis.ReceiveContext(conn, ctx)
+	_, err := redis.ReceiveContext(conn, ctx)
+	return err
 }
 
 func (s *redigoSub) broken() { s.doneOnce.Do(func() { close(s.done) }) }
@@ -119,16 +142,17 @@ func (s *redigoSub) breakConn() {
 	s.bmu.Lock()
 	defer s.bmu.Unlock()
 	if !s.returned {
-		breakPooled(s.conn)
+		_ = breakPooled(s.conn)
 	}
 }
 
 // Done is closed once the subscription broke or was closed.
 func (s *redigoSub) Done() <-chan struct{} { return s.done }
 
-// Err reports why the subscription broke, when its reply parser panicked
-// or the master sent what is not a notice; nil when the connection failed
-// or was closed.
+// Err reports why the subscription broke while its connection was whole:
+// its reply parser panicked (ErrPanic), or it read what is not a notice —
+// an error reply, such as NOPERM to SUBSCRIBE — or could not read at all
+// (errNoticesRefused). It is nil when the connection failed or was closed.
 func (s *redigoSub) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,7 +264,7 @@ func (s *redigoSub) read() {
 			// that is not a notice (a hostile master's error reply or
 			// stray value) or cannot read as asked: say which.
 			if s.conn.Err() == nil {
-				failed = fmt.Errorf("release-notice subscription: %w", v)
+				failed = fmt.Errorf("%w: %w", errNoticesRefused, v)
 			}
 			return
 		}

@@ -153,3 +153,38 @@ func TestSubscribe_borrowedConnectionThatCannotBeBrokenIsRefused(t *testing.T) {
 	t.Log(err)
 	lendsNothing(t, "after the refusal", pl.Stats)
 }
+
+// getPool lends as redis.Pool.Get does: a failed dial is lent as a
+// connection whose Err is set, with no error from GetContext.
+type getPool struct{ p *redis.Pool }
+
+func (g getPool) GetContext(context.Context) (redis.Conn, error) { return g.p.Get(), nil }
+
+// The probe of a pool that lends a failed connection (its dial failed:
+// the master is down) proves nothing about breaking: Subscribe fails with
+// the dial's error, not a subscription on whatever the pool lends next. Had
+// the failed connection passed as broken, a subscription on a connection
+// that cannot be broken (timeoutOnlyConn) would be accepted once the master
+// is back, and its Close would hang (review of a0bb551).
+func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
+	redistest.SkipShort(t)
+	s := redistest.StartOne(t)
+	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })
+	t.Cleanup(func() { rp.Close() })
+	p := newPooled(s.Addr(), getPool{rp}, nil, time.Second, clock.Real())
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
+	if err == nil {
+		sub.Close()
+		t.Fatal("subscribed while the master is down")
+	}
+	if errors.Is(err, ErrInvalid) {
+		t.Errorf("a failed dial reported as a pool that cannot subscribe: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, s, p, rp.Stats)
+}

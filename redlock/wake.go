@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -59,9 +61,16 @@ type waker struct {
 	lingering map[string]*keyWaiters
 	subs      []*subscriber // by master; nil until needed
 	closed    bool
+	refusals  map[int]refusal // by master: the latest refusal of notices logged
 	// gen counts the keys' births and notices: a waiter compares the
 	// stamps of its keys with the value it read before its first attempt.
 	gen uint64
+}
+
+// refusal is a refusal of release notices that was logged, and when.
+type refusal struct {
+	msg string
+	at  time.Time
 }
 
 // keyWaiters are the waiters of one key, longest waiting first, and the
@@ -623,13 +632,57 @@ func (s *subscriber) poke() {
 	}
 }
 
+// fail marks the subscriber dead (it is restarted while waiters need it),
+// and reports err: a subscription the master or the pool refused
+// (errNoticesRefused: the master serves locks, its waiters poll) is
+// logged, once a minute at most per master, without counting the master
+// as failing, since a restart every second would refuse again; any other
+// error is a failure of the master.
 func (s *subscriber) fail(err error) {
 	s.mu.Lock()
 	s.dead = true
 	s.mu.Unlock()
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, errNoticesRefused):
+		s.w.refused(s.m, err)
+	default:
 		s.w.c.logFailure(opWait, "", s.m, err)
 	}
+}
+
+// refused logs that master m refused release notices, unless the same
+// refusal of m was logged within failureReminder.
+func (w *waker) refused(m *master, err error) {
+	c := w.c
+	if c.logger == nil {
+		return
+	}
+	now := time.Now()
+	msg := err.Error()
+	w.mu.Lock()
+	if w.refusals == nil {
+		w.refusals = make(map[int]refusal)
+	}
+	last := w.refusals[m.index]
+	quiet := last.msg == msg && now.Sub(last.at) < failureReminder
+	if !quiet {
+		w.refusals[m.index] = refusal{msg, now}
+	}
+	w.mu.Unlock()
+	if !quiet {
+		c.logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master refuses release notices; its waiters poll",
+			slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err),
+			slog.String("note", "the same refusal is logged again after a minute at most"))
+	}
+}
+
+// brokenErr is why sub broke, as a master's error, when it says (its Err).
+func brokenErr(c *Client, m *master, sub Subscription) error {
+	if e, ok := sub.(interface{ Err() error }); ok && e.Err() != nil {
+		return c.nodeError(m, e.Err())
+	}
+	return nil
 }
 
 // run opens the subscription, then keeps its channels equal to the wanted
@@ -673,19 +726,20 @@ func (s *subscriber) run() {
 		case <-s.ctx.Done():
 			return
 		case <-sub.Done():
-			var err error
-			if e, ok := sub.(interface{ Err() error }); ok && e.Err() != nil {
-				err = c.nodeError(s.m, e.Err())
-			}
-			s.fail(err)
+			s.fail(brokenErr(c, s.m, sub))
 			return
 		case <-s.kick:
 		}
 		if err := sub.Set(s.ctx, s.w.wantedList()); err != nil {
-			if s.ctx.Err() == nil {
-				s.fail(c.nodeError(s.m, err))
-			} else {
+			switch {
+			case s.ctx.Err() != nil:
 				s.fail(nil)
+			case errors.Is(err, ErrClosed):
+				// Broken before this Set (kick and Done were both
+				// ready): why it broke, not the Set's ErrClosed.
+				s.fail(brokenErr(c, s.m, sub))
+			default:
+				s.fail(c.nodeError(s.m, err))
 			}
 			return
 		}
