@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +42,7 @@ type redigoSub struct {
 	acked map[string]bool
 	pend  map[string]int
 	ended bool  // the reader stopped: nothing more is heard
-	err   error // why it broke, when the connection was whole: a parser panic, a reply refused (errNoticesRefused)
+	err   error // why it broke, when the connection was whole (Err)
 
 	done       chan struct{} // closed once broken or closed
 	doneOnce   sync.Once
@@ -71,13 +72,28 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 }
 
 // errNoticesRefused is matched by the errors of a subscription that the
-// master or the pool refuses while the connection stays whole: an error
-// reply to SUBSCRIBE (an ACL user without channel permissions gets
-// NOPERM), a reply the reader cannot take, a pool whose connections cannot
-// carry one (with ErrInvalid). The master still serves locks; its waiters
-// poll. The subscriber logs it, now and then, and does not count the
-// master as failing (subscriber.fail).
+// master or the pool refuses while the connection stays whole (isRefusal):
+// NOPERM to SUBSCRIBE (an ACL user without +subscribe or the channel), a
+// connection that cannot read without a deadline, a pool whose connections
+// cannot carry one (with ErrInvalid). The master still serves locks; its
+// waiters poll. The subscriber logs it, now and then, and does not count
+// the master as failing (subscriber.fail).
 var errNoticesRefused = errors.New("redlock: release notices refused")
+
+// errNoTimeout is redigo's error for a connection that cannot read with a
+// timeout (redis.ConnWithTimeout), as it returns it.
+var errNoTimeout = func() error {
+	_, err := redis.ReceiveWithTimeout(struct{ redis.Conn }{}, 0)
+	return err
+}()
+
+// isRefusal reports whether err, read on a connection still whole, refuses
+// the subscription for good rather than telling of a master in trouble:
+// an ACL refusal, or a connection that cannot read without a deadline.
+func isRefusal(err error) bool {
+	var re redis.Error
+	return errors.Is(err, errNoTimeout) || errors.As(err, &re) && strings.HasPrefix(string(re), "NOPERM")
+}
 
 // borrowBreakable borrows a connection from p for a subscription, once it
 // knows that p's connections can be broken under their reader
@@ -150,9 +166,10 @@ func (s *redigoSub) breakConn() {
 func (s *redigoSub) Done() <-chan struct{} { return s.done }
 
 // Err reports why the subscription broke while its connection was whole:
-// its reply parser panicked (ErrPanic), or it read what is not a notice —
-// an error reply, such as NOPERM to SUBSCRIBE — or could not read at all
-// (errNoticesRefused). It is nil when the connection failed or was closed.
+// its reply parser panicked (ErrPanic), it was refused (NOPERM, or a
+// connection that cannot read without a deadline: errNoticesRefused), or
+// it read what is not a notice (an error reply such as BUSY, a stray
+// value). It is nil when the connection failed or was closed.
 func (s *redigoSub) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,11 +277,18 @@ func (s *redigoSub) read() {
 			s.ack(v)
 		case error:
 			// A connection that failed, or that Close broke, says why
-			// through its own errors; one still whole was handed a reply
-			// that is not a notice (a hostile master's error reply or
-			// stray value) or cannot read as asked: say which.
+			// through its own errors. One still whole was refused the
+			// subscription (NOPERM: an ACL user without +subscribe or the
+			// channel; a connection that cannot read without a deadline),
+			// or handed a reply that is not a notice (BUSY, a hostile
+			// master's stray value): the first is a refusal, the second a
+			// failure of the master.
 			if s.conn.Err() == nil {
-				failed = fmt.Errorf("%w: %w", errNoticesRefused, v)
+				if isRefusal(v) {
+					failed = fmt.Errorf("%w: %w", errNoticesRefused, v)
+				} else {
+					failed = fmt.Errorf("release-notice subscription: %w", v)
+				}
 			}
 			return
 		}
