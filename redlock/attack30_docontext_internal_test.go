@@ -22,24 +22,21 @@ func TestAttack30_doContextOnPooledConnectionThenReturned(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	for _, tc := range []struct {
-		name  string
-		pool  pool.Pool
-		stats func() redis.PoolStats
+		name string
+		pool func() (pool.Pool, func() redis.PoolStats)
 	}{
-		{"redis.Pool", nil, nil},
-		{"pool.RedisPool", nil, nil},
+		{"redis.Pool", func() (pool.Pool, func() redis.PoolStats) {
+			rp := userRedisPool(s.Addr(), nil)
+			t.Cleanup(func() { rp.Close() })
+			return rp, rp.Stats
+		}},
+		{"pool.RedisPool", func() (pool.Pool, func() redis.PoolStats) {
+			rp := s.Pool()
+			return rp, rp.Stats
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p pool.Pool
-			var stats func() redis.PoolStats
-			if tc.name == "redis.Pool" {
-				rp := userRedisPool(s.Addr(), nil)
-				defer rp.Close()
-				p, stats = rp, rp.Stats
-			} else {
-				rp := s.Pool()
-				p, stats = rp, rp.Stats
-			}
+			p, stats := tc.pool()
 			big := make([]byte, 256<<10)
 			if _, err := s.Do("SET", "a30:big", big); err != nil {
 				t.Fatal(err)

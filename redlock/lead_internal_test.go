@@ -33,19 +33,25 @@ func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts 
 	t.Helper()
 	pools := make([]pool.Pool, len(servers))
 	for i, s := range servers {
-		p := s.Pool()
-		t.Cleanup(func() { p.Close() })
-		pools[i] = p
+		pools[i] = s.Pool() // closed with the test
 	}
-	c, err := New(pools, append([]Option{WithPipelining(pipelined)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
+	return identified(t)(New(pools, append([]Option{WithPipelining(pipelined)}, opts...)...))
+}
+
+// identified takes a new Client, closed with the test, once it identified
+// its masters (so that every Client of a test agrees on the leads).
+func identified(t *testing.T) func(*Client, error) *Client {
+	return func(c *Client, err error) *Client {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.identify(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	t.Cleanup(func() { c.Close() })
-	if err := c.identify(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // ledAttempt makes one attempt at a plain lock on key whose master lead is

@@ -261,7 +261,6 @@ func TestDowner_outsideTransportGetsTheDownCheck(t *testing.T) {
 		ts := make([]Transport, len(servers))
 		for i, s := range servers {
 			pl := s.Pool()
-			t.Cleanup(func() { pl.Close() })
 			// No dialer: subscriptions borrow their connections from the
 			// pool, as they do on a pool that cannot dial. Their Close
 			// raced redigo's read under -race here before the reader
@@ -270,15 +269,7 @@ func TestDowner_outsideTransportGetsTheDownCheck(t *testing.T) {
 			all = append(all, o)
 			ts[i] = o
 		}
-		c, err := NewWithTransports(ts, WithTimeout(timeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		if err := c.identify(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return identified(t)(NewWithTransports(ts, WithTimeout(timeout)))
 	})
 	var downs int32
 	for _, o := range all {

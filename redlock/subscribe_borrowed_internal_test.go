@@ -9,7 +9,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
-	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -188,50 +187,4 @@ func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused(t, s, p, rp.Stats)
-}
-
-// What breaks a subscription on a whole connection is told apart: NOPERM
-// is a refusal (errNoticesRefused: the subscriber logs it now and then and
-// the master is not counted failing), any other reply that is not a notice
-// is a failure of the master (review of d7f9cd5: BUSY, or a hostile
-// master's stray value, were taken for refusals).
-func TestSubscribe_onlyNOPERMIsARefusal(t *testing.T) {
-	for _, tc := range []struct {
-		name, reply string
-		refusal     bool
-	}{
-		{"NOPERM", "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n", true},
-		{"BUSY", "-BUSY Redis is busy running a script.\r\n", false},
-		{"stray value", ":1\r\n", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			addr := hostile.Start(t, hostile.Subscriber(func(i int, _ string) string {
-				if i == 0 {
-					return tc.reply
-				}
-				return ""
-			}))
-			_, p := borrowingFrom(t, addr)
-			sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
-			if err := sub.Set(ctx5s(t), []string{"refusal:ch"}); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-sub.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatal("the subscription goes on after a reply that is not a notice")
-			}
-			err = sub.(*redigoSub).Err()
-			if err == nil {
-				t.Fatal("Err is nil: the reply is not reported")
-			}
-			if got := errors.Is(err, errNoticesRefused); got != tc.refusal {
-				t.Errorf("refusal = %v, want %v: %v", got, tc.refusal, err)
-			}
-		})
-	}
 }
