@@ -8,7 +8,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
-	github.com/quorumlock/quorumlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/quorumlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
@@ -18,11 +18,9 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/errwrap v1.0.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
-	github.com/quorumlock/quorumlock/goredis v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/quorumlock/goredis v0.1.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace github.com/quorumlock/quorumlock/goredis => ../goredis
-
-replace github.com/quorumlock/quorumlock/integration => ../integration

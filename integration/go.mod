@@ -1,14 +1,20 @@
 module github.com/quorumlock/quorumlock/integration
 
-go 1.22
+go 1.26.0
 
 replace github.com/quorumlock/quorumlock => ../
 
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/ory/dockertest/v3 v3.12.0
-	github.com/quorumlock/quorumlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/quorumlock v0.1.0
+	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 )
 
 require (
@@ -36,10 +42,13 @@ require (
 	github.com/opencontainers/image-spec v1.1.0 // indirect
 	github.com/opencontainers/runc v1.2.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/quorumlock/quorumlock/goredis v0.1.0
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect
-	golang.org/x/sys v0.28.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
+
+replace github.com/quorumlock/quorumlock/goredis => ../goredis

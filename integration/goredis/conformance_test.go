@@ -1,10 +1,11 @@
-package goredis
+package goredis_test
 
 import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/goredis"
 	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -24,7 +25,7 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			clients[i] = c
 		}
-		c, err := New(clients, opts...)
+		c, err := goredis.New(clients, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
