@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-goredis test-otel test-oldest release-prepare release-check unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -37,7 +37,8 @@ test: deps redis-image
 	$(MAKE) test-otel
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
-##   (with the integration conformance suite through goredis.New, on each backend)
+##   (the conformance suite and the Cluster members' cases through goredis.New are in
+##   integration/goredis, so that the adapter's module requires no test harness)
 test-goredis: deps redis-image
 	cd goredis && $(GO) test -race -count=1 -timeout 10m ./...
 
@@ -67,7 +68,7 @@ integration: deps redis-image
 	  $(GO) test -race -count=1 -timeout 30m -v $$($(GO) list ./... | grep -vx github.com/quorumlock/quorumlock/integration); } 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 	@# the nemesis on members that are Redis Clusters (slot migrations under load), go-redis adapter
-	cd goredis && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' . -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
+	cd integration && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' ./goredis -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
 
 ## soak: the nemesis with every fault kind the process backend makes (pauses, kills,
@@ -88,22 +89,41 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet (the library, the bench/, goredis/, integration/ and otel/ modules), gofmt, and go.mod/go.sum tidy in all five
+## lint: go vet, gofmt, and go.mod/go.sum tidy in every module of modules.txt
+##   (the release tool fails if a go.mod in the tree is not listed there)
+MODULES_CMD = cd tools/release && $(GO) run . modules -root ../..
 lint: vet fmt tidy
 tidy:
-	$(GO) mod tidy -diff
-	cd bench && $(GO) mod tidy -diff
-	cd goredis && $(GO) mod tidy -diff
-	cd integration && $(GO) mod tidy -diff
-	cd otel && $(GO) mod tidy -diff
+	@mods=$$($(MODULES_CMD)) || exit 1; for d in $$mods; do \
+	  echo "go mod tidy -diff ($$d)"; (cd $$d && $(GO) mod tidy -diff) || exit 1; done
 vet:
-	$(GO) vet $(PKGS)
-	cd bench && $(GO) vet ./...
-	cd goredis && $(GO) vet ./...
-	cd integration && $(GO) vet ./...
-	cd otel && $(GO) vet ./...
+	@mods=$$($(MODULES_CMD)) || exit 1; for d in $$mods; do \
+	  echo "go vet ($$d)"; (cd $$d && $(GO) vet ./...) || exit 1; done
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+## release-prepare: in a clean clone, VERSION=vX.Y.Z: move CHANGELOG's Unreleased entries under
+##   VERSION, require VERSION of every published module from every module, tidy, commit, and
+##   tag each published module (VERSION, <dir>/VERSION); then push the tags (docs/versioning.md)
+release-prepare:
+	@test -n "$(VERSION)" || { echo "usage: make release-prepare VERSION=vX.Y.Z"; exit 2; }
+	cd tools/release && $(GO) run . prepare -root ../.. -version $(VERSION)
+
+## release-check: a scratch release (v0.99.0) of a clone of this tree, a file module proxy from its
+##   tags, and for each published module a new module outside the repository that go gets, tidies,
+##   builds and vets a program using it, on the newest Go and on the oldest its go line admits
+release-check:
+	cd tools/release && $(GO) run . check -root ../..
+
+## test-oldest: each published module built, vetted and its -short tests run on the oldest Go its
+##   go line admits (the newest patch of that minor version, fetched from the module proxy)
+test-oldest:
+	@lines=$$(cd tools/release && $(GO) run . oldest -root ../..) || exit 1; \
+	echo "$$lines" | while read -r d tc; do \
+	  echo "== $$d on $$tc"; \
+	  (cd $$d && export GOTOOLCHAIN=$$tc && $(GO) version && $(GO) build ./... && $(GO) vet ./... && \
+	    $(GO) test -short -count=1 ./...) || exit 1; \
+	done
 
 ## bench: micro-benchmarks with allocations
 bench: deps
