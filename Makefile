@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel test-oldest release-prepare release-check unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-goredis test-otel test-oldest release-prepare release-check unit short integration mutants race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -70,6 +70,14 @@ integration: deps redis-image
 	@# the nemesis on members that are Redis Clusters (slot migrations under load), go-redis adapter
 	cd integration && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' ./goredis -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
+
+## mutants: the clock suite's hand-over test against each mutant in
+##   integration/testdata/mutants (the drift term left out of validity),
+##   applied with go test -overlay: each must fail it, MUTANT_RUNS times
+##   (about 20 s a run); the real code must pass it as often
+MUTANT_RUNS ?= 1
+mutants: deps
+	GO=$(GO) integration/testdata/mutants/run.sh -real -n $(MUTANT_RUNS)
 
 ## soak: the nemesis with every fault kind the process backend makes (pauses, kills,
 ##   clocks that drift and jump within the assumptions) for SOAK, N=5, 32 clients on
