@@ -64,6 +64,9 @@ func prepare(root, version string, date time.Time) error {
 			published[m.Path] = true
 		}
 	}
+	if err := checkPublishedRequirements(root, mods); err != nil {
+		return err
+	}
 	for _, m := range mods {
 		if err := requireVersion(filepath.Join(root, m.Dir, "go.mod"), published, version); err != nil {
 			return err
@@ -90,6 +93,37 @@ func prepare(root, version string, date time.Time) error {
 		}
 	}
 	fmt.Printf("Committed the release and tagged %s.\nPush them with:\n\tgit push origin HEAD %s\n", strings.Join(tags, " "), strings.Join(tags, " "))
+	return nil
+}
+
+// checkPublishedRequirements refuses a published module that requires an
+// unpublished module of the repository: its users could not get that one.
+func checkPublishedRequirements(root string, mods []goModule) error {
+	unpublished := map[string]bool{}
+	for _, m := range mods {
+		if !m.Published {
+			unpublished[m.Path] = true
+		}
+	}
+	for _, m := range mods {
+		if !m.Published {
+			continue
+		}
+		name := filepath.Join(root, m.Dir, "go.mod")
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		f, err := modfile.Parse(name, data, nil)
+		if err != nil {
+			return err
+		}
+		for _, r := range f.Require {
+			if unpublished[r.Mod.Path] {
+				return fmt.Errorf("%s is published but requires %s, which is not (%s): its users could not get it; move what needs it into an unpublished module", m.Path, r.Mod.Path, listFile)
+			}
+		}
+	}
 	return nil
 }
 
