@@ -55,6 +55,7 @@ func Cases(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	t.Run("vanished holder frees the key at its TTL", func(t *testing.T) { vanished(t, c, newClient) })
 	t.Run("failed acquire leaves no key", func(t *testing.T) { noLeftovers(t, c, newClient) })
 	t.Run("a closed client reads and observes no more", func(t *testing.T) { closedClient(t, c, newClient) })
+	t.Run("a multi-key lock names its holder on every key", func(t *testing.T) { multiKeyMetadata(t, c, newClient) })
 }
 
 // open makes a client of c's masters with the suite's per-master timeout,
@@ -256,6 +257,52 @@ func nextLeader(t *testing.T, ch <-chan redlock.Leader) (redlock.Leader, bool) {
 		t.Fatal("Observe sent nothing and stayed open for 10s")
 	}
 	return redlock.Leader{}, false
+}
+
+// multiKeyMetadata: a multi-key lock's holder metadata is with each of its
+// keys, so Inspect of any key names the holder on every master that holds
+// it; the release leaves none of it behind.
+func multiKeyMetadata(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	client := open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	ks := []string{"{" + k + "}:a", "{" + k + "}:b", "{" + k + "}:c"}
+	l, err := client.AcquireMulti(ctx, ks, redlock.WithTTL(5*time.Second), redlock.WithMetadata("host=a pid=7"))
+	must(t, err)
+	for _, key := range ks {
+		waitHolders(t, c, key, l.Token(), len(c.Masters))
+		in, err := client.Inspect(ctx, key)
+		must(t, err)
+		for i, m := range in.Masters {
+			if m.Err != nil || len(m.State.Holders) != 1 || m.State.Holders[0].Meta != "host=a pid=7" {
+				t.Errorf("Inspect of %s, master %d: %+v, %v; want the holder's metadata", key, i, m.State.Holders, m.Err)
+			}
+		}
+	}
+	must(t, l.Release(ctx))
+	var left []string
+	for _, key := range ks {
+		left = append(left, key, layout.MetaKey(key))
+	}
+	// The release returns at a quorum: the last masters delete a moment
+	// later.
+	remaining := func() (out []string) {
+		for i, m := range c.Masters {
+			for _, key := range left {
+				if n, err := redis.Int(m.Do("EXISTS", key)); err != nil || n != 0 {
+					out = append(out, fmt.Sprintf("master %d: %s (%d, %v)", i, key, n, err))
+				}
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(remaining()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := remaining(); len(r) > 0 {
+		t.Errorf("left after the release: %q", r)
+	}
 }
 
 // deleteKeys deletes keys on every master of c.
