@@ -358,8 +358,8 @@ func (c *Client) addWorker() bool {
 // of Acquire calls (they return an error matching ErrClosed), stops the
 // watchdogs of auto-extended locks (they count as lost, with ErrClosed)
 // and the Observe of every election of the client, waits for every
-// goroutine the client started, and closes the pools NewFromAddrs made. Locks not released before Close expire at their
-// TTL, as do keys whose release or rollback a master missed and the client
+// goroutine the client started, and closes the pools NewFromAddrs made.
+// Locks not released before Close expire at their TTL, as do keys whose release or rollback a master missed and the client
 // was still retrying (docs/design.md, "Finishing what a master missed"):
 // Close drops those retries. A transport that has not completed a command
 // one per-master timeout after its own Close (it breaks Transport's
@@ -403,11 +403,11 @@ func (c *Client) Close() error {
 
 // Done returns a channel that is closed when Close is called, before
 // Close waits for the commands in flight: from then on the client starts
-// nothing, and every call fails with an error matching ErrClosed. Like
-// context.Context's Done, it lets what lives as long as the client stop
-// with it (Election.Observe ends on it). Successive calls return the same
-// channel; on a Client New did not make, which can never be closed, it
-// returns nil.
+// nothing, and every call that would talk to the masters fails with an
+// error matching ErrClosed. Like context.Context's Done, it lets what
+// lives as long as the client stop with it (Election.Observe ends on it).
+// Successive calls return the same channel; on a Client New did not make,
+// which can never be closed, it returns nil.
 func (c *Client) Done() <-chan struct{} {
 	if c == nil {
 		return nil

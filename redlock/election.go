@@ -490,9 +490,9 @@ const maxObserved = 64
 // while the receiver is not receiving (it keeps the latest 64 leaders for
 // it). A leader that came and went between two readings is not sent, and
 // the gap in the terms shows it. One goroutine runs until ctx ends or
-// Client.Close is called, then closes the channel; Close waits for it, as
-// for the client's other goroutines, and a leader read after Close was
-// called is not sent. On a closed client (or a nil ctx) the channel is
+// Client.Close is called, then closes the channel (dropping the leaders
+// it kept); Close waits for it, as for the client's other goroutines, and
+// a leader read after Close was called is not sent. On a closed client (or a nil ctx) the channel is
 // closed at once.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
