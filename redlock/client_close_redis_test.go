@@ -269,3 +269,42 @@ func TestClient_closeEndsEveryGoroutine(t *testing.T) {
 		})
 	}
 }
+
+// A stopped master (SIGSTOP) does not hold Close up behind an observer's
+// read of it: the read ends with the client, Close returns within its
+// usual bounds, and the observer's channel closes.
+func TestElection_observeOfAStoppedMasterEndsAtClose(t *testing.T) {
+	for _, pc := range closePoolCases {
+		t.Run(pc.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			c := closeCaseClient(t, pc, pc.pools(t, servers))
+			e := newElection(t, c, "close-stopped", redlock.WithTTL(time.Second))
+			seen := e.Observe(context.Background())
+			ctx := ctxT(t)
+			if _, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+				t.Fatalf("Leader before the stop: %v", err) // the client has met the masters
+			}
+			reads := servers[1].Calls("eval")
+			if err := servers[0].Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer servers[0].Resume()
+			// A reading after the stop: every master is read at once, so
+			// the stopped one's read is under way.
+			if !redistest.WaitFor(ctx, func() bool { return servers[1].Calls("eval") > reads }) {
+				t.Fatal("the observer read no more")
+			}
+			start := time.Now()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Close gives what is in flight one per-master timeout, and a
+			// transport one more (redlock.Client.Close); a second of slack
+			// for a loaded machine.
+			if took := time.Since(start); took > 2*realTimeout+time.Second {
+				t.Errorf("Close took %v behind an observer's read of a stopped master", took)
+			}
+			drainObserve(t, seen, 5*time.Second)
+		})
+	}
+}
