@@ -29,7 +29,8 @@
 //     (the master's clock, Unix milliseconds). Both carry a TTL.
 //   - Holder metadata: the hash MetaKey(K), one field per holder that has
 //     metadata (its token; a reentrant lock's owner ID) whose value is the
-//     metadata, at most MaxMeta bytes. Its TTL follows K's: the scripts
+//     metadata, at most MaxMeta bytes; a multi-key lock keeps one beside
+//     each of its keys. Its TTL follows K's: the scripts
 //     that grant, extend or release a hold with metadata set it to K's
 //     remaining TTL, and delete the hash with K. A field whose holder no
 //     longer holds K means nothing (readers show a holder's metadata only);

@@ -41,9 +41,15 @@ type Client struct {
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
 
+	// life ends when Close is called (end): closing, its Done channel,
+	// stops the locks' watchdogs, the waits and Observe, and the reads of
+	// Leader and Inspect end with it (untilClosed).
+	life    context.Context
+	end     context.CancelFunc
+	closing <-chan struct{}
+
 	mu        sync.Mutex
 	closed    bool
-	closing   chan struct{}     // closed by Close: stops the locks' watchdogs
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
 	chains    map[string]*round // per key and holder (chainID), its newest round whose legs still run (idem)
 	workers   sync.WaitGroup    // every leg of a round, retry, watchdog and subscriber still running
@@ -174,9 +180,10 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
 		releasing:    make(map[string]*round),
-		closing:      make(chan struct{}),
 		allOrdered:   true,
 	}
+	c.life, c.end = context.WithCancel(context.Background())
+	c.closing = c.life.Done()
 	seen := make(map[string]int, len(ts))
 	for i, t := range ts {
 		addr := withoutCredentials(t.Addr())
@@ -347,11 +354,12 @@ func (c *Client) addWorker() bool {
 // pooled path Close waits for each command in flight, and for the rollback
 // a late grant among them sends: a command whose master stops answering
 // while it is in flight holds Close up to one per-master timeout, at least
-// a second, past that command's deadline.) It ends the waits of Acquire calls
-// (they return an error matching ErrClosed), stops the watchdogs of
-// auto-extended locks (they count as lost, with ErrClosed) and closes the
-// pools NewFromAddrs made. Locks not released before Close expire at their
-// TTL, as do keys whose release or rollback a master missed and the client
+// a second, past that command's deadline.) It closes Done, ends the waits
+// of Acquire calls (they return an error matching ErrClosed), stops the
+// watchdogs of auto-extended locks (they count as lost, with ErrClosed)
+// and the Observe of every election of the client, waits for every
+// goroutine the client started, and closes the pools NewFromAddrs made.
+// Locks not released before Close expire at their TTL, as do keys whose release or rollback a master missed and the client
 // was still retrying (docs/design.md, "Finishing what a master missed"):
 // Close drops those retries. A transport that has not completed a command
 // one per-master timeout after its own Close (it breaks Transport's
@@ -366,7 +374,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
-		close(c.closing)
+		c.end()
 	}
 	c.mu.Unlock()
 	c.waker.close()
@@ -391,6 +399,42 @@ func (c *Client) Close() error {
 		p.Close()
 	}
 	return nil
+}
+
+// Done returns a channel that is closed when Close is called, before
+// Close waits for the commands in flight: from then on the client starts
+// nothing, and every call that would talk to the masters fails with an
+// error matching ErrClosed. Like context.Context's Done, it lets what
+// lives as long as the client stop with it (Election.Observe ends on it).
+// Successive calls return the same channel; on a Client New did not make,
+// which can never be closed, it returns nil.
+func (c *Client) Done() <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.closing
+}
+
+// closedErr returns an error matching ErrClosed, naming what and key,
+// once Close was called; else nil.
+func (c *Client) closedErr(what, key string) error {
+	select {
+	case <-c.closing:
+		return fmt.Errorf("%w: %s %q", ErrClosed, what, key)
+	default:
+		return nil
+	}
+}
+
+// untilClosed returns a context that ends with ctx, or when Close is
+// called (its cause then ErrClosed): for the reads that Close cuts short.
+func (c *Client) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
 }
 
 // within waits for ch to close, at most d; it reports whether it did.

@@ -131,7 +131,10 @@ func (e *Election) check(ctx context.Context) error {
 	if e == nil || e.c == nil {
 		return fmt.Errorf("%w: this Election was not made by Client.NewElection", ErrInvalid)
 	}
-	return e.c.check(ctx)
+	if err := e.c.check(ctx); err != nil {
+		return err
+	}
+	return e.c.closedErr("election", e.key)
 }
 
 // Leadership is one term of leadership, won by Campaign. It lasts until
@@ -187,7 +190,10 @@ type Leader struct {
 // leader's value with another's term (docs/design.md, "Reading an
 // election's leader").
 //
-// It returns an error matching ErrNoLeader when no quorum holds the key;
+// On a closed client (Client.Close) it returns an error matching
+// ErrClosed, also when Close was called while it read: what it read then
+// may be a leader elected after the Close. It returns an error matching
+// ErrNoLeader when no quorum holds the key;
 // one matching ErrHandOver (which matches ErrNoLeader too) when a quorum
 // holds a new leader's key but fewer than a quorum have its term yet — a
 // hand-over is under way: Leader reads again a few times within ctx before
@@ -212,8 +218,14 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return Leader{}, err
 	}
+	rctx, cancel := e.c.untilClosed(ctx)
+	defer cancel()
 	for try := 1; ; try++ {
-		ld, handOver, err := leaderIn(e.key, e.c.readLeader(ctx, e.key), e.c.quorum)
+		reads := e.c.readLeader(rctx, e.key)
+		if err := e.c.closedErr("leader of", e.key); err != nil {
+			return Leader{}, err
+		}
+		ld, handOver, err := leaderIn(e.key, reads, e.c.quorum)
 		if err != nil && !errors.Is(err, ErrNoLeader) {
 			// Masters could not be read: if ctx ended, that is why (a
 			// master's read then says it did not answer in time).
@@ -229,6 +241,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return ld, err
+		case <-e.c.closing:
+			t.Stop()
+			return Leader{}, e.c.closedErr("leader of", e.key)
 		case <-t.C:
 		}
 	}
@@ -468,20 +483,25 @@ func leaderIn(key string, reads []leaderRead, quorum int) (Leader, bool, error) 
 // not receive.
 const maxObserved = 64
 
-// Observe reads the leader again and again until ctx ends, and sends each
-// new one on the returned channel: in the order of their terms, each term
-// once, never an older one after a newer. It reads every tenth of the TTL
-// (at least 50 ms apart, at most a second), also while the receiver is not
-// receiving (it keeps the latest 64 leaders for it). A leader that came and
-// went between two readings is not sent, and the gap in the terms shows
-// it. One goroutine runs until ctx ends, then closes the channel.
+// Observe reads the leader again and again until ctx ends or the client
+// closes, and sends each new one on the returned channel: in the order of
+// their terms, each term once, never an older one after a newer. It reads
+// every tenth of the TTL (at least 50 ms apart, at most a second), also
+// while the receiver is not receiving (it keeps the latest 64 leaders for
+// it). A leader that came and went between two readings is not sent, and
+// the gap in the terms shows it. One goroutine runs until ctx ends or
+// Client.Close is called, then closes the channel (dropping the leaders
+// it kept); Close waits for it, as for the client's other goroutines, and
+// a leader read after Close was called is not sent. On a closed client (or a nil ctx) the channel is
+// closed at once.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	if e.check(ctx) != nil {
+	if e.check(ctx) != nil || !e.c.addWorker() {
 		close(ch)
 		return ch
 	}
 	go func() {
+		defer e.c.workers.Done()
 		defer close(ch)
 		var last uint64
 		var queue []Leader
@@ -496,10 +516,16 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			select {
 			case <-ctx.Done():
 				return
+			case <-e.c.closing:
+				return
 			case out <- head:
 				queue = queue[1:]
 			case <-t.C:
-				if ld, err := e.Leader(ctx); err == nil && ld.Term > last {
+				ld, err := e.Leader(ctx)
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err == nil && ld.Term > last {
 					last = ld.Term
 					if len(queue) == maxObserved {
 						queue = queue[1:]

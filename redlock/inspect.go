@@ -56,7 +56,8 @@ type MasterState struct {
 // (WithTimeout) and never past ctx's deadline; a cancelled ctx stops each
 // master's reading before its next round trip. A master's failure is
 // reported in its MasterState, never as Inspect's error, which is only for
-// a nil ctx, an empty key or a Client New did not make (ErrInvalid).
+// a nil ctx, an empty key or a Client New did not make (ErrInvalid), and a
+// closed client (ErrClosed; Close ends the reads under way).
 //
 // Every reply is untrusted: each must have the one shape its command
 // allows, and what is kept is bounded (layout.MaxEntries entries,
@@ -73,6 +74,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 	if key == "" {
 		return Inspection{}, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
+	if err := c.closedErr("inspect", key); err != nil {
+		return Inspection{}, err
+	}
+	ctx, cancel := c.untilClosed(ctx)
+	defer cancel()
 	in := Inspection{Key: key, Masters: make([]MasterState, len(c.masters))}
 	var wg sync.WaitGroup
 	for i := range c.masters {
@@ -83,6 +89,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 		}(&c.masters[i])
 	}
 	wg.Wait()
+	if err := c.closedErr("inspect", key); err != nil {
+		return Inspection{}, err // what was read may be of after the Close
+	}
 	return in, nil
 }
 

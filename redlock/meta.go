@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
@@ -17,13 +18,17 @@ import (
 // hold is: the script's kind is unchanged, wrapped by a few lines that
 // store the field when the lock was granted, remove it on release or
 // rollback, and make the hash's TTL follow the lock key's
-// (internal/scripts/meta.go). No script reads it to decide anything: it
+// (internal/scripts/meta.go). A multi-key lock keeps it beside each of its
+// keys, so the holder of any of them can be told. No script reads it to decide anything: it
 // can neither take nor release a lock. A lock without metadata sends what
 // it sent before (a plain lock its SET NX PX).
 
 // holderMeta is a lock's metadata and the key it is kept in.
 type holderMeta struct {
-	key   string // layout.MetaKey of the lock key
+	key string // layout.MetaKey of the lock key
+	// keys: a multi-key lock's, the layout.MetaKey of each of its keys, in
+	// their order: the metadata is kept with every key (nil otherwise).
+	keys  []any
 	value string
 	// term: an election's campaign, whose fencing commit also records the
 	// term in the hash (scripts.FenceCommitTerm; election.go).
@@ -47,7 +52,14 @@ func withHolderMeta(k kind, key string, lc *lockConfig) kind {
 	if lc.meta == "" && !lc.election {
 		return k
 	}
-	return &metaKind{kind: k, meta: &holderMeta{key: layout.MetaKey(key), value: lc.meta, term: lc.election}}
+	hm := &holderMeta{key: layout.MetaKey(key), value: lc.meta, term: lc.election}
+	if mk, ok := k.(*multiKind); ok {
+		hm.keys = make([]any, len(mk.ks))
+		for i, k := range mk.ks {
+			hm.keys[i] = layout.MetaKey(k)
+		}
+	}
+	return &metaKind{kind: k, meta: hm}
 }
 
 // mapKind returns f(k), carrying k's metadata if it has any.
@@ -80,7 +92,8 @@ func (mk *metaKind) command(r *round, op opKind, dst []any) (*scripts.Script, st
 // held, for as long as it is held: who holds it (a host and process ID, a
 // leader's address). Anyone can read it (Client.Inspect, layout.Holder's
 // Meta, redlock status); it can neither take nor release the lock. It works
-// with every lock kind; each reader of a read-write lock has its own.
+// with every lock kind; each reader of a read-write lock has its own, and a
+// multi-key lock keeps it with each of its keys.
 // value may hold any bytes, at most layout.MaxMeta of them; "" (the
 // default) stores nothing, and the lock is sent as without the option.
 func WithMetadata(value string) LockOption { return func(c *lockConfig) { c.meta = value } }
@@ -107,9 +120,9 @@ func (l *Lock) Metadata() string {
 
 // withMeta turns op's command into its wrapped form, which also keeps the
 // holder's metadata (see internal/scripts/meta.go): the metadata hash
-// after the script's keys, and what to do with the field, the holder's
-// token and the metadata after its values. A plain SET becomes the
-// Acquire script.
+// after the script's keys (a multi-key lock's: one hash per key), and what
+// to do with the field, the holder's token and the metadata after its
+// values. A plain SET becomes the Acquire script.
 func (mk *metaKind) withMeta(r *round, op opKind, script *scripts.Script, args []any) (*scripts.Script, string, []any) {
 	if script == nil { // SET key token NX PX ttl
 		script, args = scripts.Acquire, append(args[:0], r.key, r.token, r.ttlMS)
@@ -127,9 +140,11 @@ func (mk *metaKind) withMeta(r *round, op opKind, script *scripts.Script, args [
 	case op == opRelease && !mk.partial():
 		what = scripts.MetaDrop // a reentrant owner's release of one hold of several keeps it
 	}
-	args = append(args, nil)
-	copy(args[nkeys+1:], args[nkeys:])
-	args[nkeys] = mk.meta.key
+	mkeys := []any{mk.meta.key}
+	if mk.meta.keys != nil {
+		mkeys = mk.meta.keys
+	}
+	args = slices.Insert(args, nkeys, mkeys...)
 	args = append(args, what, r.token, mk.meta.value)
 	return script.WithMeta(), "", args
 }

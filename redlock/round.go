@@ -991,10 +991,16 @@ func (r *round) nkeys(script *scripts.Script) int {
 	if n := script.KeyCount(); n >= 0 {
 		return n
 	}
-	if script != script.Inner() { // wrapped for holder metadata: one more key
-		return len(r.k.keys(r.key)) + 1
+	n := len(r.k.keys(r.key))
+	if script != script.Inner() {
+		// Wrapped for holder metadata: a multi-key lock has a hash per
+		// key, any other lock one more key.
+		if mk, ok := r.k.(*metaKind); ok && mk.meta.keys != nil {
+			return 2 * n
+		}
+		return n + 1
 	}
-	return len(r.k.keys(r.key))
+	return n
 }
 
 // expect is what a command's reply may be, besides an error reply (which

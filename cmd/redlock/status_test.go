@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // Keys and what masters hold can carry terminal escape sequences, tabs
@@ -156,5 +159,44 @@ func TestCLI_sameServerTwiceIsRefused(t *testing.T) {
 	}
 	if n, err := servers[0].Do("EXISTS", "job"); err != nil || n.(int64) != 0 {
 		t.Errorf("EXISTS job = %v, %v", n, err)
+	}
+}
+
+// Every key of a multi-key lock names its holder: status shows the
+// metadata on each key, not on the first alone.
+func TestStatus_multiKeyLockShowsItsHolderOnEveryKey(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	pools := make([]pool.Pool, len(servers))
+	for i, s := range servers {
+		pools[i] = s.Pool()
+	}
+	c, err := redlock.New(pools, redlock.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keys := []string{"{job}:in", "{job}:out"}
+	l, err := c.AcquireMulti(ctx, keys, redlock.WithTTL(time.Minute), redlock.WithMetadata("host=worker-3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	// The acquisition returns at a quorum: wait for the last master.
+	if !redistest.WaitFor(ctx, func() bool {
+		n, err := servers[2].Do("EXISTS", keys[1])
+		return err == nil && n == int64(1)
+	}) {
+		t.Fatal("the last master never got the lock")
+	}
+	code, out, errOut := redlockRun(t, addrsOf(servers), append([]string{"status"}, keys...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	// Per key: a row per master and the verdict.
+	if want := len(keys) * (len(servers) + 1); strings.Count(out, `"host=worker-3"`) != want {
+		t.Errorf("the holder's metadata is shown %d times, want %d (every key, every master):\n%s",
+			strings.Count(out, `"host=worker-3"`), want, out)
 	}
 }

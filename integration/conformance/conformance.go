@@ -20,6 +20,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -53,6 +54,8 @@ func Cases(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	t.Run("foreign token cannot release or extend", func(t *testing.T) { foreign(t, c, newClient) })
 	t.Run("vanished holder frees the key at its TTL", func(t *testing.T) { vanished(t, c, newClient) })
 	t.Run("failed acquire leaves no key", func(t *testing.T) { noLeftovers(t, c, newClient) })
+	t.Run("a closed client reads and observes no more", func(t *testing.T) { closedClient(t, c, newClient) })
+	t.Run("a multi-key lock names its holder on every key", func(t *testing.T) { multiKeyMetadata(t, c, newClient) })
 }
 
 // open makes a client of c's masters with the suite's per-master timeout,
@@ -192,6 +195,125 @@ func noLeftovers(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	vals := Holders(c, k)
 	if Count(vals, "other") != q || Count(vals, "") != n-q {
 		t.Errorf("after failed attempts the masters hold %q", vals)
+	}
+}
+
+// closedClient: once a client is closed, its Done channel is closed, the
+// Observe of its election ends without reporting a leader elected after
+// the Close, and Leader and Inspect return ErrClosed, though the masters
+// still answer other clients.
+func closedClient(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	watcher, candidates := open(t, newClient, c), open(t, newClient, c)
+	we, err := watcher.NewElection(k, redlock.WithTTL(2*time.Second))
+	must(t, err)
+	ce, err := candidates.NewElection(k, redlock.WithTTL(2*time.Second))
+	must(t, err)
+	seen := we.Observe(context.Background())
+	first, err := ce.Campaign(ctx, "before-close")
+	must(t, err)
+	if ld, ok := nextLeader(t, seen); !ok || ld.Term != first.Term() {
+		t.Fatalf("observed %+v (open %v), want term %d", ld, ok, first.Term())
+	}
+	must(t, watcher.Close())
+	select {
+	case <-watcher.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	if _, err := we.Leader(ctx); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("Leader on a closed client: %v, want ErrClosed", err)
+	}
+	if _, err := watcher.Inspect(ctx, k); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("Inspect on a closed client: %v, want ErrClosed", err)
+	}
+	must(t, first.Resign(ctx))
+	second, err := ce.Campaign(ctx, "after-close")
+	must(t, err)
+	for {
+		ld, ok := nextLeader(t, seen)
+		if !ok {
+			break
+		}
+		if ld.Term > first.Term() {
+			t.Fatalf("the observer of a closed client reported a leader elected after Close: %+v", ld)
+		}
+	}
+	must(t, second.Resign(ctx))
+	deleteKeys(t, c, layout.FenceKey(k))
+}
+
+// nextLeader receives from an Observe channel within 10 s; ok false when
+// it closed.
+func nextLeader(t *testing.T, ch <-chan redlock.Leader) (redlock.Leader, bool) {
+	t.Helper()
+	tm := time.NewTimer(10 * time.Second)
+	defer tm.Stop()
+	select {
+	case ld, ok := <-ch:
+		return ld, ok
+	case <-tm.C:
+		t.Fatal("Observe sent nothing and stayed open for 10s")
+	}
+	return redlock.Leader{}, false
+}
+
+// multiKeyMetadata: a multi-key lock's holder metadata is with each of its
+// keys, so Inspect of any key names the holder on every master that holds
+// it; the release leaves none of it behind.
+func multiKeyMetadata(t *testing.T, c *cluster.Cluster, newClient NewClient) {
+	client := open(t, newClient, c)
+	ctx := ctxT(t, 30*time.Second)
+	k := key(t)
+	ks := []string{"{" + k + "}:a", "{" + k + "}:b", "{" + k + "}:c"}
+	l, err := client.AcquireMulti(ctx, ks, redlock.WithTTL(5*time.Second), redlock.WithMetadata("host=a pid=7"))
+	must(t, err)
+	for _, key := range ks {
+		waitHolders(t, c, key, l.Token(), len(c.Masters))
+		in, err := client.Inspect(ctx, key)
+		must(t, err)
+		for i, m := range in.Masters {
+			if m.Err != nil || len(m.State.Holders) != 1 || m.State.Holders[0].Meta != "host=a pid=7" {
+				t.Errorf("Inspect of %s, master %d: %+v, %v; want the holder's metadata", key, i, m.State.Holders, m.Err)
+			}
+		}
+	}
+	must(t, l.Release(ctx))
+	var left []string
+	for _, key := range ks {
+		left = append(left, key, layout.MetaKey(key))
+	}
+	// The release returns at a quorum: the last masters delete a moment
+	// later.
+	remaining := func() (out []string) {
+		for i, m := range c.Masters {
+			for _, key := range left {
+				if n, err := redis.Int(m.Do("EXISTS", key)); err != nil || n != 0 {
+					out = append(out, fmt.Sprintf("master %d: %s (%d, %v)", i, key, n, err))
+				}
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(remaining()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := remaining(); len(r) > 0 {
+		t.Errorf("left after the release: %q", r)
+	}
+}
+
+// deleteKeys deletes keys on every master of c.
+func deleteKeys(t *testing.T, c *cluster.Cluster, keys ...string) {
+	t.Helper()
+	for i, m := range c.Masters {
+		for _, k := range keys {
+			if _, err := m.Do("DEL", k); err != nil {
+				t.Errorf("master %d: DEL %s: %v", i, k, err)
+			}
+		}
 	}
 }
 

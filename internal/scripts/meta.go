@@ -12,6 +12,13 @@ import _ "embed"
 // its reply is returned as it is; the wrapper then stores or removes the
 // holder's field and makes the hash's TTL follow the lock key's. A lock
 // without metadata sends its script (or its SET) as before.
+//
+// A multi-key lock keeps the metadata with each of its keys: multi.lua is
+// wrapped by meta_multi_head.lua and meta_multi_tail.lua instead, which
+// take one metadata hash per lock key (the lock keys, then their hashes
+// in the same order) and make each hash's TTL follow its own key's. What
+// a master holds is the layout of every other kind: any key's hash names
+// its holder, for every reader of any version.
 
 var (
 	//go:embed acquire.lua
@@ -20,6 +27,10 @@ var (
 	metaHead string
 	//go:embed meta_tail.lua
 	metaTail string
+	//go:embed meta_multi_head.lua
+	metaMultiHead string
+	//go:embed meta_multi_tail.lua
+	metaMultiTail string
 )
 
 // Acquire is SET NX PX as a script, only ever run wrapped (WithMeta): the
@@ -43,7 +54,11 @@ var metaScripts = func() map[*Script]*Script {
 		if n >= 0 {
 			n++
 		}
-		w := New(s.name, n, metaHead+s.src+"\n"+metaTail)
+		head, tail := metaHead, metaTail
+		if s == Multi { // one hash per lock key
+			head, tail = metaMultiHead, metaMultiTail
+		}
+		w := New(s.name, n, head+s.src+"\n"+tail)
 		w.inner = s
 		m[s] = w
 	}
