@@ -165,31 +165,7 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 			}
 			return hostile.Forward
 		}
-		p := hostile.NewProxy(t, s.Addr(), hook)
-		c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		// First contact and the script loaded, so that each rollback is
-		// one EVALSHA.
-		warm, err := c.NewReentrant(key+":warm", "warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.TryAcquire(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		re, err := c.NewReentrant(key, "owner-28", redlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := re.TryAcquire(context.Background()); err == nil {
-			t.Fatal("granted by a master whose acquisition was held")
-		}
+		re := atk28FailedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-28", path)
 		if startAfter == 0 {
 			// Alone: every rollback and the confirmation go out.
 			time.Sleep(atk28Held + 500*time.Millisecond)
@@ -234,4 +210,37 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 		t.Logf("rollbacks (key present before each): %v", strings.Join(got, " "))
 	})
 	return answers
+}
+
+// atk28FailedFirstHold makes a Client of the one master behind the proxy
+// at addr, on path, with atk28Timeout, closed when t ends, and a
+// Reentrant of owner on key (TTL one minute), whose first TryAcquire it
+// runs and expects to fail: the proxy holds the acquisition. The Client's
+// first contact is made and the reentrant script loaded before (a hold of
+// key+":warm" taken and released), so that each rollback is one EVALSHA.
+func atk28FailedFirstHold(t *testing.T, addr, key, owner string, path connPath) *redlock.Reentrant {
+	t.Helper()
+	c, err := redlock.NewFromAddrs([]string{addr}, redlock.WithTimeout(atk28Timeout), path.Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	warm, err := c.NewReentrant(key+":warm", "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.TryAcquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	re, err := c.NewReentrant(key, owner, redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := re.TryAcquire(context.Background()); err == nil {
+		t.Fatal("granted by a master whose acquisition was held")
+	}
+	return re
 }

@@ -96,6 +96,9 @@ type master struct {
 // waiters wait, outside the pool (its MaxActive does not count them), and
 // Close closes them. The connections a *redis.Pool dials are not guarded
 // against hostile replies unless its dial function uses pool.GuardConn.
+// Close ends a dial in progress through its context, so a *redis.Pool's
+// dial function must honour it, TLS handshake included (redigo's
+// DialUseTLS does not: docs/operations.md, "TLS").
 func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(len(pools), opts)
 	if err != nil {

@@ -134,6 +134,11 @@ type QuorumError struct {
 	// Failed holds a *NodeError for each master that failed or did not
 	// answer in time; nil when none did.
 	Failed *multierror.Error
+	// WrongKind holds a *NodeError, matching ErrWrongKind, for each of
+	// Refused whose copy of the key is a lock of another kind (a
+	// read-write lock's hash where a plain lock's string was expected,
+	// say); nil when none is. Nothing more was sent to those masters.
+	WrongKind *multierror.Error
 	// Unanswered holds the indices of masters whose answers were not
 	// awaited: the outcome was settled without them (so many refused or
 	// failed that a quorum was out of reach), or the caller's ctx ended
@@ -184,13 +189,20 @@ func (e *QuorumError) Error() string {
 	if e.NoValidity {
 		b.WriteString(", but no validity was left")
 	}
-	if len(e.Refused) > len(e.WriterWaiting) {
+	wrongKind := e.wrongKindAt()
+	if len(e.Refused) > len(e.WriterWaiting)+len(wrongKind) {
 		if e.Op == "acquire" {
 			b.WriteString("; held by another token on ")
 		} else {
 			b.WriteString("; not held by this token on ")
 		}
-		e.writeMasters(&b, e.Refused, e.WriterWaiting)
+		e.writeMasters(&b, e.Refused, append(wrongKind, e.WriterWaiting...))
+	}
+	if e.WrongKind != nil {
+		for _, err := range e.WrongKind.Errors {
+			b.WriteString("; ")
+			b.WriteString(trimPrefix(err.Error()))
+		}
 	}
 	if len(e.WriterWaiting) > 0 {
 		b.WriteString("; a writer is waiting, readers wait behind it, on ")
@@ -220,6 +232,20 @@ func (e *QuorumError) Error() string {
 		b.WriteString(e.ctxErr.Error())
 	}
 	return b.String()
+}
+
+// wrongKindAt returns the indices of the masters in WrongKind.
+func (e *QuorumError) wrongKindAt() []int {
+	if e.WrongKind == nil {
+		return nil
+	}
+	var at []int
+	for _, err := range e.WrongKind.Errors {
+		if ne := (*NodeError)(nil); errors.As(err, &ne) {
+			at = append(at, ne.Index)
+		}
+	}
+	return at
 }
 
 // writeMasters writes "master i (addr)" for each index of list, comma
@@ -258,6 +284,9 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	if e.Failed != nil {
 		errs = append(errs, e.Failed)
+	}
+	if e.WrongKind != nil {
+		errs = append(errs, e.WrongKind)
 	}
 	return errs
 }

@@ -540,6 +540,9 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 	// (confirmLater). A SET that was answered has run, and cannot run
 	// after this.
 	v, err := e.r.decode(e.i, e.op, q.w.want, res, err)
+	if v == voteNo {
+		err = nil // a refusal that says why (ErrWrongKind) ends the retry too
+	}
 	again := err == nil && v == voteNo && e.op == opRollback && !e.confirm && e.r.setUnanswered(e.i)
 	q.f.ended(q.c, e, err, false, again)
 	q.c.workers.Done()

@@ -78,6 +78,12 @@ type mux struct {
 
 	wg sync.WaitGroup // the dialer, and every connection's reader and writer
 
+	// life ends when Close begins, and with it a dial in progress (the
+	// TCP connect, a TLS handshake, the SCRIPT LOADs). Made with the
+	// first dial (under mu); endLife ends it.
+	life    context.Context
+	endLife context.CancelFunc
+
 	ownReads atomic.Int64 // replies read by their caller (readOwn), for tests
 
 	mu     sync.Mutex
@@ -245,6 +251,9 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	mx.wg.Add(1)
 	ch := make(chan struct{})
 	mx.dialing = ch
+	if mx.life == nil {
+		mx.life, mx.endLife = context.WithCancel(context.Background())
+	}
 	if mx.cur == nil {
 		go mx.dialer(ch)
 	}
@@ -259,7 +268,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 	var err error
 	for try := 1; ; try++ {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), mx.timeout)
+		ctx, cancel := context.WithTimeout(mx.life, mx.timeout)
 		mc, err = mx.connect(ctx)
 		cancel()
 		if err == nil || try == dialTries || !stalledDial(err, start) {
@@ -269,6 +278,9 @@ func (mx *mux) dialer(ch chan struct{}) {
 	mx.mu.Lock()
 	if err == nil && mc.settled {
 		err = mc.err // it failed before it could be used
+	}
+	if err != nil && mx.closed {
+		err = ErrClosed // Close ended the dial
 	}
 	var failed []*muxReq
 	if err == nil {
@@ -1052,11 +1064,14 @@ func (mx *mux) readOwn(ctx context.Context, deadline time.Time, q *muxReq) bool 
 	return mc.readOwn(ctx, deadline, q)
 }
 
-// Close fails what its connections still carry with ErrClosed, closes
-// them and waits for their goroutines (Transport).
+// Close ends a dial in progress, fails what its connections still carry
+// with ErrClosed, closes them and waits for their goroutines (Transport).
 func (mx *mux) Close() error {
 	mx.mu.Lock()
 	mx.closed = true
+	if mx.endLife != nil {
+		mx.endLife()
+	}
 	conns := make([]*muxConn, 0, len(mx.conns))
 	for mc := range mx.conns {
 		conns = append(conns, mc)

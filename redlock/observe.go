@@ -487,7 +487,7 @@ func (r *round) answered(i int, op opKind, v vote, err error) {
 		return
 	}
 	m := &c.masters[i]
-	if err != nil {
+	if err != nil && v != voteNo { // a refusal that says why is an answer
 		c.masterFailed(r.ctx, op, r.key, m, err)
 	} else {
 		c.masterAnswered(r.ctx, m, r.started())

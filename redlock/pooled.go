@@ -46,6 +46,12 @@ type pooledTransport struct {
 	// for): silence leaves that much out.
 	beat *beat
 
+	// life ends when Close begins: it ends every wait for a connection
+	// (for the pool, a dial, a TLS handshake), so that nothing holds Close
+	// that was never sent. endLife ends it.
+	life    context.Context
+	endLife context.CancelFunc
+
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	running int // goroutines of run, under mu
@@ -58,8 +64,10 @@ type pooledTransport struct {
 
 // newPooled returns the pooled transport of the master named addr.
 func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, clk clock.Clock) *pooledTransport {
+	life, endLife := context.WithCancel(context.Background())
 	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: lateBound(timeout),
-		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now()}
+		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now(),
+		life: life, endLife: endLife}
 }
 
 // Addr names the master (Transport).
@@ -87,10 +95,11 @@ func (p *pooledTransport) Send(cmd *Command) {
 	if p.running == 0 {
 		p.busy = p.clock.Now().Sub(p.epoch)
 	}
+	afterClose := p.closed
 	p.running++
 	p.wg.Add(1)
 	p.mu.Unlock()
-	go p.run(cmd)
+	go p.run(cmd, afterClose)
 }
 
 // run sends cmd and reads its reply past its deadline: up to lateBound
@@ -110,7 +119,14 @@ func (p *pooledTransport) Send(cmd *Command) {
 // first use; when cmd may be re-sent, run tries once more on a fresh
 // connection within the same bound (the other idle connections are
 // likely as stale), and says so (SendInfo.Resent).
-func (p *pooledTransport) run(cmd *Command) {
+//
+// Getting the connection (waiting for the pool, dialing, the TLS
+// handshake, AUTH) has the same bound, and Close ends that wait at once,
+// since nothing was sent yet: a master that accepts connections and never
+// finishes a handshake does not hold Close. An Undo sent after Close
+// began (afterClose), which Send lets through only to a master that
+// answers, keeps its wait.
+func (p *pooledTransport) run(cmd *Command, afterClose bool) {
 	defer func() {
 		p.mu.Lock()
 		p.running--
@@ -119,7 +135,11 @@ func (p *pooledTransport) run(cmd *Command) {
 	}()
 	p.beat.enter()
 	defer p.beat.leave()
-	ctx := context.Background()
+	get := p.life
+	if afterClose {
+		get = context.Background()
+	}
+	var readBy time.Time // zero: the connection's own read timeout
 	if !cmd.Deadline.IsZero() {
 		bound := p.stall
 		if p.Silence() >= p.grace {
@@ -128,25 +148,30 @@ func (p *pooledTransport) run(cmd *Command) {
 		if p.unheard.Load() == 0 {
 			p.unheard.CompareAndSwap(0, int64(p.clock.Now().Sub(p.epoch))+1)
 		}
+		readBy = cmd.Deadline.Add(bound)
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline.Add(bound))
+		get, cancel = context.WithDeadline(get, readBy)
 		defer cancel()
 	}
-	v, err, sent := p.once(ctx, cmd, false)
+	v, err, sent := p.once(get, readBy, cmd, false)
 	info := SendInfo{Sent: sent}
 	if err != nil && cmd.Resend && brokenConn(err) {
-		v, err, _ = p.once(ctx, cmd, true)
+		v, err, sent = p.once(get, readBy, cmd, true)
 		info.Resent = true
+	}
+	if err != nil && !sent && !afterClose && p.life.Err() != nil {
+		err = ErrClosed // Close ended the wait for a connection
 	}
 	cmd.Complete(v, err, info)
 }
 
-// once sends cmd once; fresh asks for a newly dialed connection rather
-// than an idle one of the pool, where the pool can dial. sent reports
-// whether the command was written (or may have been). A panic of redigo's
-// parser (a hostile master, on a pool this package did not make) fails
-// the command with ErrPanic.
-func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v any, err error, sent bool) {
+// once sends cmd once, on a connection got within ctx, and reads its reply
+// by readBy (zero: within the connection's own read timeout); fresh asks
+// for a newly dialed connection rather than an idle one of the pool, where
+// the pool can dial. sent reports whether the command was written (or may
+// have been). A panic of redigo's parser (a hostile master, on a pool this
+// package did not make) fails the command with ErrPanic.
+func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Command, fresh bool) (v any, err error, sent bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			v, err, sent = nil, panicError(r), true
@@ -163,8 +188,8 @@ func (p *pooledTransport) once(ctx context.Context, cmd *Command, fresh bool) (v
 	}
 	defer conn.Close()
 	var timeout time.Duration // 0: the connection's own read timeout
-	if dl, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(dl); timeout <= 0 {
+	if !readBy.IsZero() {
+		if timeout = time.Until(readBy); timeout <= 0 {
 			return nil, context.DeadlineExceeded, false
 		}
 	}
@@ -250,13 +275,15 @@ func (p *pooledTransport) Subscribe(ctx context.Context, notify func(channel, pa
 	return subscribeRedigo(ctx, p.dial, p.pool, notify)
 }
 
-// Close waits for the commands in flight, each bounded as run says, and
-// for the rollbacks their late replies send (Transport). The pool is the
+// Close ends every wait for a connection (nothing was sent on those), and
+// waits for the commands in flight, each bounded as run says, and for the
+// rollbacks their late replies send (Transport). The pool is the
 // caller's: Close leaves it open.
 func (p *pooledTransport) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.endLife()
 	p.wg.Wait()
 	p.beat.stop()
 	return nil

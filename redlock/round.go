@@ -638,13 +638,14 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 // counts as unknown (an extension is idempotent).
 func (r *round) answer(i int, op opKind, w *wireCmd, res any, err error, info SendInfo) (vote, error) {
 	v, err := r.decode(i, op, w.want, res, err)
-	if err != nil {
+	failed := err != nil && v == voteFail // not a refusal that says why (ErrWrongKind)
+	if failed {
 		r.c.failedAt[i].Store(time.Now().UnixNano())
 	}
-	if err != nil && !info.Sent {
+	if failed && !info.Sent {
 		r.fin.markUnsent(op, i)
 	}
-	if err != nil && finishes(op, r) {
+	if failed && finishes(op, r) {
 		r.c.finishLater(r, i, op, err)
 	}
 	if info.Resent && err == nil && v == voteNo && op != opExtend {
@@ -1081,7 +1082,23 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 		err = redis.Error(re) // as redigo reports it: what callers of this package see
 	}
 	if err != nil {
-		return voteFail, scripts.Explain(err)
+		err = scripts.Explain(err)
+		if errors.Is(err, ErrWrongKind) {
+			// The master's copy of the key is a lock of another kind:
+			// this token is not there, and cannot get there while it
+			// is. A refusal, not a failure: nothing to undo or retry.
+			// A rollback that meets it found nothing, as one that
+			// finds the key absent: the acquisition it undoes may
+			// still be waiting in the master's buffers if it went
+			// unanswered, and run once the other kind's key is gone,
+			// so it is confirmed as such a rollback is (confirmLater),
+			// not taken for final.
+			if op == opRollback {
+				return voteNo, nil
+			}
+			return voteNo, err
+		}
+		return voteFail, err
 	}
 	if !want.fits(res) {
 		return voteFail, &desyncError{cmd: op.String(), reply: describe(res)}
@@ -1178,7 +1195,10 @@ type tally struct {
 	votes         []vote // by master; 0 while it has not answered
 	refused       []int
 	errs          []error
-	ctxErr        error
+	// wrongKind holds the *NodeError of each of refused that refused
+	// because its copy of the key is a lock of another kind.
+	wrongKind []error
+	ctxErr    error
 }
 
 func (t *tally) ok(quorum int) bool { return t.yes >= quorum }
@@ -1196,6 +1216,9 @@ func (t *tally) add(rp reply) {
 	case voteNo:
 		t.no++
 		t.refused = append(t.refused, rp.index)
+		if rp.err != nil {
+			t.wrongKind = append(t.wrongKind, rp.err)
+		}
 	case voteSkip:
 		t.skip++
 	default:
@@ -1382,6 +1405,9 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 	}
 	if len(t.errs) > 0 {
 		qe.Failed = multierror.Append(nil, t.errs...)
+	}
+	if len(t.wrongKind) > 0 {
+		qe.WrongKind = multierror.Append(nil, t.wrongKind...)
 	}
 	for i, v := range t.votes {
 		switch {
