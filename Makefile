@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: sim mutants all test test-goredis test-otel unit short integration race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -144,3 +144,15 @@ bench-peers: bench-deps
 ## bench-peers-quick: only the cells the targets are judged on, 1 s each, printed, nothing written (about a minute)
 bench-peers-quick: bench-deps
 	cd bench && $(GO) run . -quick
+
+## sim: the simulator (module sim/): clients take, extend and release locks on
+##   simulated masters that run the library's Lua scripts, with faults, on
+##   synctest's virtual clock, checking the invariants at every step. Runs new
+##   seeds for DURATION (one lane per CPU), or replays SEED; OPS operations per
+##   simulation. A failure prints its seed: `make sim SEED=...` replays it.
+SEED ?= 0
+OPS ?= 5000
+DURATION ?= 1m
+sim:
+	cd sim && GOGC=400 $(GO) test -count=1 -timeout 0 -run '^TestSim_noTwoValidHolders$$' -v . \
+	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
