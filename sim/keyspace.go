@@ -264,7 +264,31 @@ func (ks *keyspace) exec(m *Master, args []string) (any, error) {
 			delete(ks.data, a[0])
 		}
 		return n, nil
+	case "KEYS": // only KEYS *, for checks
+		if len(a) != 1 || a[0] != "*" {
+			return nil, errSyntax
+		}
+		out := []any{}
+		for k := range ks.data {
+			if ks.get(k) != nil {
+				out = append(out, []byte(k))
+			}
+		}
+		return out, nil
+	case "TYPE":
+		if len(a) != 1 {
+			return nil, errArgs(name)
+		}
+		v := ks.get(a[0])
+		if v == nil {
+			return status("none"), nil
+		}
+		return status([]string{kindString: "string", kindHash: "hash", kindZSet: "zset"}[v.kind]), nil
 	case "ZRANGE":
+		withScores := len(a) == 4 && strings.EqualFold(a[3], "WITHSCORES")
+		if withScores {
+			a = a[:3]
+		}
 		if len(a) != 3 {
 			return nil, errSyntax
 		}
@@ -289,6 +313,9 @@ func (ks *keyspace) exec(m *Master, args []string) (any, error) {
 		out := []any{}
 		for i := start; i <= stop; i++ {
 			out = append(out, []byte(ms[i]))
+			if withScores {
+				out = append(out, []byte(strconv.FormatFloat(v.z[ms[i]], 'g', 17, 64)))
+			}
 		}
 		return out, nil
 	case "ZRANGEBYSCORE":

@@ -118,6 +118,13 @@ func (m *Master) SetRate(rate float64) {
 	m.mu.Unlock()
 }
 
+// SetNow sets the master's clock to t.
+func (m *Master) SetNow(t time.Time) {
+	m.mu.Lock()
+	m.baseM, m.baseV = t.UnixNano(), time.Now()
+	m.mu.Unlock()
+}
+
 // Jump moves the master's clock by d (a wall-clock step).
 func (m *Master) Jump(d time.Duration) {
 	m.mu.Lock()
