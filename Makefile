@@ -156,3 +156,11 @@ DURATION ?= 1m
 sim:
 	cd sim && GOGC=400 $(GO) test -count=1 -timeout 0 -run '^TestSim_noTwoValidHolders$$' -v . \
 	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+
+## mutants: the simulator against deliberately reintroduced bugs (sim/mutants/*.patch,
+##   each applied to a temporary copy of the repository; docs/testing.md lists them):
+##   each must fail within BUDGET on random seeds, naming the seed. MUTANTS=name ... for some.
+BUDGET ?= 60s
+MUTANTS ?=
+mutants:
+	BUDGET=$(BUDGET) OPS=$(OPS) GO=$(GO) sim/mutants/run.sh $(MUTANTS)

@@ -245,32 +245,28 @@ func (d *differ) state(when string) {
 		if real[k] != nil {
 			continue
 		}
-		// Type and TTL at one instant on both, then the value.
-		at, r := d.redisAt([]string{"TYPE", k}, []string{"PTTL", k})
+		// Type, TTL and value at one instant on both.
+		reads := [][]string{{"TYPE", k}, {"PTTL", k}, {"GET", k}, {"HGETALL", k}, {"ZRANGE", k, "0", "-1", "WITHSCORES"}}
+		at, r := d.redisAt(reads...)
 		d.m.SetNow(at)
-		styp, _ := d.m.Exec("TYPE", k)
-		sttl, _ := d.m.Exec("PTTL", k)
-		value := func(typ any, run func(args ...string) (any, error)) any {
-			var v any
-			switch typ {
-			case "string":
-				v, _ = run("GET", k)
-			case "hash":
-				v, _ = run("HGETALL", k)
-				v = sortPairs(v)
-			case "zset":
-				v, _ = run("ZRANGE", k, "0", "-1", "WITHSCORES")
-			}
-			return v
+		sr := make([]any, len(reads))
+		for i, c := range reads {
+			sr[i], _ = d.m.Exec(c...)
 		}
-		real[k] = []any{r[0], r[1], value(r[0], func(args ...string) (any, error) {
-			a := make([]any, len(args)-1)
-			for i, s := range args[1:] {
-				a[i] = s
+		value := func(v []any) any {
+			switch v[0] {
+			case "string":
+				return v[2]
+			case "hash":
+				return sortPairs(v[3])
+			case "zset":
+				return v[4]
 			}
-			return d.conn.Do(args[0], a...)
-		})}
-		sim[k] = []any{styp, sttl, value(styp, d.m.Exec)}
+			return nil
+		}
+		real[k] = []any{r[0], r[1], value(r)}
+		styp := sr[0]
+		sim[k] = []any{sr[0], sr[1], value(sr)}
 		if r[0] == "none" {
 			delete(real, k)
 			real[k] = nil

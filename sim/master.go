@@ -30,6 +30,7 @@ type Master struct {
 	vm        *luaVM
 	scripts   map[string]*lua.FunctionProto // the script cache (EVALSHA)
 	everysec  bool                          // a crash loses the writes since the last whole second
+	reorder   bool                          // a resumed master reads its connections in no fixed order
 	persisted map[string]*value             // what an everysec crash restarts with
 	savedAt   int64
 	state     masterState
@@ -45,6 +46,13 @@ type Master struct {
 	subs map[string]map[*subscription]struct{}
 
 	weather weather // the network to and from the master, per command
+
+	// onGrant, when set, is called (with the master's lock held) for
+	// each SET key token NX PX ttl that set the key.
+	onGrant func(key, token string, ttl time.Duration)
+	// trace, when set, is told of every command the master runs on a
+	// key, and its reply (with the master's lock held).
+	trace func(key string, args []string, reply any, err error)
 }
 
 type masterState uint8
@@ -155,8 +163,9 @@ func (m *Master) Freeze() {
 }
 
 // Resume runs what waited during a freeze — each connection's commands
-// in order, the connections in an order of the master's rng — and
-// serves again.
+// in order; the connections in the order their first command arrived or,
+// with reorder, in an order of the master's rng, as redis-server reads
+// the sockets it finds readable — and serves again.
 func (m *Master) Resume() {
 	m.mu.Lock()
 	if m.state != stateFrozen {
@@ -177,7 +186,10 @@ func (m *Master) Resume() {
 	}
 	var calls []func()
 	for len(conns) > 0 {
-		i := m.rng.IntN(len(conns))
+		i := 0
+		if m.reorder {
+			i = m.rng.IntN(len(conns))
+		}
 		c := conns[i]
 		r := byConn[c][0]
 		byConn[c] = byConn[c][1:]
@@ -312,7 +324,11 @@ func (m *Master) execLocked(r *request) (any, error) {
 		if n > len(a)-3 {
 			return nil, ReplyError("ERR Number of keys can't be greater than number of args")
 		}
-		return m.vm.run(m.ks, sha, proto, a[3:3+n], a[3+n:])
+		reply, err := m.vm.run(m.ks, sha, proto, a[3:3+n], a[3+n:])
+		if m.trace != nil && n > 0 {
+			m.trace(a[3], a, reply, err)
+		}
+		return reply, err
 	case "SCRIPT":
 		if len(a) == 3 && strings.EqualFold(a[1], "LOAD") {
 			sha, proto, err := compile(a[2])
@@ -336,7 +352,16 @@ func (m *Master) execLocked(r *request) (any, error) {
 	case "INFO":
 		return []byte("# Server\r\nredis_version:7.0.15\r\nrun_id:" + m.runID + "\r\n"), nil
 	}
-	return m.ks.exec(m, a)
+	reply, err := m.ks.exec(m, a)
+	if m.trace != nil && len(a) > 1 {
+		m.trace(a[1], a, reply, err)
+	}
+	if m.onGrant != nil && reply == "OK" && len(a) == 6 && strings.EqualFold(a[3], "NX") && strings.EqualFold(a[4], "PX") {
+		if ms, err := strconv.ParseInt(a[5], 10, 64); err == nil {
+			m.onGrant(a[1], a[2], time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return reply, err
 }
 
 // Keys returns the live keys with their values' kinds and PTTLs, for

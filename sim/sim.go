@@ -37,6 +37,12 @@ type Config struct {
 	Keys    int
 	Ops     int  // completed lock operations (Acquire, Extend, Release calls) to run
 	Faults  bool // schedule faults
+	Trace   bool // record the masters' commands in the keys' histories
+	// Reorder makes a frozen master, when it resumes, read its
+	// connections in no fixed order (as redis-server does) instead of in
+	// the order their first waiting command arrived. See docs/testing.md
+	// for what it finds.
+	Reorder bool
 	// Stop, when set, ends the run early (a wall-clock budget).
 	Stop *atomic.Bool
 }
@@ -105,6 +111,8 @@ const (
 	callLimit = 2 * time.Second // each call's ctx
 	maxWait   = 300 * time.Millisecond
 	think     = 100 * time.Millisecond // a worker's pause between locks, drawn from [0, think)
+
+	reentrantTTL = 500 * time.Millisecond
 	// slack is how long past its ctx's end a call may return: the
 	// virtual clock moves only when every goroutine waits, so a call
 	// that honours its ctx returns at the deadline itself.
@@ -132,6 +140,9 @@ type run struct {
 	violation *Violation
 	holders   map[string][]*holder
 	fences    map[string]uint64
+	tokens    map[string]bool // the token of every lock granted
+	calmSince []time.Time     // per master: when its last fault ended
+	disturbed []int           // per master: faults lasting now
 	history   map[string][]string
 	done      atomic.Bool
 	pending   sync.WaitGroup // faults' ends still to come
@@ -139,8 +150,8 @@ type run struct {
 
 type holder struct {
 	l    *redlock.Lock
+	id   string // the token of a plain lock, a reentrant lock's owner
 	who  string
-	tok  string
 	from time.Time
 }
 
@@ -151,7 +162,7 @@ func newRun(cfg Config) *run {
 	cfg.Clients = max(cfg.Clients, 1)
 	cfg.Workers = max(cfg.Workers, 1)
 	cfg.Keys = max(cfg.Keys, 1)
-	return &run{cfg: cfg, stats: &Stats{}, holders: map[string][]*holder{}, fences: map[string]uint64{},
+	return &run{cfg: cfg, stats: &Stats{}, holders: map[string][]*holder{}, fences: map[string]uint64{}, tokens: map[string]bool{},
 		history: map[string][]string{}}
 }
 
@@ -163,7 +174,23 @@ func (r *run) run() error {
 	r.begin = time.Now()
 	setup := r.rng(1)
 	for i := range r.cfg.Masters {
-		r.masters = append(r.masters, NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0))
+		m := NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0)
+		m.reorder = r.cfg.Reorder
+		if r.cfg.Faults {
+			m.SetRate(1 + (setup.Float64()*2-1)*maxRateError)
+		}
+		r.masters = append(r.masters, m)
+		r.disturbed = append(r.disturbed, 0)
+		r.calmSince = append(r.calmSince, time.Now())
+		if r.cfg.Trace {
+			m.trace = func(key string, args []string, reply any, err error) {
+				r.note(key, "  master %d: %s -> %s", i, traceArgs(args), traceReply(reply, err))
+			}
+		}
+		m.onGrant = func(key, token string, ttl time.Duration) {
+			at := time.Now()
+			time.AfterFunc(ttl*9/10, func() { r.checkStale(i, key, token, at) })
+		}
 	}
 	for c := range r.cfg.Clients {
 		ordered := setup.IntN(2) == 0
@@ -187,11 +214,25 @@ func (r *run) run() error {
 	}()
 	var wg sync.WaitGroup
 	for c, cl := range r.clients {
+		owners := map[string]map[string]*redlock.Reentrant{}
 		for w := range r.cfg.Workers {
+			owner := fmt.Sprintf("c%d/o%d", c, w/2)
+			if owners[owner] == nil {
+				owners[owner] = map[string]*redlock.Reentrant{}
+				for k := range max(r.cfg.Keys/2, 1) {
+					key := fmt.Sprintf("r%d", k)
+					re, err := cl.NewReentrant(key, owner, redlock.WithTTL(reentrantTTL),
+						redlock.WithWait(maxWait), redlock.WithBackoff(2*time.Millisecond, 50*time.Millisecond))
+					if err != nil {
+						return err
+					}
+					owners[owner][key] = re
+				}
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.worker(cl, fmt.Sprintf("c%d/w%d", c, w), r.rng(10000+uint64(c*64+w)))
+				r.worker(cl, fmt.Sprintf("c%d/w%d", c, w), owner, owners[owner], r.rng(10000+uint64(c*64+w)))
 			}()
 		}
 	}
@@ -221,61 +262,107 @@ func (r *run) stopping() bool {
 	return r.done.Load() || r.stats.Ops() >= int64(r.cfg.Ops) || (r.cfg.Stop != nil && r.cfg.Stop.Load())
 }
 
-// worker takes locks on random keys until the run ends: an Acquire (or a
-// TryAcquire), then a few Extends with pauses between, then a Release —
-// or nothing, leaving the lock to expire.
-func (r *run) worker(cl *redlock.Client, who string, rng *rand.Rand) {
+// worker takes locks on random keys until the run ends: plain locks
+// (an Acquire or a TryAcquire, some fenced, then a few Extends with
+// pauses between, then a Release — or nothing, leaving the lock to
+// expire) and reentrant ones (owners shared by two workers of a client).
+func (r *run) worker(cl *redlock.Client, who string, owner string, reentrant map[string]*redlock.Reentrant, rng *rand.Rand) {
 	for !r.stopping() {
 		time.Sleep(time.Duration(rng.Int64N(int64(think))))
-		key := fmt.Sprintf("k%d", rng.IntN(r.cfg.Keys))
-		ttl := ttls[rng.IntN(len(ttls))]
-		opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithBackoff(2*time.Millisecond, 50*time.Millisecond)}
-		fenced := rng.IntN(3) == 0
-		if fenced {
-			opts = append(opts, redlock.WithFencing())
-		}
-		try := rng.IntN(2) == 0
-		var l *redlock.Lock
-		var err error
-		r.call(key, who, func(ctx context.Context) {
-			if try {
-				l, err = cl.TryAcquire(ctx, key, opts...)
-			} else {
-				l, err = cl.Acquire(ctx, key, append(opts, redlock.WithWait(time.Duration(rng.Int64N(int64(maxWait)))))...)
-			}
-		})
-		r.stats.Acquires.Add(1)
-		if err != nil {
-			r.note(key, "%s acquire failed: %v", who, err)
-			continue
-		}
-		r.stats.Grants.Add(1)
-		r.granted(key, who, l, fenced)
-		for n := rng.IntN(4); n > 0 && !r.stopping(); n-- {
-			time.Sleep(time.Duration(rng.Int64N(int64(ttl / 3))))
-			r.call(key, who, func(ctx context.Context) { err = l.Extend(ctx, ttl) })
-			r.stats.Extends.Add(1)
-			if err != nil {
-				r.note(key, "%s extend failed: %v (until %v)", who, short(err), r.since(l.Until()))
-				break
-			}
-			r.stats.Extended.Add(1)
-			r.extended(key, who, l)
-		}
-		if rng.IntN(8) == 0 {
-			r.note(key, "%s abandons its lock", who)
-			continue
-		}
-		r.call(key, who, func(ctx context.Context) { err = l.Release(ctx) })
-		r.stats.Releases.Add(1)
-		if err == nil {
-			r.stats.Released.Add(1)
-		}
-		r.note(key, "%s released: %v (until %v)", who, short(err), r.since(l.Until()))
-		if u := l.Until(); u.After(time.Now()) {
-			r.fail(key, "%s: Until %v after Release returned", who, r.since(u))
+		if rng.IntN(4) == 0 {
+			r.reentrantOnce(who, owner, reentrant, rng)
+		} else {
+			r.plainOnce(cl, who, rng)
 		}
 	}
+}
+
+func (r *run) plainOnce(cl *redlock.Client, who string, rng *rand.Rand) {
+	key := fmt.Sprintf("k%d", rng.IntN(r.cfg.Keys))
+	ttl := ttls[rng.IntN(len(ttls))]
+	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithBackoff(2*time.Millisecond, 50*time.Millisecond)}
+	fenced := rng.IntN(3) == 0
+	if fenced {
+		opts = append(opts, redlock.WithFencing())
+	}
+	try := rng.IntN(2) == 0
+	var l *redlock.Lock
+	var err error
+	r.call(key, who, func(ctx context.Context) {
+		if try {
+			l, err = cl.TryAcquire(ctx, key, opts...)
+		} else {
+			l, err = cl.Acquire(ctx, key, append(opts, redlock.WithWait(time.Duration(rng.Int64N(int64(maxWait)))))...)
+		}
+	})
+	r.stats.Acquires.Add(1)
+	if err != nil {
+		r.note(key, "%s acquire failed: %v", who, short(err))
+		return
+	}
+	r.stats.Grants.Add(1)
+	id := l.Token()
+	r.granted(key, who, id, l, fenced)
+	for n := rng.IntN(4); n > 0 && !r.stopping(); n-- {
+		time.Sleep(time.Duration(rng.Int64N(int64(ttl / 3))))
+		ttl = ttls[rng.IntN(len(ttls))] // shorter or longer
+		r.call(key, who, func(ctx context.Context) { err = l.Extend(ctx, ttl) })
+		r.stats.Extends.Add(1)
+		if err != nil {
+			r.note(key, "%s extend to %v failed: %v (until %v)", who, ttl, short(err), r.since(l.Until()))
+			break
+		}
+		r.stats.Extended.Add(1)
+		r.extended(key, who, id, l)
+	}
+	if rng.IntN(8) == 0 {
+		r.note(key, "%s abandons its lock", who)
+		return
+	}
+	r.call(key, who, func(ctx context.Context) { err = l.Release(ctx) })
+	r.stats.Releases.Add(1)
+	if err == nil {
+		r.stats.Released.Add(1)
+	}
+	r.note(key, "%s released: %v (until %v)", who, short(err), r.since(l.Until()))
+	if u := l.Until(); u.After(time.Now()) {
+		r.fail(key, "%s: Until %v after Release returned", who, r.since(u))
+	}
+}
+
+// reentrantOnce takes a reentrant lock of owner (shared with another
+// worker, which may hold it: then this is a second hold), holds it a
+// while, and gives the hold back.
+func (r *run) reentrantOnce(who, owner string, locks map[string]*redlock.Reentrant, rng *rand.Rand) {
+	key := fmt.Sprintf("r%d", rng.IntN(max(r.cfg.Keys/2, 1)))
+	re := locks[key]
+	var err error
+	r.call(key, who, func(ctx context.Context) {
+		if rng.IntN(2) == 0 {
+			err = re.TryAcquire(ctx)
+		} else {
+			err = re.Acquire(ctx)
+		}
+	})
+	r.stats.Acquires.Add(1)
+	if err != nil {
+		r.note(key, "%s (%s) acquire failed: %v", who, owner, short(err))
+		return
+	}
+	r.stats.Grants.Add(1)
+	l := re.Lock()
+	if l == nil {
+		r.fail(key, "%s (%s): Acquire succeeded, no lock held", who, owner)
+		return
+	}
+	r.granted(key, who, owner, l, false)
+	time.Sleep(time.Duration(rng.Int64N(int64(reentrantTTL / 3))))
+	r.call(key, who, func(ctx context.Context) { err = re.Release(ctx) })
+	r.stats.Releases.Add(1)
+	if err == nil {
+		r.stats.Released.Add(1)
+	}
+	r.note(key, "%s (%s) released a hold: %v (count %d, until %v)", who, owner, short(err), re.Count(), r.since(l.Until()))
 }
 
 // call runs f with a ctx bounded by callLimit and checks that it returns
@@ -311,10 +398,18 @@ func (r *run) note(key, format string, args ...any) {
 	r.mu.Unlock()
 }
 
+// keep is how many events of a key's history a failure prints.
+func (r *run) keep() int {
+	if r.cfg.Trace {
+		return 400
+	}
+	return 30
+}
+
 func (r *run) noteLocked(key, format string, args ...any) {
 	h := append(r.history[key], fmt.Sprintf("%12v %s", r.since(time.Now()), fmt.Sprintf(format, args...)))
-	if len(h) > 64 {
-		h = h[len(h)-48:]
+	if keep := r.keep(); len(h) > keep*2 {
+		h = h[len(h)-keep:]
 	}
 	r.history[key] = h
 }
@@ -332,8 +427,8 @@ func (r *run) failLocked(key, format string, args ...any) {
 	what := fmt.Sprintf("key %s: ", key) + fmt.Sprintf(format, args...)
 	r.noteLocked(key, "VIOLATION: %s", what)
 	h := r.history[key]
-	if len(h) > 30 {
-		h = h[len(h)-30:]
+	if keep := r.keep(); len(h) > keep {
+		h = h[len(h)-keep:]
 	}
 	r.violation = &Violation{Seed: r.cfg.Seed, At: r.since(time.Now()), What: what, History: append([]string(nil), h...)}
 	r.done.Store(true)
@@ -341,12 +436,13 @@ func (r *run) failLocked(key, format string, args ...any) {
 
 // granted records a new holder of key and checks that no other holder is
 // valid now.
-func (r *run) granted(key, who string, l *redlock.Lock, fenced bool) {
+func (r *run) granted(key, who, id string, l *redlock.Lock, fenced bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	r.noteLocked(key, "%s granted %.8s until %v fence %d", who, l.Token(), r.since(l.Until()), l.Fence())
-	r.checkLocked(key, who, l, now)
+	r.tokens[l.Token()] = true
+	r.noteLocked(key, "%s granted %.8s until %v fence %d", who, id, r.since(l.Until()), l.Fence())
+	r.checkLocked(key, who, id, l, now)
 	if fenced {
 		f := l.Fence()
 		if f <= r.fences[key] {
@@ -354,18 +450,19 @@ func (r *run) granted(key, who string, l *redlock.Lock, fenced bool) {
 		}
 		r.fences[key] = max(r.fences[key], f)
 	}
-	r.holders[key] = append(r.holders[key], &holder{l: l, who: who, tok: l.Token(), from: now})
+	r.holders[key] = append(r.holders[key], &holder{l: l, id: id, who: who, from: now})
 }
 
-func (r *run) extended(key, who string, l *redlock.Lock) {
+func (r *run) extended(key, who, id string, l *redlock.Lock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.noteLocked(key, "%s extended %.8s until %v", who, l.Token(), r.since(l.Until()))
-	r.checkLocked(key, who, l, time.Now())
+	r.noteLocked(key, "%s extended %.8s until %v", who, id, r.since(l.Until()))
+	r.checkLocked(key, who, id, l, time.Now())
 }
 
-// checkLocked fails when l is valid at now beside another valid holder.
-func (r *run) checkLocked(key, who string, l *redlock.Lock, now time.Time) {
+// checkLocked fails when l, of holder id, is valid at now beside another
+// holder's valid lock.
+func (r *run) checkLocked(key, who, id string, l *redlock.Lock, now time.Time) {
 	if !l.Until().After(now) {
 		return
 	}
@@ -376,12 +473,83 @@ func (r *run) checkLocked(key, who string, l *redlock.Lock, now time.Time) {
 			continue // no longer valid: forget it
 		}
 		live = append(live, h)
-		if h.l != l {
+		if h.id != id {
 			r.failLocked(key, "two valid holders: %s (%.8s, until %v) and %s (%.8s, until %v)",
-				h.who, h.tok, r.since(u), who, l.Token(), r.since(l.Until()))
+				h.who, h.id, r.since(u), who, id, r.since(l.Until()))
 		}
 	}
 	r.holders[key] = live
+}
+
+var scriptNames = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range redlock.Scripts() {
+		m[s.SHA()] = s.Name()
+	}
+	return m
+}()
+
+func traceArgs(a []string) string {
+	out := make([]string, 0, len(a))
+	for i, s := range a {
+		switch {
+		case i == 1 && a[0] == "EVALSHA":
+			s = scriptNames[s]
+		case i == 1 && a[0] == "EVAL":
+			s = "(source)"
+		case len(s) > 8:
+			s = s[:8]
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+func traceReply(v any, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	return fmt.Sprint(v)
+}
+
+// disturb and calm bracket a fault of master i.
+func (r *run) disturb(i int) {
+	r.mu.Lock()
+	r.disturbed[i]++
+	r.mu.Unlock()
+}
+
+func (r *run) calm(i int) {
+	r.mu.Lock()
+	if r.disturbed[i]--; r.disturbed[i] == 0 {
+		r.calmSince[i] = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// checkStale runs shortly before a key that master i set at for token
+// would expire there: if the key still holds the token, and no lock was
+// granted with it, the attempt failed and its rollback never reached
+// the master — which cannot be when the master and its network were calm
+// all along (no freeze, crash or weather since a little before at).
+func (r *run) checkStale(i int, key, token string, at time.Time) {
+	if r.stopping() {
+		return
+	}
+	v, _ := r.masters[i].Exec("GET", key)
+	if b, ok := v.([]byte); !ok || string(b) != token {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.tokens[token] || r.disturbed[i] > 0 || r.calmSince[i].After(at.Add(-2*timeout)) {
+		return
+	}
+	r.failLocked(key, "a failed attempt's key (%.8s) stayed on calm master %d from %v until now: its rollback never ran",
+		token, i, r.since(at))
 }
 
 // faults plays the fault schedule drawn from the seed until stop.
@@ -406,8 +574,9 @@ func (r *run) faults(stop <-chan struct{}) {
 				continue
 			}
 			r.stats.fault("freeze")
+			r.disturb(i)
 			m.Freeze()
-			r.after(stop, d, m.Resume)
+			r.after(stop, d, func() { m.Resume(); r.calm(i) })
 		case 2: // a crash; an everysec master stays down for longer than any TTL
 			if !m.Up() {
 				continue
@@ -417,8 +586,10 @@ func (r *run) faults(stop <-chan struct{}) {
 				d += maxTTL + 100*time.Millisecond
 			}
 			r.stats.fault("crash")
+			r.disturb(i)
 			m.Crash()
 			r.after(stop, d, func() {
+				defer r.calm(i)
 				if m.Restart() {
 					// Fencing counters must survive restarts
 					// (docs/safety.md): after a master forgot its
@@ -438,8 +609,12 @@ func (r *run) faults(stop <-chan struct{}) {
 			}
 			w.dupComplete = dupComplete
 			r.stats.fault("weather")
+			r.disturb(i)
 			m.SetWeather(w)
-			r.after(stop, time.Duration(rng.Int64N(int64(2*time.Second))), func() { m.SetWeather(weather{dupComplete: dupComplete}) })
+			r.after(stop, time.Duration(rng.Int64N(int64(2*time.Second))), func() {
+				m.SetWeather(weather{dupComplete: dupComplete})
+				r.calm(i)
+			})
 		case 6: // the master's clock runs at another rate, within the drift allowance
 			r.stats.fault("clock-rate")
 			m.SetRate(1 + (rng.Float64()*2-1)*maxRateError)

@@ -15,6 +15,8 @@ import (
 var (
 	seedFlag     = flag.Uint64("seed", 0, "replay this seed (0: new seeds)")
 	opsFlag      = flag.Int("ops", 20000, "lock operations per simulation")
+	traceFlag    = flag.Bool("verbose-history", false, "record the masters' commands in the history a failure prints")
+	reorderFlag  = flag.Bool("reorder", false, "a resumed master reads its connections in no fixed order")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
 )
 
@@ -39,7 +41,7 @@ func simulate(t *testing.T, cfg Config) *Stats {
 // config is the simulation the tests and `make sim` run: 16 workers in
 // 4 clients on 8 keys, faults on.
 func config(seed uint64, ops int) Config {
-	return Config{Seed: seed, Clients: 4, Workers: 4, Keys: 8, Ops: ops, Faults: true}
+	return Config{Seed: seed, Clients: 4, Workers: 4, Keys: 8, Ops: ops, Faults: true, Trace: *traceFlag, Reorder: *reorderFlag}
 }
 
 // TestSim_noTwoValidHolders runs simulations and fails with the seed of
@@ -63,13 +65,20 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 		lanes = runtime.GOMAXPROCS(0)
 	}
 	var total, runs atomic.Int64
+	var stop atomic.Bool // a lane failed: the others stop
 	start := time.Now()
 	t.Run("lanes", func(t *testing.T) {
 		for lane := range lanes {
 			t.Run(fmt.Sprint(lane), func(t *testing.T) {
 				t.Parallel()
-				for i := 0; ; i++ {
+				defer func() {
+					if t.Failed() {
+						stop.Store(true)
+					}
+				}()
+				for i := 0; !stop.Load(); i++ {
 					cfg := config(seed+uint64(i*lanes+lane), ops)
+					cfg.Stop = &stop
 					s := simulate(t, cfg)
 					total.Add(s.Ops())
 					runs.Add(1)

@@ -47,6 +47,19 @@ type conn struct {
 	gen        uint64
 	lastArrive time.Time
 	broken     bool
+	// An ordered link's requests wait in queue (under the link's mu)
+	// until their arrival; deliver is held while they are handed to the
+	// master, one after the other: timers due at one instant fire in no
+	// fixed order.
+	queue   []arrival
+	deliver sync.Mutex
+}
+
+type arrival struct {
+	at      time.Time
+	r       *request
+	o       *op
+	dropReq bool
 }
 
 type op struct {
@@ -155,16 +168,43 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		}
 		time.AfterFunc(back, func() { l.replied(o, c, reply, err) })
 	}
-	time.AfterFunc(arrive.Sub(now), func() {
-		if dropReq {
-			if o != nil {
-				// The connection broke under the request: it never ran.
-				l.replied(o, c, nil, &connError{"write: broken pipe"})
-			}
+	a := arrival{at: arrive, r: r, o: o, dropReq: dropReq}
+	if !l.ordered {
+		time.AfterFunc(arrive.Sub(now), func() { l.arrive(c, a) })
+		return
+	}
+	c.queue = append(c.queue, a)
+	time.AfterFunc(arrive.Sub(now), func() { l.pump(c) })
+}
+
+// pump hands an ordered connection's requests that arrived to the
+// master, in order.
+func (l *Link) pump(c *conn) {
+	c.deliver.Lock()
+	defer c.deliver.Unlock()
+	for {
+		l.mu.Lock()
+		if len(c.queue) == 0 || c.queue[0].at.After(time.Now()) {
+			l.mu.Unlock()
 			return
 		}
-		l.m.Do(r)
-	})
+		a := c.queue[0]
+		c.queue = c.queue[1:]
+		l.mu.Unlock()
+		l.arrive(c, a)
+	}
+}
+
+// arrive hands a request to the master, or breaks the connection under
+// it (a dropped request: it never runs).
+func (l *Link) arrive(c *conn, a arrival) {
+	if a.dropReq {
+		if a.o != nil {
+			l.replied(a.o, c, nil, &connError{"write: broken pipe"})
+		}
+		return
+	}
+	l.m.Do(a.r)
 }
 
 func (l *Link) delayLocked(w weather) time.Duration {
