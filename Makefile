@@ -149,13 +149,15 @@ bench-peers-quick: bench-deps
 ##   simulated masters that run the library's Lua scripts, with faults, on
 ##   synctest's virtual clock, checking the invariants at every step. Runs new
 ##   seeds for DURATION (one lane per CPU), or replays SEED; OPS operations per
-##   simulation. A failure prints its seed: `make sim SEED=...` replays it.
+##   simulation. A failure prints its seed: `make sim SEED=...` replays it (runs it
+##   until it fails, REPLAYS times at most: the scheduler and the library's jitter are not seeded).
 SEED ?= 0
 OPS ?= 5000
 DURATION ?= 1m
+REPLAYS ?= 3
 sim:
 	cd sim && GOGC=400 $(GO) test -count=1 -timeout 0 -run '^TestSim_noTwoValidHolders$$' -v . \
-	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## mutants: the simulator against deliberately reintroduced bugs (sim/mutants/*.patch,
 ##   each applied to a temporary copy of the repository; docs/testing.md lists them):

@@ -44,9 +44,9 @@ type differ struct {
 	m    *Master
 	conn redis.Conn
 
-	mu   sync.Mutex
+	mu    sync.Mutex
 	diffs []string
-	n    int
+	n     int
 }
 
 func (d *differ) do(args []string) (real any, sim any, realErr, simErr error) {

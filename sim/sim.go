@@ -107,7 +107,7 @@ func (v *Violation) Error() string {
 // The lock settings of the simulation.
 const (
 	timeout   = 50 * time.Millisecond // per master
-	maxTTL    = time.Second
+	maxTTL    = 2 * time.Second
 	callLimit = 2 * time.Second // each call's ctx
 	maxWait   = 300 * time.Millisecond
 	think     = 100 * time.Millisecond // a worker's pause between locks, drawn from [0, think)
@@ -119,7 +119,7 @@ const (
 	slack = time.Millisecond
 )
 
-var ttls = []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, maxTTL}
+var ttls = []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second, maxTTL}
 
 // Run runs one simulation. It must be called inside a synctest bubble
 // (synctest.Test): the clock is virtual. It returns the run's counts and
@@ -315,7 +315,7 @@ func (r *run) plainOnce(cl *redlock.Client, who string, rng *rand.Rand) {
 		r.stats.Extended.Add(1)
 		r.extended(key, who, id, l)
 	}
-	if rng.IntN(8) == 0 {
+	if rng.IntN(4) == 0 {
 		r.note(key, "%s abandons its lock", who)
 		return
 	}
@@ -636,8 +636,8 @@ func (r *run) faults(stop <-chan struct{}) {
 // most once per two TTLs; together they stay under the allowance.
 const (
 	faultEvery   = time.Second // faults come at intervals drawn from [0, faultEvery)
-	maxRateError = 0.004
-	maxJump      = 4 * time.Millisecond
+	maxRateError = 0.007
+	maxJump      = 3 * time.Millisecond
 )
 
 // dupComplete is the share of commands the transport completes twice

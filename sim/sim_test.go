@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ var (
 	opsFlag      = flag.Int("ops", 20000, "lock operations per simulation")
 	traceFlag    = flag.Bool("verbose-history", false, "record the masters' commands in the history a failure prints")
 	reorderFlag  = flag.Bool("reorder", false, "a resumed master reads its connections in no fixed order")
+	replaysFlag  = flag.Int("replays", 3, "with -seed: run the seed until it fails, this many times at most")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
 )
 
@@ -29,6 +31,9 @@ func simulate(t *testing.T, cfg Config) *Stats {
 	t.Helper()
 	var stats *Stats
 	var err error
+	// A run the bubble ends (every goroutine blocked for ever: a
+	// deadlock) crashes the test binary: name its seed first.
+	fmt.Fprintf(os.Stderr, "sim: running seed %d\n", cfg.Seed)
 	synctest.Test(t, func(t *testing.T) {
 		stats, err = Run(cfg)
 	})
@@ -55,8 +60,17 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 		ops = 5000
 	}
 	if *seedFlag != 0 {
-		s := simulate(t, config(*seedFlag, ops))
-		t.Logf("seed %d: %v", *seedFlag, s)
+		// The seed fixes the operations and the faults, not Go's
+		// scheduler nor the library's jitter: a replay runs the seed
+		// until it fails, -replays times at most.
+		for i := range *replaysFlag {
+			if !t.Run(fmt.Sprintf("replay%d", i+1), func(t *testing.T) {
+				s := simulate(t, config(*seedFlag, ops))
+				t.Logf("seed %d: %v", *seedFlag, s)
+			}) {
+				return
+			}
+		}
 		return
 	}
 	seed := uint64(time.Now().UnixNano())

@@ -34,6 +34,9 @@ for m in "${mutants[@]}"; do
 		seed=$(grep -o 'sim: seed [0-9]*' "$copy/run.log" | head -1 | cut -d' ' -f3)
 		what=$(grep -o 'sim: seed [0-9]*: at [^:]*: .*' "$copy/run.log" | head -1 | cut -c1-160)
 		printf 'mutant %s: KILLED in %.1fs (seed %s): %s\n' "$m" "$took" "$seed" "$what"
+	elif [ $rc -ne 0 ] && grep -q 'deadlock' "$copy/run.log"; then
+		seeds=$(grep -o 'sim: running seed [0-9]*' "$copy/run.log" | tail -"$(nproc)" | cut -d' ' -f4 | tr '\n' ' ')
+		printf 'mutant %s: KILLED in %.1fs (one of the seeds %s): %s\n' "$m" "$took" "$seeds" "$(grep -m1 -o 'deadlock.*' "$copy/run.log" | cut -c1-120)"
 	elif [ $rc -ne 0 ]; then
 		printf 'mutant %s: the run failed without a violation (%.1fs):\n' "$m" "$took"; tail -20 "$copy/run.log"
 		survived=$((survived+1))
