@@ -229,10 +229,11 @@ func (r *run) run() error {
 					owners[owner][key] = re
 				}
 			}
+			locks := owners[owner]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.worker(cl, fmt.Sprintf("c%d/w%d", c, w), owner, owners[owner], r.rng(10000+uint64(c*64+w)))
+				r.worker(cl, fmt.Sprintf("c%d/w%d", c, w), owner, locks, r.rng(10000+uint64(c*64+w)))
 			}()
 		}
 	}

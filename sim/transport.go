@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -96,6 +97,14 @@ var errClosed = fmt.Errorf("sim: %w", redlock.ErrClosed)
 
 // Send implements redlock.Transport.
 func (l *Link) Send(cmd *redlock.Command) {
+	// A transport's Send takes time (a lock, a queue): let others run
+	// meanwhile, as often as the link's rng says.
+	l.mu.Lock()
+	yields := l.rng.IntN(8)
+	l.mu.Unlock()
+	for range max(yields-4, 0) {
+		runtime.Gosched()
+	}
 	w := l.m.currentWeather()
 	gen, up := l.m.generation()
 	l.mu.Lock()
