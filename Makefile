@@ -155,8 +155,9 @@ SEED ?= 0
 OPS ?= 5000
 DURATION ?= 1m
 REPLAYS ?= 3
+SIM_TIMEOUT ?= 2h
 sim:
-	cd sim && GOGC=400 $(GO) test -count=1 -timeout 0 -run '^TestSim_noTwoValidHolders$$' -v . \
+	cd sim && GOGC=400 $(GO) test -count=1 -timeout $(SIM_TIMEOUT) -run '^TestSim_noTwoValidHolders$$' -v . \
 	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## mutants: the simulator against deliberately reintroduced bugs (sim/mutants/*.patch,

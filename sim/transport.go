@@ -98,7 +98,8 @@ var errClosed = fmt.Errorf("sim: %w", redlock.ErrClosed)
 // Send implements redlock.Transport.
 func (l *Link) Send(cmd *redlock.Command) {
 	// A transport's Send takes time (a lock, a queue): let others run
-	// meanwhile, as often as the link's rng says.
+	// meanwhile, as often as the link's rng says. (It must not block:
+	// the Client may call it holding a lock of its own.)
 	l.mu.Lock()
 	yields := l.rng.IntN(8)
 	l.mu.Unlock()

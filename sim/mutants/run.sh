@@ -6,6 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 budget=${BUDGET:-60s}
+hang=${HANG:-5m} # the test binary's -test.timeout
 ops=${OPS:-5000}
 go=${GO:-go}
 mutants=("$@")
@@ -26,8 +27,10 @@ for m in "${mutants[@]}"; do
 		echo "mutant $m: does not build:"; cat "$copy/build.log"; survived=$((survived+1)); continue
 	fi
 	start=$(date +%s.%N)
+	# A run that hangs (no violation, no deadlock the bubble can see)
+	# ends by the test's own timeout, printing every goroutine: not a kill.
 	(cd "$copy/sim" && GOGC=400 "$copy/sim.test" -test.run '^TestSim_noTwoValidHolders$' -test.v \
-		-ops "$ops" -duration "$budget" >"$copy/run.log" 2>&1)
+		-test.timeout "$hang" -ops "$ops" -duration "$budget" >"$copy/run.log" 2>&1)
 	rc=$?
 	took=$(echo "$(date +%s.%N) - $start" | bc)
 	if [ $rc -ne 0 ] && grep -q 'replay: make sim SEED=' "$copy/run.log"; then
