@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel test-oldest release-prepare release-check unit short integration mutants race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -35,6 +35,12 @@ test: deps redis-image
 	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-goredis
 	$(MAKE) test-otel
+	$(MAKE) test-sim
+
+## test-sim: the simulator's module (sim/): a short seeded simulation and the differential
+##   test of the simulated master against a real redis-server
+test-sim: deps
+	cd sim && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
 ##   (the conformance suite and the Cluster members' cases through goredis.New are in
@@ -56,6 +62,7 @@ unit: deps
 short:
 	$(GO) test -race -short -count=1 $(PKGS)
 	cd integration && $(GO) test -race -short -count=1 ./...
+	cd sim && $(GO) test -race -short -count=1 ./...
 
 ## integration: the suites that kill, pause, restart and partition real masters
 ##   (NEMESIS=10m for a soak; QUORUMLOCK_BACKEND=docker|process for one backend)
@@ -71,12 +78,12 @@ integration: deps redis-image
 	cd integration && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' ./goredis -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
 
-## mutants: the clock suite's hand-over test against each mutant in
+## mutants-clock: the clock suite's hand-over test against each mutant in
 ##   integration/testdata/mutants (the drift term left out of validity),
 ##   applied with go test -overlay: each must fail it, MUTANT_RUNS times
 ##   (about 20 s a run); the real code must pass it as often
 MUTANT_RUNS ?= 1
-mutants: deps
+mutants-clock: deps
 	GO=$(GO) integration/testdata/mutants/run.sh -real -n $(MUTANT_RUNS)
 
 ## soak: the nemesis with every fault kind the process backend makes (pauses, kills,
@@ -172,3 +179,29 @@ bench-peers: bench-deps
 ## bench-peers-quick: only the cells the targets are judged on, 1 s each, printed, nothing written (about a minute)
 bench-peers-quick: bench-deps
 	cd bench && $(GO) run . -quick
+
+## sim: the simulator (module sim/): clients take, extend and release locks on
+##   simulated masters that run the library's Lua scripts, with faults, on
+##   synctest's virtual clock, checking the invariants at every step. Runs new
+##   seeds for DURATION (one lane per CPU), or replays SEED; OPS operations per
+##   simulation. A failure prints its seed: `make sim SEED=...` replays it (runs it
+##   until it fails, REPLAYS times at most: the scheduler and the library's jitter are not seeded).
+SEED ?= 0
+OPS ?= 5000
+DURATION ?= 1m
+REPLAYS ?= 3
+SIM_TIMEOUT ?= 2h
+sim:
+	cd sim && GOGC=400 $(GO) test -count=1 -timeout $(SIM_TIMEOUT) -run '^TestSim_noTwoValidHolders$$' -v . \
+	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+
+## mutants: both lists of deliberately reintroduced bugs: the simulator's and the clock suite's
+mutants: mutants-sim mutants-clock
+
+## mutants-sim: the simulator against deliberately reintroduced bugs (sim/mutants/*.patch,
+##   each applied to a temporary copy of the repository; docs/testing.md lists them):
+##   each must fail within BUDGET on random seeds, naming the seed. MUTANTS=name ... for some.
+BUDGET ?= 60s
+MUTANTS ?=
+mutants-sim:
+	BUDGET=$(BUDGET) OPS=$(OPS) GO=$(GO) sim/mutants/run.sh $(MUTANTS)

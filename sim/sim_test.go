@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+var (
+	seedFlag     = flag.Uint64("seed", 0, "replay this seed (0: new seeds)")
+	opsFlag      = flag.Int("ops", 20000, "lock operations per simulation")
+	traceFlag    = flag.Bool("verbose-history", false, "record the masters' commands in the history a failure prints")
+	reorderFlag  = flag.Bool("reorder", false, "a resumed master reads its connections in no fixed order")
+	replaysFlag  = flag.Int("replays", 3, "with -seed: run the seed until it fails, this many times at most")
+	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// simulate runs one simulation of cfg in a synctest bubble (whose end
+// also checks that no goroutine of it is left) and fails t with its
+// violation.
+func simulate(t *testing.T, cfg Config) *Stats {
+	t.Helper()
+	var stats *Stats
+	var err error
+	// A run the bubble ends (every goroutine blocked for ever: a
+	// deadlock) crashes the test binary: name its seed first.
+	fmt.Fprintf(os.Stderr, "sim: running seed %d\n", cfg.Seed)
+	synctest.Test(t, func(t *testing.T) {
+		stats, err = Run(cfg)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats
+}
+
+// config is the simulation the tests and `make sim` run: 16 workers in
+// 4 clients on 8 keys, faults on.
+func config(seed uint64, ops int) Config {
+	return Config{Seed: seed, Clients: 4, Workers: 4, Keys: 8, Ops: ops, Faults: true, Trace: *traceFlag, Reorder: *reorderFlag}
+}
+
+// TestSim_noTwoValidHolders runs simulations and fails with the seed of
+// the first one that breaks an invariant. With -seed it replays that
+// seed; else it draws a seed from the wall clock and runs one simulation
+// (-short: of at most 5,000 operations), or, with -duration, as many as
+// fit, on consecutive seeds, in one lane per CPU.
+func TestSim_noTwoValidHolders(t *testing.T) {
+	ops := *opsFlag
+	if testing.Short() && ops > 5000 {
+		ops = 5000
+	}
+	if *seedFlag != 0 {
+		// The seed fixes the operations and the faults, not Go's
+		// scheduler nor the library's jitter: a replay runs the seed
+		// until it fails, -replays times at most.
+		for i := range *replaysFlag {
+			if !t.Run(fmt.Sprintf("replay%d", i+1), func(t *testing.T) {
+				s := simulate(t, config(*seedFlag, ops))
+				t.Logf("seed %d: %v", *seedFlag, s)
+			}) {
+				return
+			}
+		}
+		return
+	}
+	seed := uint64(time.Now().UnixNano())
+	lanes := 1
+	if *durationFlag > 0 {
+		lanes = runtime.GOMAXPROCS(0)
+	}
+	var total, runs atomic.Int64
+	var stop atomic.Bool // a lane failed: the others stop
+	start := time.Now()
+	t.Run("lanes", func(t *testing.T) {
+		for lane := range lanes {
+			t.Run(fmt.Sprint(lane), func(t *testing.T) {
+				t.Parallel()
+				defer func() {
+					if t.Failed() {
+						stop.Store(true)
+					}
+				}()
+				for i := 0; !stop.Load(); i++ {
+					cfg := config(seed+uint64(i*lanes+lane), ops)
+					cfg.Stop = &stop
+					s := simulate(t, cfg)
+					total.Add(s.Ops())
+					runs.Add(1)
+					t.Logf("seed %d: %v", cfg.Seed, s)
+					if time.Since(start) >= *durationFlag {
+						return
+					}
+				}
+			})
+		}
+	})
+	el := time.Since(start)
+	t.Logf("%d simulations, %d lock operations in %v: %.0f per minute", runs.Load(), total.Load(), el.Round(time.Millisecond),
+		float64(total.Load())/el.Minutes())
+}

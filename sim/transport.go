@@ -1,0 +1,502 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Link is one Client's transport to one simulated master
+// (redlock.Transport). Each command crosses the network after a delay the
+// master's weather draws, runs on the master (or waits in a frozen one),
+// and its reply comes back after another delay — or is lost, or comes
+// after the caller's deadline. An ordered link (redlock.Ordered, like the
+// pipelined transport) keeps one connection whose commands reach the
+// master in Send order, lets a reply count past the command's deadline
+// up to a bound of its own, and then gives the connection up (its
+// commands fail; those still in the master's socket may run later, after
+// commands of the next connection); on a new connection it loads every
+// script first. An unordered link (like the pooled transport) sends each
+// command on a connection of its own, fails it at its deadline and falls
+// back to EVAL on NOSCRIPT. Both re-send a command marked Resend once
+// when a crash reset its connection.
+type Link struct {
+	m       *Master
+	ordered bool
+	bound   time.Duration // how long past its deadline an ordered link waits for a reply
+	faults  bool          // whether the link applies the master's weather
+
+	mu      sync.Mutex
+	rng     *rand.Rand
+	closed  bool
+	pending map[*op]struct{}
+	conn    *conn
+	nextID  uint64
+	wg      sync.WaitGroup // callbacks in progress
+	subs    map[*subscription]struct{}
+	stats   *Stats
+}
+
+type conn struct {
+	id         uint64
+	gen        uint64
+	lastArrive time.Time
+	broken     bool
+	// An ordered link's requests wait in queue (under the link's mu)
+	// until their arrival; deliver is held while they are handed to the
+	// master, one after the other: timers due at one instant fire in no
+	// fixed order.
+	queue   []arrival
+	deliver sync.Mutex
+}
+
+type arrival struct {
+	at      time.Time
+	r       *request
+	o       *op
+	dropReq bool
+}
+
+type op struct {
+	cmd      *redlock.Command
+	l        *Link
+	c        *conn
+	done     bool
+	sent     bool
+	resent   bool
+	dup      bool // complete twice (a transport fault)
+	giveUp   *time.Timer
+	dupFired bool
+}
+
+var (
+	_ redlock.Transport = (*Link)(nil)
+	_ redlock.Ordered   = (*Link)(nil)
+)
+
+// NewLink returns a transport to m for one Client; rng draws its delays
+// and faults.
+func NewLink(m *Master, ordered bool, rng *rand.Rand, stats *Stats) *Link {
+	return &Link{m: m, ordered: ordered, bound: 500 * time.Millisecond, faults: true, rng: rng,
+		pending: map[*op]struct{}{}, subs: map[*subscription]struct{}{}, stats: stats}
+}
+
+// Addr implements redlock.Transport.
+func (l *Link) Addr() string { return l.m.addr }
+
+// Ordered implements redlock.Ordered.
+func (l *Link) Ordered() bool { return l.ordered }
+
+var errClosed = fmt.Errorf("sim: %w", redlock.ErrClosed)
+
+// Send implements redlock.Transport.
+func (l *Link) Send(cmd *redlock.Command) {
+	// A transport's Send takes time (a lock, a queue): let others run
+	// meanwhile, as often as the link's rng says. (It must not block:
+	// the Client may call it holding a lock of its own.)
+	l.mu.Lock()
+	yields := l.rng.IntN(8)
+	l.mu.Unlock()
+	for range max(yields-4, 0) {
+		runtime.Gosched()
+	}
+	w := l.m.currentWeather()
+	gen, up := l.m.generation()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		cmd.Complete(nil, errClosed, redlock.SendInfo{})
+		return
+	}
+	o := &op{cmd: cmd, l: l}
+	if !l.ordered || l.conn == nil || l.conn.broken || l.conn.gen != gen {
+		if !up {
+			l.mu.Unlock()
+			cmd.Complete(nil, &connError{"dial: connection refused"}, redlock.SendInfo{})
+			return
+		}
+		l.nextID++
+		l.conn = &conn{id: l.nextID, gen: gen}
+		if l.ordered {
+			l.loadScriptsLocked(l.conn, w)
+		}
+	}
+	o.c = l.conn
+	o.dup = l.faults && l.rng.Float64() < w.dupComplete
+	l.pending[o] = struct{}{}
+	o.sent = true
+	l.wg.Add(1)
+	if l.ordered {
+		o.giveUp = time.AfterFunc(time.Until(cmd.Deadline)+l.bound, func() { l.giveUp(o) })
+	} else {
+		o.giveUp = time.AfterFunc(time.Until(cmd.Deadline), func() { l.giveUp(o) })
+	}
+	l.sendLocked(o, o.c, w, wireArgs(cmd, false))
+	l.mu.Unlock()
+}
+
+// loadAll stands for SCRIPT LOAD of every script, in one request.
+var loadAll = []string{"SCRIPT", "LOAD-ALL"}
+
+// loadScriptsLocked sends SCRIPT LOAD of every script first on a new
+// connection, as the pipelined transport does.
+func (l *Link) loadScriptsLocked(c *conn, w weather) {
+	l.sendLocked(nil, c, w, loadAll)
+}
+
+// sendLocked puts args on the network to the master on connection c,
+// for o (nil: a command of the link's own whose reply nobody reads).
+func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
+	now := time.Now()
+	out, back := l.delayLocked(w), l.delayLocked(w)
+	dropReq := l.faults && l.rng.Float64() < w.dropReq
+	dropReply := l.faults && l.rng.Float64() < w.dropReply
+	if l.faults && o != nil && l.rng.Float64() < w.lateReply {
+		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
+	}
+	arrive := now.Add(out)
+	if l.ordered {
+		if arrive.Before(c.lastArrive) {
+			arrive = c.lastArrive
+		}
+		c.lastArrive = arrive
+	}
+	l.stats.Commands.Add(1)
+	r := &request{conn: c.id, gen: c.gen, args: args}
+	r.done = func(reply any, err error) {
+		if o == nil {
+			return
+		}
+		if dropReply && err == nil {
+			return // the reply is lost: the command ran, the give-up completes it
+		}
+		time.AfterFunc(back, func() { l.replied(o, c, reply, err) })
+	}
+	a := arrival{at: arrive, r: r, o: o, dropReq: dropReq}
+	if !l.ordered {
+		time.AfterFunc(arrive.Sub(now), func() { l.arrive(c, a) })
+		return
+	}
+	c.queue = append(c.queue, a)
+	time.AfterFunc(arrive.Sub(now), func() { l.pump(c) })
+}
+
+// pump hands an ordered connection's requests that arrived to the
+// master, in order.
+func (l *Link) pump(c *conn) {
+	c.deliver.Lock()
+	defer c.deliver.Unlock()
+	for {
+		l.mu.Lock()
+		if len(c.queue) == 0 || c.queue[0].at.After(time.Now()) {
+			l.mu.Unlock()
+			return
+		}
+		a := c.queue[0]
+		c.queue = c.queue[1:]
+		l.mu.Unlock()
+		l.arrive(c, a)
+	}
+}
+
+// arrive hands a request to the master, or breaks the connection under
+// it (a dropped request: it never runs).
+func (l *Link) arrive(c *conn, a arrival) {
+	if a.dropReq {
+		if a.o != nil {
+			l.replied(a.o, c, nil, &connError{"write: broken pipe"})
+		}
+		return
+	}
+	l.m.Do(a.r)
+}
+
+func (l *Link) delayLocked(w weather) time.Duration {
+	d := 20*time.Microsecond + time.Duration(l.rng.Int64N(int64(200*time.Microsecond)))
+	if l.faults && w.delay > 0 {
+		d += time.Duration(l.rng.Int64N(int64(w.delay)))
+	}
+	return d
+}
+
+// replied takes a reply (or a broken connection) for o.
+func (l *Link) replied(o *op, c *conn, reply any, err error) {
+	l.mu.Lock()
+	if o.done {
+		dup := o.dup && !o.dupFired && !l.closed
+		o.dupFired = o.dupFired || dup
+		l.mu.Unlock()
+		if dup {
+			l.stats.add(&l.stats.DupCompletions)
+			o.cmd.Complete(reply, err, redlock.SendInfo{Sent: true, Resent: o.resent})
+		}
+		return
+	}
+	if re, ok := err.(ReplyError); ok && o.cmd.Script != nil && len(re) >= 8 && re[:8] == "NOSCRIPT" &&
+		(!l.ordered || o.cmd.MayRunLate) && !l.closed {
+		// EVAL behind whatever was sent since.
+		l.sendLocked(o, c, l.m.currentWeather(), wireArgs(o.cmd, true))
+		l.mu.Unlock()
+		return
+	}
+	if ce, ok := err.(*connError); ok && ce.msg == "write: connection reset by peer" && o.cmd.Resend && !o.resent && !l.closed {
+		// The master closed the connection before answering: send once
+		// more, on a new connection.
+		gen, up := l.m.generation()
+		if up {
+			o.resent = true
+			l.nextID++
+			nc := &conn{id: l.nextID, gen: gen}
+			if l.ordered {
+				if l.conn == c {
+					l.conn = nc
+				}
+				l.loadScriptsLocked(nc, l.m.currentWeather())
+			}
+			o.c = nc
+			l.sendLocked(o, nc, l.m.currentWeather(), wireArgs(o.cmd, false))
+			l.mu.Unlock()
+			return
+		}
+	}
+	if err != nil && l.ordered {
+		l.breakLocked(c)
+	}
+	l.finishLocked(o)
+	l.mu.Unlock()
+	o.cmd.Complete(reply, err, redlock.SendInfo{Sent: o.sent, Resent: o.resent})
+	l.wg.Done()
+}
+
+func (l *Link) finishLocked(o *op) {
+	o.done = true
+	o.giveUp.Stop()
+	delete(l.pending, o)
+}
+
+// giveUp fails o at its deadline (unordered) or its deadline and the
+// link's bound (ordered: the connection is given up with every command
+// on it).
+func (l *Link) giveUp(o *op) {
+	l.mu.Lock()
+	if o.done {
+		l.mu.Unlock()
+		return
+	}
+	var fail []*op
+	if l.ordered {
+		for p := range l.pending {
+			if p.c == o.c {
+				fail = append(fail, p)
+			}
+		}
+		l.breakLocked(o.c)
+	} else {
+		fail = []*op{o}
+	}
+	for _, p := range fail {
+		l.finishLocked(p)
+	}
+	l.mu.Unlock()
+	for _, p := range fail {
+		p.cmd.Complete(nil, fmt.Errorf("sim: %s: %w", l.m.addr, context.DeadlineExceeded), redlock.SendInfo{Sent: true, Resent: p.resent})
+		l.wg.Done()
+	}
+}
+
+func (l *Link) breakLocked(c *conn) {
+	c.broken = true
+	if l.conn == c {
+		l.conn = nil
+	}
+}
+
+// Close implements redlock.Transport: it fails what is pending.
+func (l *Link) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	var fail []*op
+	for p := range l.pending {
+		fail = append(fail, p)
+		l.finishLocked(p)
+	}
+	subs := make([]*subscription, 0, len(l.subs))
+	for s := range l.subs {
+		subs = append(subs, s)
+	}
+	l.mu.Unlock()
+	for _, p := range fail {
+		p.cmd.Complete(nil, errClosed, redlock.SendInfo{Sent: p.sent, Resent: p.resent})
+		l.wg.Done()
+	}
+	for _, s := range subs {
+		s.Close()
+	}
+	l.wg.Wait()
+	return nil
+}
+
+// wireArgs returns cmd as the master reads it: EVALSHA (or EVAL) with the
+// key count, or the plain command.
+func wireArgs(cmd *redlock.Command, eval bool) []string {
+	var out []string
+	if cmd.Script != nil {
+		out = make([]string, 0, 3+len(cmd.Args))
+		if eval {
+			out = append(out, "EVAL", cmd.Script.Source())
+		} else {
+			out = append(out, "EVALSHA", cmd.Script.SHA())
+		}
+		out = append(out, strconv.Itoa(cmd.NumKeys))
+	} else {
+		out = make([]string, 0, 1+len(cmd.Args))
+		out = append(out, cmd.Name)
+	}
+	for _, a := range cmd.Args {
+		out = append(out, argString(a))
+	}
+	return out
+}
+
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case int:
+		return strconv.Itoa(v)
+	}
+	return fmt.Sprint(a)
+}
+
+// Subscribe implements redlock.Transport.
+func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload string)) (redlock.Subscription, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	gen, up := l.m.generation()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errClosed
+	}
+	if !up {
+		return nil, &connError{"dial: connection refused"}
+	}
+	s := &subscription{l: l, gen: gen, notify: notify, done: make(chan struct{}), live: map[string]bool{},
+		rng: rand.New(rand.NewPCG(l.rng.Uint64(), l.rng.Uint64()))}
+	l.subs[s] = struct{}{}
+	return s, nil
+}
+
+// subscription is a release-notice subscription on a master.
+type subscription struct {
+	l      *Link
+	gen    uint64
+	notify func(channel, payload string)
+	rng    *rand.Rand // its delays (under mu)
+
+	mu       sync.Mutex
+	channels []string
+	live     map[string]bool
+	done     chan struct{}
+	closed   bool
+	inflight sync.WaitGroup
+
+	// deliver is held (read) while notify runs and (write) while the
+	// subscription ends, so that notify is never called after Done.
+	deliver sync.RWMutex
+	ended   bool // under deliver
+}
+
+func (s *subscription) Set(ctx context.Context, channels []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	old := s.channels
+	s.channels = append([]string(nil), channels...)
+	live := make(map[string]bool, len(channels))
+	for _, ch := range channels {
+		live[ch] = true
+	}
+	s.live = live
+	s.mu.Unlock()
+	if !s.l.m.subscribe(s, old, channels) {
+		s.broke()
+		return &connError{"read: connection reset by peer"}
+	}
+	return nil
+}
+
+func (s *subscription) Live(channel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && s.live[channel]
+}
+
+func (s *subscription) Done() <-chan struct{} { return s.done }
+
+// push delivers a message after a network delay. The master's lock is
+// held: it must not block nor take the link's lock.
+func (s *subscription) push(channel, payload string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	d := 20*time.Microsecond + time.Duration(s.rng.Int64N(int64(300*time.Microsecond)))
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	time.AfterFunc(d, func() {
+		defer s.inflight.Done()
+		s.deliver.RLock()
+		defer s.deliver.RUnlock()
+		if !s.ended {
+			s.notify(channel, payload)
+		}
+	})
+}
+
+// broke ends the subscription as a broken connection does.
+func (s *subscription) broke() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	chans := s.channels
+	s.mu.Unlock()
+	s.deliver.Lock()
+	s.ended = true
+	s.deliver.Unlock()
+	close(s.done)
+	s.l.m.subscribe(s, chans, nil)
+	s.l.mu.Lock()
+	delete(s.l.subs, s)
+	s.l.mu.Unlock()
+}
+
+func (s *subscription) Close() error {
+	s.broke()
+	s.inflight.Wait()
+	return nil
+}
