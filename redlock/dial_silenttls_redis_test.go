@@ -24,13 +24,17 @@ import (
 // whose dial honours its context. The dials to the silent master are in
 // their handshake when Close begins.
 
-// silentTLSTimeout is the per-master timeout of these tests: large
-// beside the noise of a loaded machine, small beside the second that a
-// pooled command's connection may take past its deadline.
-const silentTLSTimeout = 300 * time.Millisecond
+// silentTLSTimeout is the per-master timeout of these tests: large beside
+// the noise of a loaded machine. A pooled command's wait for a connection
+// that Close did not end took twice the timeout (about 2 s here).
+const silentTLSTimeout = time.Second
 
-// silentTLSMargin is what a call or Close may take beyond the timeout.
-const silentTLSMargin = 100 * time.Millisecond
+// silentTLSMargin is what a call or Close may take beyond the timeout. The
+// contract is 100 ms (met on a quiet machine: 1–62 ms beyond a 300 ms
+// timeout); the test allows more so that a loaded machine's scheduling
+// delays do not fail it, and still fails a Close that waits for the
+// handshake.
+const silentTLSMargin = 400 * time.Millisecond
 
 // userTLSPool is a caller's *redis.Pool of the TLS master at addr, whose
 // dial does the handshake with its context (tls.Dialer).
