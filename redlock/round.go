@@ -129,6 +129,12 @@ type round struct {
 	// (finish.go).
 	fin roundFin
 
+	// final, for a release, reports whether master i's answer that it
+	// does not hold the token is final: no command of the lock that puts
+	// the token there can still run on it (Lock.finalNo). Nil for other
+	// rounds. Set before the round is collected, read by collect only.
+	final func(i int) bool
+
 	// The round's command, held here so that a round and its legs are
 	// one allocation (newRound).
 	wireBuf wireCmd
@@ -764,6 +770,30 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	l.end()
 }
 
+// settledAt reports whether the round's command can no longer run on
+// master i: the master answered it (granted or refused), or it was never
+// sent there and never will be (not asked, given up before it was sent,
+// failed unsent). A command that failed unanswered may still run, late.
+func (r *round) settledAt(i int) bool {
+	if i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := &r.legs[i]
+	return l.replied && (l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip) || l.gaveUp && !l.sent
+}
+
+// settledEverywhere reports whether settledAt holds on every master.
+func (r *round) settledEverywhere() bool {
+	for i := range r.legs {
+		if !r.settledAt(i) {
+			return false
+		}
+	}
+	return true
+}
+
 // setUnanswered reports whether master i's acquisition failed without an
 // answer, so that it may yet run there (see confirmLater).
 func (r *round) setUnanswered(i int) bool {
@@ -1168,19 +1198,25 @@ func quotable(s string) bool {
 // tally counts a round's replies.
 type tally struct {
 	yes, no, fail int
-	skip          int    // not asked (voteSkip)
-	votes         []vote // by master; 0 while it has not answered
-	refused       []int
-	errs          []error
-	ctxErr        error
+	// free counts, of a release's no, those that are final (round.final):
+	// with yes, the masters known not to hold the token afterwards.
+	free    int
+	final   func(i int) bool
+	skip    int    // not asked (voteSkip)
+	votes   []vote // by master; 0 while it has not answered
+	refused []int
+	errs    []error
+	ctxErr  error
 }
 
-func (t *tally) ok(quorum int) bool { return t.yes >= quorum }
+// ok reports whether a quorum agreed: granted or extended it, or for a
+// release are known not to hold the token afterwards (yes and free).
+func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum }
 
 // open reports whether the outcome of a round on n masters is still
-// unknown: neither a quorum of yes nor so many no and failures that a
-// quorum is impossible.
-func (t *tally) open(quorum, n int) bool { return t.yes < quorum && t.no+t.fail+t.skip <= n-quorum }
+// unknown: neither a quorum agreed (ok) nor so many no and failures that
+// a quorum of yes is impossible.
+func (t *tally) open(quorum, n int) bool { return !t.ok(quorum) && t.no+t.fail+t.skip <= n-quorum }
 
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
@@ -1190,6 +1226,9 @@ func (t *tally) add(rp reply) {
 	case voteNo:
 		t.no++
 		t.refused = append(t.refused, rp.index)
+		if t.final != nil && t.final(rp.index) {
+			t.free++
+		}
 	case voteSkip:
 		t.skip++
 	default:
@@ -1214,7 +1253,7 @@ func (t *tally) add(rp reply) {
 // was.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
-	t := tally{votes: make([]vote, n)}
+	t := tally{votes: make([]vote, n), final: r.final}
 	timer := c.clock.NewTimer(c.timeout)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(c.timeout)
