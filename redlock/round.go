@@ -1403,7 +1403,7 @@ func waitOn(more time.Duration, s Silencer, timeout time.Duration) time.Duration
 func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool) *QuorumError {
 	qe := &QuorumError{
 		Op: r.op.String(), Key: r.key, Masters: len(c.masters), Quorum: c.quorum,
-		Succeeded: t.yes, Refused: t.refused, NoValidity: noValidity,
+		Succeeded: t.yes + t.free, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
 	}
 	if w := r.writerWaits.Load(); w != 0 {
