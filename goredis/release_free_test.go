@@ -107,3 +107,38 @@ func TestRelease_takenIsNotHeld(t *testing.T) {
 		t.Fatalf("release of a lock another token holds on a quorum: %v, want ErrNotHeld", err)
 	}
 }
+
+// A release through the adapter waits for masters that are slow, not
+// hung: every master stopped for 300 ms (six default per-master timeouts)
+// and then running again still confirms it.
+func TestRelease_slowMastersStillConfirmIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	ms := startMasters(t, 3)
+	c := ms.lockClient(t, redlock.WithTimeout(redlock.DefaultTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.TryAcquire(ctx, "slow", redlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ms.servers {
+		s.stop()
+		defer s.cont()
+	}
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		time.Sleep(300 * time.Millisecond) // how long the masters are slow
+		for _, s := range ms.servers {
+			s.cont()
+		}
+	}()
+	start := time.Now()
+	err = l.Release(ctx)
+	<-resumed
+	if err != nil {
+		t.Fatalf("release with every master slow for 300 ms: %v after %v", err, time.Since(start))
+	}
+}

@@ -496,7 +496,7 @@ func (r *round) answered(i int, op opKind, v vote, err error) {
 		return
 	}
 	now := time.Now()
-	took := now.Sub(r.deadline) + c.timeout
+	took := now.Sub(r.started())
 	a := answerOf(v)
 	if r.seen != nil && op == r.op {
 		r.mu.Lock()
@@ -540,7 +540,7 @@ func (r *round) started() time.Time {
 	if r == nil {
 		return time.Time{}
 	}
-	return r.deadline.Add(-r.c.timeout)
+	return r.deadline.Add(-r.wait)
 }
 
 // acquireOutcome classifies an acquisition's result.

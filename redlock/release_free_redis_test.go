@@ -257,3 +257,37 @@ func TestRelease_expiredOrTakenIsNotHeld(t *testing.T) {
 		})
 	})
 }
+
+// A release waits for masters that are slow, not hung: every master
+// stopped for 300 ms, six default per-master timeouts, and then running
+// again, still confirms it (a loaded host slows all masters at once).
+func TestRelease_slowMastersStillConfirmIt(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		c := rs.client(t, path, redlock.WithTimeout(redlock.DefaultTimeout))
+		ctx := ctxT(t)
+		l, err := c.TryAcquire(ctx, "slow", redlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "every master holds the lock", func() bool { return count(rs.values(t, "slow"), l.Token()) == 3 })
+		for i := range rs.servers {
+			rs.pause(t, i)
+		}
+		resumed := make(chan struct{})
+		go func() {
+			defer close(resumed)
+			time.Sleep(300 * time.Millisecond) // how long the masters are slow
+			for _, s := range rs.servers {
+				_ = s.Resume()
+			}
+		}()
+		start := time.Now()
+		err = l.Release(ctx)
+		<-resumed
+		if err != nil {
+			t.Fatalf("release with every master slow for 300 ms: %v after %v", err, time.Since(start))
+		}
+		t.Logf("released in %v", time.Since(start))
+	})
+}
