@@ -1355,11 +1355,12 @@ func (m *master) knownDown() bool {
 }
 
 // releaseWait is how long a release waits for a master: one per-master
-// timeout, and at least half of lateBound (half a second with the
-// default timeout), which stays clear of the stall bound at which a
-// pipelined connection is broken (lateBound past its oldest unanswered
-// command: a release waiting that long would be failed by the break, and
-// cost the connection). A release has no validity to
+// timeout, and at least lateBound (a second with the default timeout) on
+// transports that are not Ordered, half of it where some master's is
+// (half a second), to stay clear of the stall bound at which a pipelined
+// connection is broken (lateBound past its oldest unanswered command: a
+// release waiting that long would be failed by the break, and cost the
+// connection). A release has no validity to
 // protect (the lock's ended when it started), so a master that is merely
 // slow — its machine busy, all masters slowed at once on a loaded host —
 // is waited for and confirms it, rather than counted failed at a bound
@@ -1367,7 +1368,12 @@ func (m *master) knownDown() bool {
 // The caller's ctx still bounds the wait, and the round returns as soon as
 // a quorum is confirmed: only a release that needs a silent master's
 // answer waits this long.
-func (c *Client) releaseWait() time.Duration { return max(c.timeout, lateBound(c.timeout)/2) }
+func (c *Client) releaseWait() time.Duration {
+	if c.someOrdered {
+		return max(c.timeout, lateBound(c.timeout)/2)
+	}
+	return lateBound(c.timeout)
+}
 
 // timedOut counts the masters that have not answered as failed when
 // collect stops waiting for them — or as not asked: a led leg the lead's
