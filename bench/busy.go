@@ -38,14 +38,15 @@ type busy struct {
 	procs []*exec.Cmd
 }
 
-// startBusy starts one spinning process per core. stop must be called.
-func startBusy() (*busy, error) {
+// startBusy starts n spinning processes (one per core: runtime.NumCPU()).
+// stop must be called.
+func startBusy(n int) (*busy, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	b := &busy{}
-	for i := 0; i < runtime.NumCPU(); i++ {
+	for i := 0; i < n; i++ {
 		cmd := exec.Command(self, spinFlag)
 		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -87,7 +88,7 @@ func loaded(ctx context.Context, e *env) string {
 	b.WriteString("Beside each cell, two probes of this process show how late things run: a PING to the first master every 5 ms on a connection of its own (its p99 and worst round trip), " +
 		"and a 1 ms timer (how late it fires, p99 and worst). quorumlock's per-master timeout is its default, 50 ms. After a failed acquisition or release the goroutine moves to a fresh key, so that what the failure left does not fail it again.\n\n")
 	b.WriteString("| library | cycles/s | p50 ms | p99 ms | failed acquisitions | unconfirmed releases | probe PING p99 / worst ms | 1 ms timer late p99 / worst ms |\n|---|---|---|---|---|---|---|---|\n")
-	bz, err := startBusy()
+	bz, err := startBusy(runtime.NumCPU())
 	if err != nil {
 		panic(err)
 	}

@@ -64,10 +64,10 @@ const (
 )
 
 var libs = []lib{
-	{qlName, everywhere, newQuorumlock},
-	{qlPooledName, everywhere, newQuorumlockPooled},
-	{qlOwnPoolName, "seq par allocs busy", newQuorumlockOwnPools},
-	{qlGoRedisName, "seq par allocs busy handoff", func(e *env, n int) locker {
+	{qlName, everywhere + " fresh", newQuorumlock},
+	{qlPooledName, everywhere + " fresh", newQuorumlockPooled},
+	{qlOwnPoolName, "seq par allocs busy fresh", newQuorumlockOwnPools},
+	{qlGoRedisName, "seq par allocs busy handoff fresh", func(e *env, n int) locker {
 		if newQuorumlockGoRedis == nil {
 			return nil
 		}
@@ -95,13 +95,17 @@ var newQuorumlockGoRedis func(e *env, n int) locker
 const floorName = "floor: write all, read all"
 
 type env struct {
-	addrs    []string
-	servers  []*redistest.Server // when the bench started the masters; nil with -masters
-	metrics  map[string]float64  // figures the targets are judged on, by name
-	duration time.Duration
-	hungCell time.Duration // each cell of the degraded workload
-	quick    bool          // fewer cells: only those the targets are judged on
-	closers  []func()
+	addrs     []string
+	servers   []*redistest.Server // when the bench started the masters; nil with -masters
+	metrics   map[string]float64  // figures the targets are judged on, by name
+	duration  time.Duration
+	hungCell  time.Duration // each cell of the degraded workload
+	freshCell time.Duration // each cell of the fresh workload
+	quick     bool          // fewer cells: only those the targets are judged on
+	closers   []func()
+	// errs counts every cell's errors (shared by the copies of env a
+	// workload makes to change a cell's duration).
+	errs *errorLog
 }
 
 func (e *env) close() {
@@ -148,6 +152,16 @@ func newQuorumlockOwnPools(e *env, n int) locker {
 		pools[i] = p
 	}
 	c, err := redlock.New(pools)
+	if err != nil {
+		panic(err)
+	}
+	return &qlLocker{c: c, opts: []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(time.Hour)}}
+}
+
+// newQuorumlockAddrs is quorumlock on a Client built from the masters'
+// addresses (redlock.NewFromAddrs), as most applications make it.
+func newQuorumlockAddrs(e *env, n int, opts ...redlock.Option) locker {
+	c, err := redlock.NewFromAddrs(e.addrs[:n], opts...)
 	if err != nil {
 		panic(err)
 	}

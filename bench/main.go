@@ -37,6 +37,14 @@ import (
 
 func main() {
 	log.SetFlags(0)
+	// The exit status, set at the end: os.Exit runs last, after the
+	// deferred clean-ups (the masters, the profiles).
+	exit := 0
+	defer func() {
+		if exit != 0 {
+			os.Exit(exit)
+		}
+	}()
 	if len(os.Args) == 2 && os.Args[1] == spinFlag {
 		spin()
 	}
@@ -45,6 +53,7 @@ func main() {
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	out := flag.String("out", "", "write the report to this markdown file")
 	hungCell := flag.Duration("hung-cell", 10*time.Second, "how long each cell of the degraded workload runs (shorter only for quick runs)")
+	freshCell := flag.Duration("fresh-cell", 5*time.Second, "how long each cell of the fresh workload runs")
 	quick := flag.Bool("quick", false, "only the workloads the targets are judged on, fewer cells, and 1s cells unless -duration says otherwise (about a minute)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile at the end of the run to this file")
@@ -100,7 +109,8 @@ func main() {
 	if len(addrs) < 7 {
 		log.Fatalf("bench: %d masters given, the workloads need 7", len(addrs))
 	}
-	env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, quick: *quick, metrics: map[string]float64{}}
+	env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, freshCell: *freshCell, quick: *quick,
+		metrics: map[string]float64{}, errs: &errorLog{}}
 	defer env.close()
 
 	var report strings.Builder
@@ -116,6 +126,9 @@ func main() {
 		report.WriteString(section)
 	}
 	log.Printf("all workloads done in %v", time.Since(began).Round(time.Second))
+	errs := env.errs.section(env.metrics)
+	fmt.Print(errs)
+	report.WriteString(errs)
 	targets := targetsSection(env.metrics)
 	fmt.Print(targets)
 	report.WriteString(targets)
@@ -134,6 +147,10 @@ func main() {
 		}
 		log.Printf("wrote %s", *out)
 	}
+	if n, cells := env.errs.total(); n > 0 {
+		log.Printf("bench: %d errors in %d of quorumlock's cells (every master was up): see \"Errors\"", n, cells)
+		exit = 1
+	}
 }
 
 type workload func(ctx context.Context, e *env) string
@@ -142,8 +159,8 @@ type workload func(ctx context.Context, e *env) string
 // what the targets are judged on (the hung-master targets excepted). The
 // ceiling comes right before the parallel cells it is judged beside.
 const (
-	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,handoffdiag,allocs,loaded,degraded"
-	quickWorkloads = "ceiling,parallel,sequential,handoff,allocs,loaded"
+	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,handoffdiag,allocs,loaded,fresh,degraded"
+	quickWorkloads = "ceiling,parallel,sequential,handoff,allocs,loaded,fresh"
 )
 
 var registry = map[string]workload{
@@ -153,6 +170,7 @@ var registry = map[string]workload{
 	"sequential":  sequential,
 	"parallel":    parallel,
 	"degraded":    degraded,
+	"fresh":       fresh,
 	"allocs":      allocs,
 	"scale":       scale,
 	"handoff":     handoff,

@@ -98,6 +98,15 @@ func targets() []target {
 				return ""
 			}})
 	}
+	for _, load := range []string{"quiet", "busy"} {
+		for _, ql := range []string{qlName, qlPooledName, qlOwnPoolName, qlGoRedisName} {
+			p := fmt.Sprintf("fresh-%s %s", load, ql)
+			ts = append(ts, target{name: fmt.Sprintf("64 clients on fresh keys, N=5, %s CPUs, %s: failed acquisitions + releases = 0", load, ql),
+				value: sumOf(p + " errors"), goal: 0, count: true})
+		}
+	}
+	ts = append(ts, target{name: "every quorumlock cell of this run (see Errors): failed locks + unlocks = 0",
+		value: sumOf("errors " + qlName), goal: 0, count: true})
 	// With 2 of 5 hung: each path's p99 over its own healthy p99 under
 	// the same CPU load, the better path's.
 	for _, load := range []string{"quiet", "busy"} {

@@ -27,6 +27,8 @@ type result struct {
 	perCli      []int
 	acqFailures int // lock calls that failed while the cell was running
 	relFailures int // unlock calls that failed (for quorumlock: not confirmed, or not held)
+	// samples are the first errors of the cell (at most maxSamples).
+	samples []string
 	// handoffs are the times from a release's start to the next lock's
 	// return, when that lock went to another client (a waiter); self
 	// counts the locks the releasing client took again itself.
@@ -62,12 +64,21 @@ func (r *result) jain() float64 {
 	return sum * sum / (float64(len(r.perCli)) * sq)
 }
 
+// maxSamples is how many errors of a cell are kept, word for word.
+const maxSamples = 3
+
+// freshKeys, as run's keysPerClient, gives each client a key never used
+// before on every cycle.
+const freshKeys = -1
+
 // run drives one goroutine per locker (each a client of its own, as
 // separate processes would be), each holding every lock for hold, until
 // the duration is spent. With keysPerClient 0 all clients lock key; with
-// k ≥ 1 each client cycles through k keys of its own. It records the wait
-// for each lock (from the call to its return) when wait is true, else the
-// whole lock+unlock cycle.
+// k ≥ 1 each client cycles through k keys of its own; with freshKeys each
+// takes a new key of its own every cycle. It records the wait for each
+// lock (from the call to its return) when wait is true, else the whole
+// lock+unlock cycle. Every failed lock or unlock call is counted, for the
+// cell (named by key) in e's error log.
 func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Duration, keysPerClient int, wait bool) *result {
 	clients := len(lockers)
 	ctx, cancel := context.WithTimeout(ctx, e.duration)
@@ -77,6 +88,13 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 	var lastRelease atomic.Int64 // unix nanos of the latest release's start
 	var lastHolder atomic.Int64  // 1 + the id of the client that held last
 	var wg sync.WaitGroup
+	sample := func(what string, err error) {
+		mu.Lock()
+		if len(res.samples) < maxSamples {
+			res.samples = append(res.samples, what+": "+err.Error())
+		}
+		mu.Unlock()
+	}
 	start := time.Now()
 	for id := 0; id < clients; id++ {
 		wg.Add(1)
@@ -89,14 +107,18 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			var lat, hos []time.Duration
 			n, acqFails, relFails, self := 0, 0, 0, 0
 			for ctx.Err() == nil {
-				if keysPerClient > 1 {
+				switch {
+				case keysPerClient > 1:
 					k = fmt.Sprintf("%s:%d", key, id*keysPerClient+n%keysPerClient)
+				case keysPerClient == freshKeys:
+					k = fmt.Sprintf("%s:%d:%d:%d", key, id, n, acqFails)
 				}
 				t0 := time.Now()
 				unlock, err := lockers[id].lock(ctx, k)
 				if err != nil {
 					if ctx.Err() == nil {
 						acqFails++
+						sample("lock", err)
 						if acqFails <= 2 && os.Getenv("QUORUMLOCK_BENCH_ERRORS") != "" {
 							log.Printf("lock %s: %v", k, err)
 						}
@@ -123,6 +145,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				lastRelease.Store(time.Now().UnixNano())
 				if err := unlock(context.Background()); err != nil {
 					relFails++
+					sample("unlock", err)
 					if keysPerClient == 1 {
 						k = fmt.Sprintf("%s:%d:r%d", key, id, relFails)
 					}
@@ -150,6 +173,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	e.errs.note(key, res)
 	return res
 }
 
@@ -273,6 +297,11 @@ func (r *result) add(o *result) *result {
 	}
 	r.acqFailures += o.acqFailures
 	r.relFailures += o.relFailures
+	for _, x := range o.samples {
+		if len(r.samples) < maxSamples {
+			r.samples = append(r.samples, x)
+		}
+	}
 	r.handoffs = append(r.handoffs, o.handoffs...)
 	r.self += o.self
 	return r
@@ -418,7 +447,7 @@ func degraded(ctx context.Context, e *env) string {
 		var bz *busy
 		if load.busy {
 			var err error
-			if bz, err = startBusy(); err != nil {
+			if bz, err = startBusy(runtime.NumCPU()); err != nil {
 				panic(err)
 			}
 		}

@@ -455,6 +455,7 @@ func TestSeam_everyCommandCarriesADeadline(t *testing.T) {
 			var mu sync.Mutex
 			var bad []string
 			seen := map[string]int{}
+			var releaseWait time.Duration // a release waits longer (Client.releaseWait): set once the client is made
 			record := func(addr string, answer func(*redlock.Command) (any, error)) func(*redlock.Command) (any, error) {
 				return func(cmd *redlock.Command) (any, error) {
 					left := time.Until(cmd.Deadline)
@@ -465,7 +466,11 @@ func TestSeam_everyCommandCarriesADeadline(t *testing.T) {
 					mu.Lock()
 					seen[name]++
 					seen[addr+" "+name]++
-					if cmd.Deadline.IsZero() || left <= 0 || left > timeout {
+					bound := timeout
+					if name == "release" {
+						bound = releaseWait
+					}
+					if cmd.Deadline.IsZero() || left <= 0 || left > bound {
 						bad = append(bad, name+": deadline "+cmd.Deadline.String()+", "+left.String()+" from its send")
 					}
 					mu.Unlock()
@@ -490,6 +495,9 @@ func TestSeam_everyCommandCarriesADeadline(t *testing.T) {
 				&seamFake{addr: "d:3", mode: seamSync, ordered: ordered, answer: record("d:3", fencedGrant)},
 			)
 			t.Cleanup(func() { c.Close() })
+			mu.Lock()
+			releaseWait = redlock.ReleaseWait(c)
+			mu.Unlock()
 			redlock.SetFinishBackoff(c, time.Millisecond, 2*time.Millisecond)
 			ctx := context.Background()
 			l, err := c.TryAcquire(ctx, "k", redlock.WithTTL(time.Second), redlock.WithFencing())

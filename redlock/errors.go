@@ -43,15 +43,18 @@ var (
 	// the lock is still held until Until(), and a later Extend may succeed.
 	ErrNotExtended = errors.New("redlock: lock not extended")
 
-	// ErrNotHeld is returned by Release when fewer than a quorum of masters
-	// still held the lock's token (it had expired or was taken), or when
-	// the lock was already released.
+	// ErrNotHeld is returned by Release when the masters' answers show the
+	// lock was no longer held: more than N − quorum of them did not hold
+	// its token (it had expired or was taken), or its validity had ended
+	// and fewer than a quorum deleted it; also when the lock was already
+	// released.
 	ErrNotHeld = errors.New("redlock: lock not held")
 
 	// ErrNotReleased is returned by Release when too few masters answered
-	// (failures, timeouts, or ctx ended) to confirm the release. The
-	// release goes on in the background on every master, and masters that
-	// never got it drop the lock at its TTL.
+	// (failures, timeouts, or ctx ended) to confirm that a quorum of them
+	// is free of the lock's token. The release goes on in the background
+	// on every master, and masters that never got it drop the lock at its
+	// TTL.
 	ErrNotReleased = errors.New("redlock: lock release not confirmed")
 
 	// ErrInvalid is matched by errors for bad arguments or options; the
@@ -118,11 +121,13 @@ type QuorumError struct {
 	// given back), or "commit fence" (the second round of a fenced
 	// acquisition, WithFencing: the counter could not be raised on a
 	// quorum; the error then matches ErrNotAcquired).
-	Op        string
-	Key       string
-	Masters   int   // how many masters there are
-	Quorum    int   // how many had to agree
-	Succeeded int   // how many granted, extended or released
+	Op      string
+	Key     string
+	Masters int // how many masters there are
+	Quorum  int // how many had to agree
+	// Succeeded is how many granted or extended it; for a release, how
+	// many deleted it or are known not to hold its token (Lock.Release).
+	Succeeded int
 	Refused   []int // indices of masters that answered "held by another token" (or, for extend and release, "not ours")
 	// WriterWaiting holds those of Refused that turned a reader away
 	// because a writer waits for the lock (no one holds it for writing);

@@ -32,6 +32,9 @@ func Finishing(c *Client) int {
 	return c.fin.pending
 }
 
+// ReleaseWait is how long c's releases wait for a master.
+func ReleaseWait(c *Client) time.Duration { return c.releaseWait() }
+
 // SetFinishBackoff sets the backoff between such retries.
 func SetFinishBackoff(c *Client, min, max time.Duration) {
 	c.fin.mu.Lock()

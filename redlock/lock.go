@@ -30,8 +30,12 @@ type Lock struct {
 	token string
 	id    uint64 // names the lock in the observer's events
 
-	acq        *round        // the acquisition, which extensions and the release follow
-	chain      *round        // the latest extension or count round, which later rounds follow
+	acq   *round // the acquisition, which extensions and the release follow
+	chain *round // the latest extension or count round, which later rounds follow
+	// retaken holds a reentrant owner's rounds that took the lock again
+	// (besides acq, the rounds that may put its token on a master) while
+	// one of their commands may still run late; guarded by op.
+	retaken    []*round
 	fence      uint64        // the fencing token; 0 without WithFencing
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
@@ -269,10 +273,17 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 }
 
 // Release deletes the lock on every master that still holds its token. It
-// returns nil when a quorum held it; an error matching ErrNotHeld when so
-// many masters did not hold it that no quorum could have (the lock had
-// expired or been taken), or when it was already released; and an error
-// matching ErrNotReleased when too few masters answered to tell.
+// returns nil once a quorum of masters are known not to hold the token
+// afterwards — those that deleted it, and, while the lock's validity
+// lasts, those that answer that they do not hold it where no command of
+// this lock that puts the token there can still run (masters that
+// refused the acquisition or were never asked): the key is then free for
+// others to take on a quorum (docs/safety.md). It returns an error
+// matching ErrNotHeld when the lock was no longer held: so many masters
+// did not hold it that no quorum could have (it had expired or been
+// taken), or its validity had ended and fewer than a quorum deleted it;
+// also when it was already released. It returns an error matching
+// ErrNotReleased when too few masters answered to tell either way.
 //
 // The release is sent even when ctx has already ended, so that a deferred
 // Release frees the lock; ctx bounds only how long the caller waits for
@@ -294,6 +305,10 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	// Before taking op: the watchdog may be extending, under op.
 	l.stopMonitor()
 	l.mu.Lock()
+	// Within its validity, masters that answer that they do not hold the
+	// token count as freed (finalNo); past it, only those that deleted it
+	// show that it was still held.
+	valid := c.clock.Now().Before(l.until)
 	l.endValidity() // the key may pass to another client once it is deleted
 	l.mu.Unlock()
 	l.op.Lock()
@@ -317,13 +332,61 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if valid {
+		r.final = l.finalNo
+	}
 	t := c.collect(ctx, r)
-	if t.ok(c.quorum) {
+	switch {
+	case t.no > len(c.masters)-c.quorum || !valid && !t.ok(c.quorum):
+		// Fewer than a quorum held it when the release ran, or its
+		// validity had ended and no quorum deleted it.
+		return c.quorumError(t, r, ErrNotHeld, false)
+	case t.ok(c.quorum):
 		return nil
 	}
-	sentinel := ErrNotReleased
-	if t.no > len(c.masters)-c.quorum {
-		sentinel = ErrNotHeld
+	return c.quorumError(t, r, ErrNotReleased, false)
+}
+
+// finalNo reports whether master i's answer to the lock's release (or
+// count round) that it does not hold the token is final: no command of
+// this lock that puts the token there can still run on that master, so
+// another client can take the key there. On an Ordered transport every
+// command of the lock was sent before the release and runs before it.
+// On another, the release was sent once the commands before it had been
+// answered or given up; one given up unanswered (its connection
+// discarded at its deadline) may still run later, on a master frozen or
+// busy with it in its buffers: only masters that answered every round
+// that places the token (the acquisition, and a reentrant owner's
+// rounds taking it again), or certainly never got it, count. The caller
+// holds op.
+func (l *Lock) finalNo(i int) bool {
+	if l.c.masters[i].ordered {
+		return true
 	}
-	return c.quorumError(t, r, sentinel, false)
+	if !l.acq.settledAt(i) {
+		return false
+	}
+	for _, r := range l.retaken {
+		if !r.settledAt(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// noteRetaken records r, a reentrant owner's round that took the lock
+// again, for finalNo, and forgets the earlier ones settled on every
+// master. The caller holds op.
+func (l *Lock) noteRetaken(r *round) {
+	if l.c.allOrdered {
+		return
+	}
+	kept := l.retaken[:0]
+	for _, o := range l.retaken {
+		if !o.settledEverywhere() {
+			kept = append(kept, o)
+		}
+	}
+	clear(l.retaken[len(kept):])
+	l.retaken = append(kept, r)
 }

@@ -312,8 +312,8 @@ type ExtendEvent struct {
 type ReleaseOutcome string
 
 const (
-	ReleaseReleased    ReleaseOutcome = "released"     // a quorum held it and deleted it
-	ReleaseNotHeld     ReleaseOutcome = "not_held"     // too many masters no longer held it (ErrNotHeld)
+	ReleaseReleased    ReleaseOutcome = "released"     // a quorum is known free of its token (deleted, or never held there)
+	ReleaseNotHeld     ReleaseOutcome = "not_held"     // no longer held: too many masters without it, or validity over (ErrNotHeld)
 	ReleaseNotReleased ReleaseOutcome = "not_released" // too few answered to tell (ErrNotReleased)
 	ReleaseFailed      ReleaseOutcome = "failed"       // nothing was sent (the client was closed)
 )
@@ -496,7 +496,7 @@ func (r *round) answered(i int, op opKind, v vote, err error) {
 		return
 	}
 	now := time.Now()
-	took := now.Sub(r.deadline) + c.timeout
+	took := now.Sub(r.started())
 	a := answerOf(v)
 	if r.seen != nil && op == r.op {
 		r.mu.Lock()
@@ -540,7 +540,7 @@ func (r *round) started() time.Time {
 	if r == nil {
 		return time.Time{}
 	}
-	return r.deadline.Add(-r.c.timeout)
+	return r.deadline.Add(-r.wait)
 }
 
 // acquireOutcome classifies an acquisition's result.

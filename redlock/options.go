@@ -98,8 +98,10 @@ func (c *config) check() error {
 // WithTimeout bounds every command to one master: a master that has not
 // answered within d counts as failed for that operation, and the caller
 // never waits longer than d for it. Keep it a small fraction of the TTL:
-// it is subtracted from every lock's validity. The default is
-// DefaultTimeout.
+// it is subtracted from every lock's validity. A release, which has no
+// validity to protect, waits for a master up to max(d, 500 ms) (on the
+// pooled path max(d, 1 s)), and returns as soon as a quorum is
+// confirmed. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithDriftFactor sets the share of the TTL subtracted from a lock's

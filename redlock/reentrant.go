@@ -283,6 +283,13 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 		return err
 	}
 	l.chain = r
+	if op == opAcquire {
+		l.noteRetaken(r)
+	} else if now := c.clock.Now(); now.Before(until) {
+		// A count given back: a master that does not hold the owner
+		// has no count to set (see Release).
+		r.final = l.finalNo
+	}
 	t := c.collect(ctx, r)
 	r.decide(false) // nothing to undo: the lock stays held either way
 	now := c.clock.Now()
@@ -294,8 +301,9 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 			return l.setUntil(what, newUntil)
 		}
 		until = l.limitUntil(start.Add(l.ttl - c.drift(l.ttl)))
-	} else if t.ok(c.quorum) {
-		return nil // a count set, the expiry untouched
+	} else if t.ok(c.quorum) && t.no <= len(c.masters)-c.quorum {
+		// A count set where the owner holds it, the expiry untouched.
+		return nil
 	}
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
 		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))

@@ -91,7 +91,10 @@ type round struct {
 	writerWaits atomic.Uint64
 	chain       string    // the key in Client.chains this round is the newest of, or ""
 	deadline    time.Time // when its commands stop being waited for
-	running     atomic.Int32
+	// wait is how long its commands are waited for from its start: the
+	// per-master timeout, or a release's longer one (Client.releaseWait).
+	wait    time.Duration
+	running atomic.Int32
 	// ledBy is 1 + the index of the master an acquisition asks first,
 	// or 0: the others are asked once it granted, and not at all when it
 	// did not (a woken waiter's attempt, see Client.leadFor).
@@ -128,6 +131,12 @@ type round struct {
 	// fin: retries of its release or rollback that a master missed
 	// (finish.go).
 	fin roundFin
+
+	// final, for a release, reports whether master i's answer that it
+	// does not hold the token is final: no command of the lock that puts
+	// the token there can still run on it (Lock.finalNo). Nil for other
+	// rounds. Set before the round is collected, read by collect only.
+	final func(i int) bool
 
 	// The round's command, held here so that a round and its legs are
 	// one allocation (newRound).
@@ -291,7 +300,11 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	r.c, r.op, r.key, r.token, r.ttlMS = c, op, key, token, ttl.Milliseconds()
 	r.ledBy = lead + 1
 	r.k, r.fence = k, fence
-	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(c.timeout), ctx
+	r.wait = c.timeout
+	if op == opRelease {
+		r.wait = c.releaseWait()
+	}
+	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(r.wait), ctx
 	if c.obs != nil {
 		r.seen = make([]MasterResult, n)
 	}
@@ -347,6 +360,12 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		l.r, l.i = r, i
 		w.fill(&l.cmd, r)
 		l.cmd.to, l.cmd.Deadline = l, r.deadline
+		if r.wait != c.timeout && c.masters[i].knownDown() {
+			// A release's longer wait is for masters that are slow, not
+			// for one known hung: a command to it gets the per-master
+			// timeout, so that it holds no pooled connection longer.
+			l.cmd.Deadline = r.deadline.Add(c.timeout - r.wait)
+		}
 		if n == 1 && op != opLeave {
 			// The caller waits for this reply alone (collect follows):
 			// a transport may read it in Send.
@@ -617,7 +636,7 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	v, err := r.answer(l.i, r.op, &r.wireBuf, res, err, info)
 	m := &r.c.masters[l.i]
 	if err != nil {
-		err = r.c.nodeError(m, err)
+		err = r.c.nodeErrorIn(m, err, r.wait)
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
@@ -763,6 +782,30 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 		r.c.confirmLater(r, l.i)
 	}
 	l.end()
+}
+
+// settledAt reports whether the round's command can no longer run on
+// master i: the master answered it (granted or refused), or it was never
+// sent there and never will be (not asked, given up before it was sent,
+// failed unsent). A command that failed unanswered may still run, late.
+func (r *round) settledAt(i int) bool {
+	if i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := &r.legs[i]
+	return l.replied && (l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip) || l.gaveUp && !l.sent
+}
+
+// settledEverywhere reports whether settledAt holds on every master.
+func (r *round) settledEverywhere() bool {
+	for i := range r.legs {
+		if !r.settledAt(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // setUnanswered reports whether master i's acquisition failed without an
@@ -1130,6 +1173,13 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 // ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
 // true only when the caller's own context expired.
 func (c *Client) nodeError(m *master, err error) *NodeError {
+	return c.nodeErrorIn(m, err, c.timeout)
+}
+
+// nodeErrorIn is nodeError for a command that was waited for wait (a
+// release's is longer than the per-master timeout), which a timeout's
+// message states.
+func (c *Client) nodeErrorIn(m *master, err error, wait time.Duration) *NodeError {
 	if ne, ok := err.(*NodeError); ok && ne.Index == m.index {
 		return ne // named already: naming it again would say the master twice
 	}
@@ -1141,7 +1191,7 @@ func (c *Client) nodeError(m *master, err error) *NodeError {
 	var ne net.Error
 	if !errors.Is(err, ErrMasterTimeout) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
 		// The cause's text without its own "redlock: ": one prefix in all.
-		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, c.timeout, trimPrefix(err.Error()))
+		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, wait, trimPrefix(err.Error()))
 	}
 	return &NodeError{Index: m.index, Addr: m.addr, Err: err}
 }
@@ -1191,22 +1241,28 @@ func quotable(s string) bool {
 // tally counts a round's replies.
 type tally struct {
 	yes, no, fail int
-	skip          int    // not asked (voteSkip)
-	votes         []vote // by master; 0 while it has not answered
-	refused       []int
-	errs          []error
+	// free counts, of a release's no, those that are final (round.final):
+	// with yes, the masters known not to hold the token afterwards.
+	free    int
+	final   func(i int) bool
+	skip    int    // not asked (voteSkip)
+	votes   []vote // by master; 0 while it has not answered
+	refused []int
+	errs    []error
 	// wrongKind holds the *NodeError of each of refused that refused
 	// because its copy of the key is a lock of another kind.
 	wrongKind []error
 	ctxErr    error
 }
 
-func (t *tally) ok(quorum int) bool { return t.yes >= quorum }
+// ok reports whether a quorum agreed: granted or extended it, or for a
+// release are known not to hold the token afterwards (yes and free).
+func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum }
 
 // open reports whether the outcome of a round on n masters is still
-// unknown: neither a quorum of yes nor so many no and failures that a
-// quorum is impossible.
-func (t *tally) open(quorum, n int) bool { return t.yes < quorum && t.no+t.fail+t.skip <= n-quorum }
+// unknown: neither a quorum agreed (ok) nor so many no and failures that
+// a quorum of yes is impossible.
+func (t *tally) open(quorum, n int) bool { return !t.ok(quorum) && t.no+t.fail+t.skip <= n-quorum }
 
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
@@ -1218,6 +1274,9 @@ func (t *tally) add(rp reply) {
 		t.refused = append(t.refused, rp.index)
 		if rp.err != nil {
 			t.wrongKind = append(t.wrongKind, rp.err)
+		}
+		if t.final != nil && t.final(rp.index) {
+			t.free++
 		}
 	case voteSkip:
 		t.skip++
@@ -1243,10 +1302,10 @@ func (t *tally) add(rp reply) {
 // was.
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
-	t := tally{votes: make([]vote, n)}
-	timer := c.clock.NewTimer(c.timeout)
+	t := tally{votes: make([]vote, n), final: r.final}
+	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
-	due := c.clock.Now().Add(c.timeout)
+	due := c.clock.Now().Add(r.wait)
 	bound := due.Add(lateBound(c.timeout)) // the latest any wait may end
 	if c.realClock {
 		roundBeat.enter()
@@ -1316,6 +1375,35 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	return t
 }
 
+// knownDown reports whether the master's transport knows it down now
+// (Downer): it has left commands unanswered for longer than the
+// per-master timeout.
+func (m *master) knownDown() bool {
+	d, ok := m.t.(Downer)
+	return ok && d.Down() != nil
+}
+
+// releaseWait is how long a release waits for a master: one per-master
+// timeout, and at least lateBound (a second with the default timeout) on
+// transports that are not Ordered, half of it where some master's is
+// (half a second), to stay clear of the stall bound at which a pipelined
+// connection is broken (lateBound past its oldest unanswered command: a
+// release waiting that long would be failed by the break, and cost the
+// connection). A release has no validity to
+// protect (the lock's ended when it started), so a master that is merely
+// slow — its machine busy, all masters slowed at once on a loaded host —
+// is waited for and confirms it, rather than counted failed at a bound
+// chosen to keep a hung master from eating an acquisition's validity.
+// The caller's ctx still bounds the wait, and the round returns as soon as
+// a quorum is confirmed: only a release that needs a silent master's
+// answer waits this long.
+func (c *Client) releaseWait() time.Duration {
+	if c.someOrdered {
+		return max(c.timeout, lateBound(c.timeout)/2)
+	}
+	return lateBound(c.timeout)
+}
+
 // timedOut counts the masters that have not answered as failed when
 // collect stops waiting for them — or as not asked: a led leg the lead's
 // answer was not read in time for.
@@ -1330,7 +1418,7 @@ func (c *Client) timedOut(t *tally, r *round) {
 			t.skip++
 		default:
 			t.fail++
-			t.errs = append(t.errs, c.nodeError(&c.masters[i], context.DeadlineExceeded))
+			t.errs = append(t.errs, c.nodeErrorIn(&c.masters[i], context.DeadlineExceeded, r.wait))
 		}
 	}
 }
@@ -1393,7 +1481,7 @@ func waitOn(more time.Duration, s Silencer, timeout time.Duration) time.Duration
 func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool) *QuorumError {
 	qe := &QuorumError{
 		Op: r.op.String(), Key: r.key, Masters: len(c.masters), Quorum: c.quorum,
-		Succeeded: t.yes, Refused: t.refused, NoValidity: noValidity,
+		Succeeded: t.yes + t.free, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
 	}
 	if w := r.writerWaits.Load(); w != 0 {
