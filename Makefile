@@ -89,7 +89,7 @@ clean-containers:
 race: test
 
 ## lint: go vet (the library, the bench/, goredis/, integration/ and otel/ modules), gofmt, and go.mod/go.sum tidy in all five
-lint: vet fmt tidy
+lint: vet fmt tidy golangci
 tidy:
 	$(GO) mod tidy -diff
 	cd bench && $(GO) mod tidy -diff
@@ -104,6 +104,22 @@ vet:
 	cd otel && $(GO) vet ./...
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+## golangci: golangci-lint (.golangci.yml) in every module of the tree: each
+##   directory holding a go.mod, found afresh each run. The linter is built
+##   from the module proxy at GOLANGCI_LINT_VERSION into bin/ (gitignored).
+.PHONY: golangci
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CURDIR)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+$(GOLANGCI_LINT):
+	@mkdir -p $(CURDIR)/bin/.golangci-build
+	GOBIN=$(CURDIR)/bin/.golangci-build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(CURDIR)/bin/.golangci-build/golangci-lint $@
+golangci: $(GOLANGCI_LINT)
+	@mods=$$(find . -name .git -prune -o -name go.mod -print | sort); fail=; \
+	for m in $$mods; do d=$$(dirname $$m); echo "golangci-lint: $$d"; \
+	  (cd $$d && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || fail="$$fail $$d"; \
+	done; if [ -n "$$fail" ]; then echo "golangci-lint found problems in:$$fail"; exit 1; fi
 
 ## bench: micro-benchmarks with allocations
 bench: deps
