@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -755,11 +756,7 @@ func isQuorumError(err error) bool {
 }
 
 func asQuorumError(err error, target **QuorumError) bool {
-	qe, ok := err.(*QuorumError)
-	if ok {
-		*target = qe
-	}
-	return ok
+	return errors.As(err, target)
 }
 
 // logFailure records one master's failure outside a round (the wake-up

@@ -295,7 +295,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 	close(ch)
 	if err == nil {
 		err = errMuxBusy
-	} else if err != ErrClosed {
+	} else if !errors.Is(err, ErrClosed) {
 		// The backlog was never sent: its commands waited for this dial,
 		// maybe a moment, not the per-master timeout.
 		err = &notTriedError{since: time.Now(), why: "its dial failed", cause: err}
@@ -606,7 +606,7 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 	mc.heard.Store(1 + int64(time.Since(mc.born)))
 	mc.oldest.Store(0)
 	mc.unanswered.Add(-1)
-	if _, isReply := err.(redis.Error); isReply {
+	if _, isReply := replyTo(err); isReply {
 		if r.script != nil && scripts.IsNoScript(err) {
 			err = mc.noScript(r, err)
 			if err == nil {

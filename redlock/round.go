@@ -1071,7 +1071,7 @@ func (e expect) fits(v any) bool {
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
-	if re, ok := err.(ReplyError); ok {
+	if re := ReplyError(""); errors.As(err, &re) {
 		err = redis.Error(re) // as redigo reports it: what callers of this package see
 	}
 	if err != nil {
@@ -1107,7 +1107,7 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 // ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
 // true only when the caller's own context expired.
 func (c *Client) nodeError(m *master, err error) *NodeError {
-	if ne, ok := err.(*NodeError); ok && ne.Index == m.index {
+	if ne := (*NodeError)(nil); errors.As(err, &ne) && ne.Index == m.index {
 		return ne // named already: naming it again would say the master twice
 	}
 	if nt := (*notTriedError)(nil); errors.As(err, &nt) {
@@ -1393,7 +1393,7 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 // failedAt reports whether errs hold master i's *NodeError.
 func failedAt(errs []error, i int) bool {
 	for _, err := range errs {
-		if ne, ok := err.(*NodeError); ok && ne.Index == i {
+		if ne := (*NodeError)(nil); errors.As(err, &ne) && ne.Index == i {
 			return true
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
@@ -357,7 +355,7 @@ func (c *Command) wireArgs() []any {
 
 // deliver is a pipelined connection's reply to the command (replier).
 func (c *Command) deliver(v any, err error) {
-	if re, ok := err.(redis.Error); ok {
+	if re, ok := replyTo(err); ok {
 		err = ReplyError(re)
 	}
 	c.Complete(v, err, SendInfo{Sent: !c.mq.sent.IsZero(), Resent: c.mq.resent})
