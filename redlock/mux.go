@@ -228,19 +228,19 @@ func (d redigoDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	return d.p.Dial()
 }
 
-// startDialLocked starts the dialer unless one runs or waits, and returns
-// the channel that closes when it ends. While the current connection is
-// being settled, the dial waits: its reader starts it once what the
-// connection carried is in the backlog, in order.
-func (mx *mux) startDialLocked() (chan struct{}, error) {
+// startDialLocked starts the dialer unless one runs or waits (mx.dialing
+// closes when it ends). While the current connection is being settled,
+// the dial waits: its reader starts it once what the connection carried
+// is in the backlog, in order.
+func (mx *mux) startDialLocked() error {
 	if mx.dialing != nil {
-		return mx.dialing, nil
+		return nil
 	}
 	if mx.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
-		return nil, &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
+		return &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
 	}
 	mx.wg.Add(1)
 	ch := make(chan struct{})
@@ -248,7 +248,7 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	if mx.cur == nil {
 		go mx.dialer(ch)
 	}
-	return ch, nil
+	return nil
 }
 
 // dialer makes a new connection, bounded by the per-master timeout, and
@@ -320,7 +320,7 @@ const dialTries = 3
 // failed some 1,600 acquisitions in 2 s so, every master up.)
 func stalledDial(err error, start time.Time) bool {
 	var ne net.Error
-	if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+	if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
 		return false
 	}
 	now := time.Now()
@@ -774,8 +774,10 @@ func (mc *muxConn) settle(first *muxReq) {
 	all = append(all, mc.unsent...)
 	mc.unsent = nil
 	mc.wmu.Unlock()
-	mc.qmu.Lock() // closed: nothing joins the queue any more
-	mc.qmu.Unlock()
+	// closed: nothing joins the queue any more; taking qmu waits for a
+	// sender that joined before the close was seen.
+	mc.qmu.Lock()
+	mc.qmu.Unlock() //nolint:staticcheck // SA2001: the critical section is the wait
 	for len(mc.queue) > 0 {
 		all = append(all, <-mc.queue)
 	}
@@ -804,7 +806,7 @@ func (mc *muxConn) settle(first *muxReq) {
 		}
 	}
 	if len(mx.backlog) > 0 && mx.dialing == nil {
-		if _, dropErr = mx.startDialLocked(); dropErr != nil {
+		if dropErr = mx.startDialLocked(); dropErr != nil {
 			dropped, mx.backlog = mx.backlog, nil
 		}
 	}
@@ -985,7 +987,7 @@ func (mx *mux) submit(r *muxReq) {
 		mx.mu.Lock()
 		mc := mx.cur
 		if mc == nil {
-			if _, err := mx.startDialLocked(); err != nil {
+			if err := mx.startDialLocked(); err != nil {
 				mx.mu.Unlock()
 				r.to.deliver(nil, err)
 				return
