@@ -1107,7 +1107,9 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 // ErrMasterTimeout, so that errors.Is(err, context.DeadlineExceeded) stays
 // true only when the caller's own context expired.
 func (c *Client) nodeError(m *master, err error) *NodeError {
-	if ne := (*NodeError)(nil); errors.As(err, &ne) && ne.Index == m.index {
+	// err itself, not what it wraps: a NodeError held inside another
+	// failure (the cause of a notTriedError) names an earlier failure.
+	if ne, ok := err.(*NodeError); ok && ne.Index == m.index { //nolint:errorlint // see above
 		return ne // named already: naming it again would say the master twice
 	}
 	if nt := (*notTriedError)(nil); errors.As(err, &nt) {
