@@ -104,10 +104,10 @@ clean-containers:
 ## race: same as test
 race: test
 
-## lint: go vet, gofmt, and go.mod/go.sum tidy in every module of modules.txt
+## lint: go vet, gofmt, go.mod/go.sum tidy and golangci-lint in every module of modules.txt
 ##   (the release tool fails if a go.mod in the tree is not listed there)
 MODULES_CMD = cd tools/release && $(GO) run . modules -root ../..
-lint: vet fmt tidy
+lint: vet fmt tidy golangci
 tidy:
 	@mods=$$($(MODULES_CMD)) || exit 1; for d in $$mods; do \
 	  echo "go mod tidy -diff ($$d)"; (cd $$d && $(GO) mod tidy -diff) || exit 1; done
@@ -139,6 +139,21 @@ test-oldest:
 	  (cd $$d && export GOTOOLCHAIN=$$tc && $(GO) version && $(GO) build ./... && $(GO) vet ./... && \
 	    $(GO) test -short -count=1 ./...) || exit 1; \
 	done
+
+## golangci: golangci-lint (.golangci.yml) in every module of modules.txt. The linter is built
+##   from the module proxy at GOLANGCI_LINT_VERSION into bin/ (gitignored).
+.PHONY: golangci
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CURDIR)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+$(GOLANGCI_LINT):
+	@mkdir -p $(CURDIR)/bin/.golangci-build
+	GOBIN=$(CURDIR)/bin/.golangci-build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(CURDIR)/bin/.golangci-build/golangci-lint $@
+golangci: $(GOLANGCI_LINT)
+	@mods=$$($(MODULES_CMD)) || exit 1; fail=; \
+	for d in $$mods; do echo "golangci-lint: $$d"; \
+	  (cd $$d && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || fail="$$fail $$d"; \
+	done; if [ -n "$$fail" ]; then echo "golangci-lint found problems in:$$fail"; exit 1; fi
 
 ## bench: micro-benchmarks with allocations
 bench: deps

@@ -37,14 +37,6 @@ import (
 
 func main() {
 	log.SetFlags(0)
-	// The exit status, set at the end: os.Exit runs last, after the
-	// deferred clean-ups (the masters, the profiles).
-	exit := 0
-	defer func() {
-		if exit != 0 {
-			os.Exit(exit)
-		}
-	}()
 	if len(os.Args) == 2 && os.Args[1] == spinFlag {
 		spin()
 	}
@@ -68,88 +60,90 @@ func main() {
 			*workloads = quickWorkloads
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if *memProfile != "" {
-		runtime.MemProfileRate = 4096
-		defer func() {
-			f, err := os.Create(*memProfile)
+	// The run, in a function of its own: its deferred clean-up (profiles,
+	// masters) runs before log.Fatal exits.
+	err := func() (err error) {
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
 			if err != nil {
-				log.Fatal(err)
+				return err
 			}
-			defer f.Close()
-			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-				log.Fatal(err)
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
 			}
-		}()
-	}
+			defer pprof.StopCPUProfile()
+		}
+		if *memProfile != "" {
+			runtime.MemProfileRate = 4096
+			defer func() {
+				if perr := writeAllocs(*memProfile); perr != nil && err == nil {
+					err = perr
+				}
+			}()
+		}
 
-	addrs := masters.Split(*mastersFlag)
-	var servers []*redistest.Server
-	if len(addrs) == 0 {
-		var stop func()
-		var err error
-		servers, stop, err = redistest.LaunchServers(7)
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer stop()
-		for _, s := range servers {
-			addrs = append(addrs, s.Addr())
-		}
-	}
-	if len(addrs) < 7 {
-		log.Fatalf("bench: %d masters given, the workloads need 7", len(addrs))
-	}
-	env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, freshCell: *freshCell, quick: *quick,
-		metrics: map[string]float64{}, errs: &errorLog{}}
-	defer env.close()
-
-	var report strings.Builder
-	began := time.Now()
-	for _, name := range masters.Split(*workloads) {
-		w, ok := registry[name]
-		if !ok {
-			log.Fatalf("bench: unknown workload %q (have %s)", name, strings.Join(workloadNames(), ", "))
-		}
-		log.Printf("running %s ... (%v since the start)", name, time.Since(began).Round(time.Second))
-		section := w(context.Background(), env)
-		fmt.Print(section)
-		report.WriteString(section)
-	}
-	log.Printf("all workloads done in %v", time.Since(began).Round(time.Second))
-	errs := env.errs.section(env.metrics)
-	fmt.Print(errs)
-	report.WriteString(errs)
-	targets := targetsSection(env.metrics)
-	fmt.Print(targets)
-	report.WriteString(targets)
-	if *out != "" {
-		svgPath := strings.TrimSuffix(*out, ".md") + ".svg"
-		if svg := plot(env.metrics); svg != "" {
-			if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
-				log.Fatal(err)
+		addrs := masters.Split(*mastersFlag)
+		var servers []*redistest.Server
+		if len(addrs) == 0 {
+			var stop func()
+			var err error
+			servers, stop, err = redistest.LaunchServers(7)
+			if err != nil {
+				return err
 			}
-			report.WriteString("## Plot\n\n![p50 latency by number of masters, and throughput by number of clients](" +
-				filepath.Base(svgPath) + ")\n\n")
-			log.Printf("wrote %s", svgPath)
+			defer stop()
+			for _, s := range servers {
+				addrs = append(addrs, s.Addr())
+			}
 		}
-		if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])+keptTail(*out)), 0o644); err != nil {
-			log.Fatal(err)
+		if len(addrs) < 7 {
+			return fmt.Errorf("bench: %d masters given, the workloads need 7", len(addrs))
 		}
-		log.Printf("wrote %s", *out)
-	}
-	if n, cells := env.errs.total(); n > 0 {
-		log.Printf("bench: %d errors in %d of quorumlock's cells (every master was up): see \"Errors\"", n, cells)
-		exit = 1
+		env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, freshCell: *freshCell, quick: *quick,
+			metrics: map[string]float64{}, errs: &errorLog{}}
+		defer env.close()
+
+		var report strings.Builder
+		began := time.Now()
+		for _, name := range masters.Split(*workloads) {
+			w, ok := registry[name]
+			if !ok {
+				return fmt.Errorf("bench: unknown workload %q (have %s)", name, strings.Join(workloadNames(), ", "))
+			}
+			log.Printf("running %s ... (%v since the start)", name, time.Since(began).Round(time.Second))
+			section := w(context.Background(), env)
+			fmt.Print(section)
+			report.WriteString(section)
+		}
+		log.Printf("all workloads done in %v", time.Since(began).Round(time.Second))
+		errs := env.errs.section(env.metrics)
+		fmt.Print(errs)
+		report.WriteString(errs)
+		targets := targetsSection(env.metrics)
+		fmt.Print(targets)
+		report.WriteString(targets)
+		if *out != "" {
+			svgPath := strings.TrimSuffix(*out, ".md") + ".svg"
+			if svg := plot(env.metrics); svg != "" {
+				if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
+					return err
+				}
+				report.WriteString("## Plot\n\n![p50 latency by number of masters, and throughput by number of clients](" +
+					filepath.Base(svgPath) + ")\n\n")
+				log.Printf("wrote %s", svgPath)
+			}
+			if err := os.WriteFile(*out, []byte(document(report.String(), os.Args[1:])+keptTail(*out)), 0o644); err != nil {
+				return err
+			}
+			log.Printf("wrote %s", *out)
+		}
+		if n, cells := env.errs.total(); n > 0 {
+			return fmt.Errorf("bench: %d errors in %d of quorumlock's cells (every master was up): see \"Errors\"", n, cells)
+		}
+		return nil
+	}()
+	if err != nil {
+		log.Fatal(err)
 	}
 }
 
@@ -244,4 +238,14 @@ func redisVersion() string {
 		}
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// writeAllocs writes the allocation profile to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
 }

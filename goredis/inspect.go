@@ -74,7 +74,7 @@ func (t *Transport) inspect(ctx context.Context, cmds []layout.Command) ([]any, 
 		v, err := rc.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			v, err = nil, nil
+			v = nil
 		case err != nil:
 			var re redis.Error
 			if !errors.As(err, &re) {

@@ -512,16 +512,17 @@ type laneCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry a pipeline holding the command.
 func (laneCmd) NoRetry() bool { return true }
 
-// run takes a batch from the queue (into buf), sends it and settles its
-// commands. It reports false when there was nothing to take.
-func (l *lane) run(buf []*req) ([]*req, bool) {
+// run takes a batch from the queue (appended to batch, a buffer), sends
+// it and settles its commands. It reports false when there was nothing
+// to take.
+func (l *lane) run(batch []*req) ([]*req, bool) {
 	l.mu.Lock()
 	if l.closed || len(l.queue) == 0 {
 		l.mu.Unlock()
-		return buf, false
+		return batch, false
 	}
 	n := min(len(l.queue), laneBatch)
-	batch := append(buf, l.queue[:n]...)
+	batch = append(batch, l.queue[:n]...)
 	rest := copy(l.queue, l.queue[n:])
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
@@ -584,8 +585,8 @@ func (l *lane) run(buf []*req) ([]*req, bool) {
 		v, err := c.Val(), c.Err()
 		var rerr redis.Error
 		switch {
-		case err == nil || err == redis.Nil || errors.As(err, &rerr):
-			if err == redis.Nil {
+		case err == nil || errors.Is(err, redis.Nil) || errors.As(err, &rerr):
+			if errors.Is(err, redis.Nil) {
 				v, err = nil, nil
 			}
 			if r == nil { // SCRIPT LOAD

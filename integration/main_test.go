@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
-	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -61,12 +60,6 @@ func newClient(t *testing.T, path connPath, c *cluster.Cluster, opts ...redlock.
 	t.Cleanup(func() { client.Close() })
 	return client
 }
-
-// holders and count are the conformance package's, for the suites here.
-var (
-	holders = conformance.Holders
-	count   = conformance.Count
-)
 
 func must(t *testing.T, err error) {
 	t.Helper()

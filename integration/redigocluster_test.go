@@ -361,11 +361,10 @@ func TestRedigoCluster_pausedNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok := true
 		for j := 0; j < 100 && conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) != 3; j++ {
 			time.Sleep(10 * time.Millisecond)
 		}
-		ok = conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) == 3
+		ok := conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) == 3
 		_ = l.Release(ctx)
 		if ok {
 			break

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -366,7 +367,7 @@ func (r *Reader) readWrite(fields [][2]string) {
 	byToken(writers)
 	byToken(readers)
 	r.st.Kind = KindReadWrite
-	r.st.Holders = append(writers, readers...)
+	r.st.Holders = slices.Concat(writers, readers)
 	if intent != "" && intentExp > r.now {
 		r.st.Intent = &Intent{Writer: intent, TTL: time.Duration(intentExp-r.now) * time.Millisecond}
 	}

@@ -56,8 +56,8 @@ type activeCount struct {
 	opts []metric.ObserveOption
 }
 
-func newActiveLocks(max int) *activeLocks {
-	return &activeLocks{max: max, now: time.Now, byID: make(map[uint64]*activeLock),
+func newActiveLocks(limit int) *activeLocks {
+	return &activeLocks{max: limit, now: time.Now, byID: make(map[uint64]*activeLock),
 		counts: make(map[attribute.Distinct]*activeCount)}
 }
 

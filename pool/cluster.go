@@ -226,7 +226,7 @@ func ParseRedirect(msg, sender string) (ask bool, slot int, addr string, ok bool
 	}
 	addr, err = CheckNodeAddr(sm[3], sender)
 	if err != nil {
-		return false, 0, "", true, fmt.Errorf("%w: a redirection to %s: %v", ErrBadCluster, strconv.Quote(short(sm[3])), err)
+		return false, 0, "", true, fmt.Errorf("%w: a redirection to %s: %w", ErrBadCluster, strconv.Quote(short(sm[3])), err)
 	}
 	return sm[1] == "ASK", slot, addr, true, nil
 }

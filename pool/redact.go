@@ -87,7 +87,9 @@ func (r *redactor) redactError(err error) error {
 	if clean == msg {
 		return err
 	}
-	switch e := err.(type) {
+	// The switch rebuilds err's own value with the clean text, so it looks
+	// at err itself: anything else is wrapped below, whatever it wraps.
+	switch e := err.(type) { //nolint:errorlint // err's own type, not what it wraps
 	case redis.Error:
 		return redis.Error(clean)
 	case *DialError:

@@ -45,7 +45,8 @@ func atk28Hold(c *hostile.Conn, d time.Duration) hostile.Verdict {
 // atk28Scripts is how many scripts master s has run, or -1 when it cannot
 // tell (unlike scriptCalls, safe in a goroutine that may outlive a test).
 func atk28Scripts(s *redistest.Server) int {
-	conn, err := redis.DialTimeout("tcp", s.Addr(), time.Second, time.Second, time.Second)
+	conn, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(time.Second),
+		redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
 	if err != nil {
 		return -1
 	}

@@ -87,14 +87,6 @@ func (f *seamFake) Send(cmd *redlock.Command) {
 	}
 }
 
-func (f *seamFake) count(name string) int64 {
-	n, ok := f.names.Load(name)
-	if !ok {
-		return 0
-	}
-	return n.(*atomic.Int64).Load()
-}
-
 func (f *seamFake) Subscribe(context.Context, func(string, string)) (redlock.Subscription, error) {
 	return nil, errors.New("seamFake: no subscriptions")
 }

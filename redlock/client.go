@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -690,11 +691,11 @@ func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 const recheckPoll = 500 * time.Microsecond
 
 // backoff returns the delay before retry number attempt+1: a random
-// duration in [d/2, d] where d = min(max, min×2^attempt).
-func backoff(min, max time.Duration, attempt int) time.Duration {
-	d := max
+// duration in [d/2, d] where d = min(ceiling, floor×2^attempt).
+func backoff(floor, ceiling time.Duration, attempt int) time.Duration {
+	d := ceiling
 	if attempt < 30 {
-		if e := min << attempt; e > 0 && e < max {
+		if e := floor << attempt; e > 0 && e < ceiling {
 			d = e
 		}
 	}
@@ -802,11 +803,7 @@ func isQuorumError(err error) bool {
 }
 
 func asQuorumError(err error, target **QuorumError) bool {
-	qe, ok := err.(*QuorumError)
-	if ok {
-		*target = qe
-	}
-	return ok
+	return errors.As(err, target)
 }
 
 // logFailure records one master's failure outside a round (the wake-up

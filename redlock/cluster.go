@@ -391,7 +391,7 @@ func (s *clusterSend) deliver(v any, err error) {
 // handle looks at a try's outcome: a redirection or TRYAGAIN tries
 // again; anything else completes the command.
 func (s *clusterSend) handle(v any, err error) {
-	re, isReply := err.(redis.Error)
+	re, isReply := replyTo(err)
 	if !isReply {
 		if err != nil && !errors.Is(err, ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
@@ -539,7 +539,7 @@ func (s *clusterSend) asking() {
 		err = &desyncError{cmd: "ASKING", reply: describe(ok)}
 	}
 	if err != nil {
-		if _, isReply := err.(redis.Error); !isReply {
+		if _, isReply := replyTo(err); !isReply {
 			s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 			return
 		}
@@ -555,7 +555,7 @@ func (s *clusterSend) asking() {
 		err = &desyncError{cmd: name, reply: describe(v)}
 	}
 	if err != nil {
-		if _, isReply := err.(redis.Error); !isReply {
+		if _, isReply := replyTo(err); !isReply {
 			if s.ct.life.Err() != nil {
 				s.finish(nil, ErrClosed)
 				return
@@ -577,7 +577,7 @@ func (s *clusterSend) finishAsking(err error) {
 
 // finish completes the command.
 func (s *clusterSend) finish(v any, err error) {
-	if re, ok := err.(redis.Error); ok {
+	if re, ok := replyTo(err); ok {
 		err = ReplyError(re)
 	}
 	s.cmd.Complete(v, err, SendInfo{Sent: s.sent, Resent: s.resent})

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // Sentinel errors. Match them with errors.Is: the errors returned by this
@@ -307,6 +309,7 @@ func trimPrefix(s string) string { return strings.TrimPrefix(s, prefix) }
 // `redlock: lock "k" not acquired`.
 func keyMessage(sentinel error, key string) string {
 	q := strconv.Quote(key)
+	//nolint:errorlint // sentinel is one of this package's Err values, never wrapped
 	switch sentinel {
 	case ErrNotAcquired:
 		return prefix + "lock " + q + " not acquired"
@@ -331,6 +334,7 @@ func keyMessage(sentinel error, key string) string {
 // opImplied is the operation a sentinel names by itself; a QuorumError of
 // another operation names it.
 func opImplied(sentinel error) string {
+	//nolint:errorlint // sentinel is one of this package's Err values, never wrapped
 	switch sentinel {
 	case ErrNotAcquired:
 		return "acquire"
@@ -436,4 +440,26 @@ func (e *notTriedError) Unwrap() error {
 		return nil
 	}
 	return e.cause
+}
+
+// replyTo returns the master's error reply (a RESP "-" line, as redigo
+// reports it) that err is, also behind a wrapper a user's connection or
+// pool may add. A failure that holds a reply to another command as its
+// cause is not a reply to this one: a dial refused by AUTH or HELLO
+// (*pool.DialError), a command never sent (*notTriedError), a failed
+// ASKING (*clusterNodeError).
+func replyTo(err error) (redis.Error, bool) {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	var (
+		de *pool.DialError
+		nt *notTriedError
+		ce *clusterNodeError
+	)
+	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ce) {
+		return "", false
+	}
+	return re, true
 }

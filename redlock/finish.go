@@ -289,9 +289,8 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 }
 
 // queueLocked queues e (counted in pending) to be sent at due, or drops
-// it: superseded, the client closed, or due past its time. It reports
-// whether e was queued.
-func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs) bool {
+// it: superseded, the client closed, or due past its time.
+func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs) {
 	why := ""
 	switch {
 	case e.r.fin.superseded.Load() || f.closed:
@@ -311,14 +310,13 @@ func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs
 		if why != "-" {
 			a.logs = append(a.logs, finLog{e, why})
 		}
-		return false
+		return
 	}
 	e.due = due
 	heap.Push(&f.queue, e)
 	if f.queue[0] == e {
 		a.poke = true
 	}
-	return true
 }
 
 // ended ends one send of e to its master: answered (err nil), failed

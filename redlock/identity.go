@@ -395,7 +395,7 @@ func runID(reply any) string {
 			return ""
 		}
 		for _, ch := range v {
-			if !('0' <= ch && ch <= '9' || 'a' <= ch && ch <= 'f') {
+			if (ch < '0' || ch > '9') && (ch < 'a' || ch > 'f') {
 				return ""
 			}
 		}

@@ -88,7 +88,7 @@ func (l *Lock) markLostCtx(ctx context.Context, err error) bool {
 	l.closeLostLocked()
 	cb := l.onLost
 	l.mu.Unlock()
-	if err != ErrReleased {
+	if !errors.Is(err, ErrReleased) {
 		l.reportLoss(ctx, err)
 	}
 	if cb != nil {

@@ -149,8 +149,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 				ID: l.id, Until: until, Validity: validity})
 		}()
 	}
-	until, err := l.checkHeld("extend", start)
-	if err != nil {
+	if _, err = l.checkHeld("extend", start); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -175,7 +174,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	}
 	// Not confirmed by a quorum in time: masters that have not answered
 	// may still run the command, so the validity is limited by it.
-	until = l.limitUntil(start.Add(ttl - c.drift(ttl)))
+	until := l.limitUntil(start.Add(ttl - c.drift(ttl)))
 	if t.no > len(c.masters)-c.quorum || !now.Before(until) {
 		err := c.quorumError(t, r, ErrLockLost, t.ok(c.quorum))
 		l.markLostCtx(ctx, err)

@@ -234,19 +234,19 @@ func (d redigoDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	return d.p.Dial()
 }
 
-// startDialLocked starts the dialer unless one runs or waits, and returns
-// the channel that closes when it ends. While the current connection is
-// being settled, the dial waits: its reader starts it once what the
-// connection carried is in the backlog, in order.
-func (mx *mux) startDialLocked() (chan struct{}, error) {
+// startDialLocked starts the dialer unless one runs or waits (mx.dialing
+// closes when it ends). While the current connection is being settled,
+// the dial waits: its reader starts it once what the connection carried
+// is in the backlog, in order.
+func (mx *mux) startDialLocked() error {
 	if mx.dialing != nil {
-		return mx.dialing, nil
+		return nil
 	}
 	if mx.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
-		return nil, &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
+		return &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
 	}
 	mx.wg.Add(1)
 	ch := make(chan struct{})
@@ -257,7 +257,7 @@ func (mx *mux) startDialLocked() (chan struct{}, error) {
 	if mx.cur == nil {
 		go mx.dialer(ch)
 	}
-	return ch, nil
+	return nil
 }
 
 // dialer makes a new connection, bounded by the per-master timeout, and
@@ -307,7 +307,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 	close(ch)
 	if err == nil {
 		err = errMuxBusy
-	} else if err != ErrClosed {
+	} else if !errors.Is(err, ErrClosed) {
 		// The backlog was never sent: its commands waited for this dial,
 		// maybe a moment, not the per-master timeout.
 		err = &notTriedError{since: time.Now(), why: "its dial failed", cause: err}
@@ -332,7 +332,7 @@ const dialTries = 3
 // failed some 1,600 acquisitions in 2 s so, every master up.)
 func stalledDial(err error, start time.Time) bool {
 	var ne net.Error
-	if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+	if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
 		return false
 	}
 	now := time.Now()
@@ -618,7 +618,7 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 	mc.heard.Store(1 + int64(time.Since(mc.born)))
 	mc.oldest.Store(0)
 	mc.unanswered.Add(-1)
-	if _, isReply := err.(redis.Error); isReply {
+	if _, isReply := replyTo(err); isReply {
 		if r.script != nil && scripts.IsNoScript(err) {
 			err = mc.noScript(r, err)
 			if err == nil {
@@ -786,8 +786,10 @@ func (mc *muxConn) settle(first *muxReq) {
 	all = append(all, mc.unsent...)
 	mc.unsent = nil
 	mc.wmu.Unlock()
-	mc.qmu.Lock() // closed: nothing joins the queue any more
-	mc.qmu.Unlock()
+	// closed: nothing joins the queue any more; taking qmu waits for a
+	// sender that joined before the close was seen.
+	mc.qmu.Lock()
+	mc.qmu.Unlock() //nolint:staticcheck // SA2001: the critical section is the wait
 	for len(mc.queue) > 0 {
 		all = append(all, <-mc.queue)
 	}
@@ -816,7 +818,7 @@ func (mc *muxConn) settle(first *muxReq) {
 		}
 	}
 	if len(mx.backlog) > 0 && mx.dialing == nil {
-		if _, dropErr = mx.startDialLocked(); dropErr != nil {
+		if dropErr = mx.startDialLocked(); dropErr != nil {
 			dropped, mx.backlog = mx.backlog, nil
 		}
 	}
@@ -997,7 +999,7 @@ func (mx *mux) submit(r *muxReq) {
 		mx.mu.Lock()
 		mc := mx.cur
 		if mc == nil {
-			if _, err := mx.startDialLocked(); err != nil {
+			if err := mx.startDialLocked(); err != nil {
 				mx.mu.Unlock()
 				r.to.deliver(nil, err)
 				return

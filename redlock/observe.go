@@ -199,20 +199,20 @@ func kindName(k kind, fencing bool) string {
 type AcquireOutcome string
 
 const (
-	// AcquireAcquired: the lock was taken.
+	// AcquireAcquired means the lock was taken.
 	AcquireAcquired AcquireOutcome = "acquired"
-	// AcquireContended: masters answered that another holder has it, so
+	// AcquireContended means masters answered that another holder has it, so
 	// no quorum was possible (until the wait bound).
 	AcquireContended AcquireOutcome = "contended"
-	// AcquireFailedMasters: so many masters failed or did not answer in
+	// AcquireFailedMasters means so many masters failed or did not answer in
 	// time that no quorum was possible.
 	AcquireFailedMasters AcquireOutcome = "failed_masters"
-	// AcquireTooLate: a quorum granted it, but so late that no validity
+	// AcquireTooLate means a quorum granted it, but so late that no validity
 	// was left (it was rolled back).
 	AcquireTooLate AcquireOutcome = "too_late"
-	// AcquireCancelled: the caller's ctx ended before the answers decided.
+	// AcquireCancelled means the caller's ctx ended before the answers decided.
 	AcquireCancelled AcquireOutcome = "cancelled"
-	// AcquireClosed: the client was closed.
+	// AcquireClosed means the client was closed.
 	AcquireClosed AcquireOutcome = "closed"
 )
 
@@ -220,18 +220,18 @@ const (
 type Answer string
 
 const (
-	// AnswerOK: granted, extended or released.
+	// AnswerOK is a grant, an extension or a release.
 	AnswerOK Answer = "ok"
-	// AnswerRefused: held by another holder (an acquisition), or not
+	// AnswerRefused is a refusal: held by another holder (an acquisition), or not
 	// held by this token (extension, release).
 	AnswerRefused Answer = "refused"
-	// AnswerFailed: an error, or no answer within the per-master timeout.
+	// AnswerFailed is an error, or no answer within the per-master timeout.
 	AnswerFailed Answer = "failed"
-	// AnswerPending: no answer yet when the event was built, just after
+	// AnswerPending means no answer yet when the event was built, just after
 	// the round was decided (the quorum was reached, or made impossible,
 	// without it).
 	AnswerPending Answer = "pending"
-	// AnswerNotAsked: the master was not asked. A waiter woken by a
+	// AnswerNotAsked means the master was not asked. A waiter woken by a
 	// release asks one master first (the round's lead) and the others
 	// only once it granted; when it did not, they are not asked.
 	AnswerNotAsked Answer = "not asked"
@@ -278,6 +278,7 @@ type AcquireEvent struct {
 // ExtendOutcome is how an extension ended.
 type ExtendOutcome string
 
+// The ways an extension ends.
 const (
 	ExtendExtended    ExtendOutcome = "extended"     // a quorum extended it in time
 	ExtendNotExtended ExtendOutcome = "not_extended" // too few answered; still valid (ErrNotExtended)
@@ -311,6 +312,7 @@ type ExtendEvent struct {
 // ReleaseOutcome is how a release ended.
 type ReleaseOutcome string
 
+// The ways a release ends.
 const (
 	ReleaseReleased    ReleaseOutcome = "released"     // a quorum is known free of its token (deleted, or never held there)
 	ReleaseNotHeld     ReleaseOutcome = "not_held"     // no longer held: too many masters without it, or validity over (ErrNotHeld)
@@ -342,17 +344,17 @@ type ReleaseEvent struct {
 type LossCause string
 
 const (
-	// LossExpired: its validity ran out (not extended in time).
+	// LossExpired means its validity ran out (not extended in time).
 	LossExpired LossCause = "expired"
-	// LossNotHeld: an extension found too many masters no longer holding
+	// LossNotHeld means an extension found too many masters no longer holding
 	// its token.
 	LossNotHeld LossCause = "not_held"
-	// LossNotExtended: the watchdog's extensions reached no quorum, retried
+	// LossNotExtended means the watchdog's extensions reached no quorum, retried
 	// and gave up before the validity ran out.
 	LossNotExtended LossCause = "not_extended"
-	// LossMaxHold: held for its maximum hold time (WithMaxHold).
+	// LossMaxHold means it was held for its maximum hold time (WithMaxHold).
 	LossMaxHold LossCause = "max_hold"
-	// LossClosed: its client was closed.
+	// LossClosed means its client was closed.
 	LossClosed LossCause = "closed"
 )
 
@@ -379,6 +381,7 @@ type MasterAnswer struct {
 // MasterHealth is whether a master answers.
 type MasterHealth string
 
+// A master's states.
 const (
 	MasterUp      MasterHealth = "up"      // it answers (refusals count as answers)
 	MasterFailing MasterHealth = "failing" // its last command failed

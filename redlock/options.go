@@ -187,11 +187,12 @@ func WithWait(d time.Duration) LockOption {
 }
 
 // WithBackoff sets the bounds of the delay between attempts: the n-th
-// delay is drawn from [d/2, d] with d = min(max, min×2ⁿ), so competing
-// clients fall out of step. min must be at least MinBackoff and max at
-// least min. The defaults are DefaultBackoffMin and DefaultBackoffMax.
-func WithBackoff(min, max time.Duration) LockOption {
-	return func(c *lockConfig) { c.backoffMin, c.backoffMax = min, max }
+// delay is drawn from [d/2, d] with d = min(ceiling, floor×2ⁿ), so
+// competing clients fall out of step. floor must be at least MinBackoff
+// and ceiling at least floor. The defaults are DefaultBackoffMin and
+// DefaultBackoffMax.
+func WithBackoff(floor, ceiling time.Duration) LockOption {
+	return func(c *lockConfig) { c.backoffMin, c.backoffMax = floor, ceiling }
 }
 
 // WithAutoExtend makes the lock keep itself alive: a watchdog extends it

@@ -153,10 +153,10 @@ func (p *pooledTransport) run(cmd *Command, afterClose bool) {
 		get, cancel = context.WithDeadline(get, readBy)
 		defer cancel()
 	}
-	v, err, sent := p.once(get, readBy, cmd, false)
+	v, sent, err := p.once(get, readBy, cmd, false)
 	info := SendInfo{Sent: sent}
 	if err != nil && cmd.Resend && brokenConn(err) {
-		v, err, sent = p.once(get, readBy, cmd, true)
+		v, sent, err = p.once(get, readBy, cmd, true)
 		info.Resent = true
 	}
 	if err != nil && !sent && !afterClose && p.life.Err() != nil {
@@ -171,10 +171,10 @@ func (p *pooledTransport) run(cmd *Command, afterClose bool) {
 // the pool can dial. sent reports whether the command was written (or may
 // have been). A panic of redigo's parser (a hostile master, on a pool this
 // package did not make) fails the command with ErrPanic.
-func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Command, fresh bool) (v any, err error, sent bool) {
+func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Command, fresh bool) (v any, sent bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			v, err, sent = nil, panicError(r), true
+			v, sent, err = nil, true, panicError(r)
 		}
 	}()
 	var conn redis.Conn
@@ -184,13 +184,13 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 		conn, err = p.pool.GetContext(ctx)
 	}
 	if err != nil {
-		return nil, err, false
+		return nil, false, err
 	}
 	defer conn.Close()
 	var timeout time.Duration // 0: the connection's own read timeout
 	if !readBy.IsZero() {
 		if timeout = time.Until(readBy); timeout <= 0 {
-			return nil, context.DeadlineExceeded, false
+			return nil, false, context.DeadlineExceeded
 		}
 	}
 	if cmd.Script != nil {
@@ -198,11 +198,12 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}
-	if _, ok := err.(redis.Error); ok || err == nil {
+	re, isReply := replyTo(err)
+	if isReply || err == nil {
 		p.unheard.Store(0)
 	}
-	if re, ok := err.(redis.Error); ok {
-		return nil, ReplyError(re), true
+	if isReply {
+		return nil, true, ReplyError(re)
 	}
 	if err == nil && !cmd.Reply.Fits(v) {
 		name := cmd.Name
@@ -210,9 +211,9 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 			name = cmd.Script.Name()
 		}
 		discard(conn)
-		return nil, &desyncError{cmd: name, reply: describe(v)}, true
+		return nil, true, &desyncError{cmd: name, reply: describe(v)}
 	}
-	return v, err, true
+	return v, true, err
 }
 
 // silence says how long the master has kept this process waiting
@@ -304,7 +305,7 @@ func (p *pooledTransport) RedactError(err error) error {
 func discard(conn redis.Conn) {
 	for i := 0; i < 4096 && conn.Err() == nil; i++ {
 		_, err := redis.ReceiveWithTimeout(conn, -time.Nanosecond)
-		if _, isReply := err.(redis.Error); err != nil && !isReply {
+		if _, isReply := replyTo(err); err != nil && !isReply {
 			return
 		}
 	}
@@ -321,6 +322,6 @@ var (
 
 // Inspect runs Client.Inspect's commands on a connection of the pool
 // (Inspector).
-func (t *pooledTransport) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
-	return inspectPool(ctx, t.pool, cmds)
+func (p *pooledTransport) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
+	return inspectPool(ctx, p.pool, cmds)
 }

@@ -1121,7 +1121,7 @@ func (e expect) fits(v any) bool {
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
-	if re, ok := err.(ReplyError); ok {
+	if re := ReplyError(""); errors.As(err, &re) {
 		err = redis.Error(re) // as redigo reports it: what callers of this package see
 	}
 	if err != nil {
@@ -1180,7 +1180,9 @@ func (c *Client) nodeError(m *master, err error) *NodeError {
 // release's is longer than the per-master timeout), which a timeout's
 // message states.
 func (c *Client) nodeErrorIn(m *master, err error, wait time.Duration) *NodeError {
-	if ne, ok := err.(*NodeError); ok && ne.Index == m.index {
+	// err itself, not what it wraps: a NodeError held inside another
+	// failure (the cause of a notTriedError) names an earlier failure.
+	if ne, ok := err.(*NodeError); ok && ne.Index == m.index { //nolint:errorlint // see above
 		return ne // named already: naming it again would say the master twice
 	}
 	if nt := (*notTriedError)(nil); errors.As(err, &nt) {
@@ -1513,7 +1515,7 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 // failedAt reports whether errs hold master i's *NodeError.
 func failedAt(errs []error, i int) bool {
 	for _, err := range errs {
-		if ne, ok := err.(*NodeError); ok && ne.Index == i {
+		if ne := (*NodeError)(nil); errors.As(err, &ne) && ne.Index == i {
 			return true
 		}
 	}

@@ -125,7 +125,9 @@ func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
 	broke := errors.Is(err, context.DeadlineExceeded) && probe.Err() != nil
 	closeQuietly(probe)
 	if !broke {
-		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot be broken under their reader (a receive whose context has ended left one whole: %v), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe, err)
+		// err is shown, not wrapped: a refusal must not match
+		// context.DeadlineExceeded, which says the caller's ctx ended.
+		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot be broken under their reader (a receive whose context has ended left one whole: %v), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe, err) //nolint:errorlint // see above
 	}
 	return p.GetContext(ctx)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
@@ -232,8 +230,9 @@ const (
 func (s ReplyShape) Fits(v any) bool { return expect(s).fits(v) }
 
 // ReplyError is a master's error reply (a RESP "-" line), as a transport
-// reports it to Command.Done: the master's message, whole. A NOSCRIPT
-// reply the transport could not answer by EVAL is reported as one too.
+// reports it by calling Command.Complete: the master's message, whole. A
+// NOSCRIPT reply the transport could not answer by EVAL is reported as
+// one too. The Client finds it with errors.As, so a transport may wrap it.
 type ReplyError string
 
 func (e ReplyError) Error() string { return string(e) }
@@ -314,7 +313,7 @@ type Command struct {
 // SendInfo tells the Client what became of a command besides its reply.
 type SendInfo struct {
 	// Sent: the command was written to a connection to the master (it
-	// may have run there even when Done got an error). False means it
+	// may have run there even when Complete got an error). False means it
 	// certainly never left: nothing of it needs undoing.
 	Sent bool
 	// Resent: the command was sent a second time after the master
@@ -357,7 +356,7 @@ func (c *Command) wireArgs() []any {
 
 // deliver is a pipelined connection's reply to the command (replier).
 func (c *Command) deliver(v any, err error) {
-	if re, ok := err.(redis.Error); ok {
+	if re, ok := replyTo(err); ok {
 		err = ReplyError(re)
 	}
 	c.Complete(v, err, SendInfo{Sent: !c.mq.sent.IsZero(), Resent: c.mq.resent})

@@ -531,9 +531,9 @@ func (wg *waiting) rivals() int {
 // its turn again. Multi-key waiters are left out: they hear every notice
 // (notify). The caller holds waker.mu. It returns the waiter woken, or nil
 // when none waits for this key alone.
-func (kw *keyWaiters) wakeFirst() *waiter {
+func (k *keyWaiters) wakeFirst() *waiter {
 	i := -1
-	for j, q := range kw.queue {
+	for j, q := range k.queue {
 		if q.multi {
 			continue
 		}
@@ -548,16 +548,16 @@ func (kw *keyWaiters) wakeFirst() *waiter {
 	if i < 0 {
 		return nil
 	}
-	wt := kw.queue[i]
-	copy(kw.queue[i:], kw.queue[i+1:])
-	kw.queue[len(kw.queue)-1] = wt
-	kw.wake(wt)
+	wt := k.queue[i]
+	copy(k.queue[i:], k.queue[i+1:])
+	k.queue[len(k.queue)-1] = wt
+	k.wake(wt)
 	return wt
 }
 
 // wake hands a notice of the key to wt, in its place in the queue. The
 // caller holds waker.mu.
-func (kw *keyWaiters) wake(wt *waiter) {
+func (k *keyWaiters) wake(wt *waiter) {
 	wt.woken = true
 	select {
 	case wt.ch <- struct{}{}:

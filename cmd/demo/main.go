@@ -24,14 +24,22 @@ import (
 
 func main() {
 	log.SetFlags(0)
+	if err := demo(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// demo races on $REDLOCK_MASTERS, or shows the quorum at work on five
+// throwaway masters, stopped before it returns.
+func demo() error {
 	if addrs := masters.FromEnv(); len(addrs) > 0 {
 		c, err := redlock.NewFromAddrs(addrs)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer c.Close()
 		race(c, len(addrs))
-		return
+		return nil
 	}
 
 	servers, stop := launch()
@@ -43,7 +51,7 @@ func main() {
 	fmt.Println("masters:", strings.Join(addrs, " "))
 	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(50*time.Millisecond))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer c.Close()
 
@@ -69,6 +77,7 @@ func main() {
 	must(servers[2].Start())
 	timed(c, "with all 5 back")
 	fmt.Println("\nshutting down the masters.")
+	return nil
 }
 
 // race runs six workers that each try once to take the same key.

@@ -53,7 +53,6 @@ type report struct {
 	Warnings    []string       `json:"warnings"`
 	rtt, offset time.Duration
 	sample      time.Duration // over which ClockRate was measured
-	unreachable bool
 }
 
 // redact removes the pool's credentials from what the master sent (a

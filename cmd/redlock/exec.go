@@ -149,7 +149,7 @@ func runHeld(ctx context.Context, e *env, l *redlock.Lock, lost string, command,
 		return exitCode(err)
 	case <-l.Lost():
 		fmt.Fprintf(e.stderr, "redlock: %s while the command ran%s; stopping it\n", lost, lostReason(l.Err(), key))
-		stop()
+		_ = stop() // the lock's loss decides the exit code, not the command's end
 		return exitLost
 	case <-ctx.Done():
 		// redlock itself was interrupted: pass it on, then release.

@@ -38,19 +38,25 @@ func main() {
 		log.Printf("fencedstore: serving on http://%s", *serve)
 		log.Fatal(http.ListenAndServe(*serve, NewStore().Handler()))
 	}
+	if err := scenarioThrowaway(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// scenarioThrowaway runs the scenario on $REDLOCK_MASTERS, or on three
+// throwaway masters stopped before it returns.
+func scenarioThrowaway() error {
 	addrs := masters.FromEnv()
 	if len(addrs) == 0 {
 		var stop func()
 		var err error
 		fmt.Println("starting 3 throwaway redis-server masters on 127.0.0.1 ...")
 		if addrs, stop, err = redistest.Launch(3); err != nil {
-			log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
+			return fmt.Errorf("%w\n(install Redis with: apt-get install -y redis-server)", err)
 		}
 		defer stop()
 	}
-	if err := scenario(context.Background(), os.Stdout, addrs); err != nil {
-		log.Fatal(err)
-	}
+	return scenario(context.Background(), os.Stdout, addrs)
 }
 
 // scenario replays Kleppmann's pause against a store served on a local
@@ -62,8 +68,11 @@ func scenario(ctx context.Context, out io.Writer, masters []string) error {
 		return err
 	}
 	srv := &http.Server{Handler: NewStore().Handler(), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln) // http.ErrServerClosed, after Shutdown
+	}()
 	defer func() {
 		_ = srv.Shutdown(context.Background())
 		<-served
@@ -99,7 +108,7 @@ func scenario(ctx context.Context, out io.Writer, masters []string) error {
 	if err != nil {
 		return err
 	}
-	defer l2.Release(context.WithoutCancel(ctx))
+	defer func() { _ = l2.Release(context.WithoutCancel(ctx)) }() // else it expires at its TTL
 	fmt.Fprintf(out, "client 2: acquired the lock, fencing token %d\n", l2.Fence())
 	code, body, err := put(ctx, hc, url, l2.Fence(), "written by client 2")
 	if err != nil {

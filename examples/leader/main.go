@@ -48,25 +48,31 @@ func main() {
 	if name := os.Getenv(instanceEnv); name != "" {
 		os.Exit(instance(name, masters.FromEnv()))
 	}
+	if err := scenarioThrowaway(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// scenarioThrowaway runs the scenario on $REDLOCK_MASTERS, or on three
+// throwaway masters stopped before it returns.
+func scenarioThrowaway() error {
 	addrs := masters.FromEnv()
 	if len(addrs) == 0 {
 		var stop func()
 		var err error
 		fmt.Println("starting 3 throwaway redis-server masters on 127.0.0.1 ...")
 		if addrs, stop, err = redistest.Launch(3); err != nil {
-			log.Fatalf("%v\n(install Redis with: apt-get install -y redis-server)", err)
+			return fmt.Errorf("%w\n(install Redis with: apt-get install -y redis-server)", err)
 		}
 		defer stop()
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := scenario(ctx, os.Stdout, exe, addrs); err != nil {
-		log.Fatal(err)
-	}
+	return scenario(ctx, os.Stdout, exe, addrs)
 }
 
 // instance is one instance of the service: it campaigns, and while leader

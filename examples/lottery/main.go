@@ -57,15 +57,25 @@ func main() {
 	flag.BoolVar(&cfg.nolock, "nolock", false, "run without locks")
 	flag.Parse()
 
+	consistent, err := runThrowaway(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !consistent {
+		os.Exit(1)
+	}
+}
+
+// runThrowaway runs the lottery on throwaway masters (or LOTTERY_REDIS's),
+// stopped before it returns, and reports whether the books balanced.
+func runThrowaway(cfg config) (bool, error) {
 	masters, data, stop := throwaway.Masters("LOTTERY_REDIS")
 	defer stop()
 	res, err := run(context.Background(), cfg, masters, data, os.Stdout)
 	if err != nil {
-		log.Fatal(err)
+		return false, err
 	}
-	if !res.consistent() {
-		os.Exit(1)
-	}
+	return res.consistent(), nil
 }
 
 // result is what a run did.
@@ -194,26 +204,27 @@ func instance(ctx context.Context, cfg config, id int, c *redlock.Client, do fun
 	return nil
 }
 
-// locked runs f under the lock on key, or without a lock with -nolock. It
-// reports false when the lock was not to be had in time.
-func locked(ctx context.Context, cfg config, c *redlock.Client, key string, f func() error) (bool, error) {
+// locked runs f under the lock on key, or without a lock with -nolock.
+// When the lock is not to be had in time, f does not run and locked
+// returns nil.
+func locked(ctx context.Context, cfg config, c *redlock.Client, key string, f func() error) error {
 	if cfg.nolock {
-		return true, f()
+		return f()
 	}
 	l, err := c.Acquire(ctx, key, redlock.WithTTL(2*time.Second), redlock.WithWait(time.Second))
 	if errors.Is(err, redlock.ErrNotAcquired) {
-		return false, nil
+		return nil
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
-	defer l.Release(context.WithoutCancel(ctx))
-	return true, f()
+	defer func() { _ = l.Release(context.WithoutCancel(ctx)) }() // else it expires at its TTL
+	return f()
 }
 
 // buy sells user one ticket for round r if the user has the points.
 func buy(ctx context.Context, cfg config, c *redlock.Client, do func(string, ...any) (any, error), user, r int) error {
-	_, err := locked(ctx, cfg, c, "lottery:user:"+strconv.Itoa(user), func() error {
+	return locked(ctx, cfg, c, "lottery:user:"+strconv.Itoa(user), func() error {
 		points, err := redis.Int(do("HGET", "points", user))
 		if err != nil {
 			return err
@@ -228,12 +239,11 @@ func buy(ctx context.Context, cfg config, c *redlock.Client, do func(string, ...
 		_, err = do("RPUSH", "tickets:"+strconv.Itoa(r), user)
 		return err
 	})
-	return err
 }
 
 // draw draws round r unless it was drawn already.
 func draw(ctx context.Context, cfg config, c *redlock.Client, do func(string, ...any) (any, error), id, r int, rng *rand.Rand) error {
-	_, err := locked(ctx, cfg, c, "lottery:draw:"+strconv.Itoa(r), func() error {
+	return locked(ctx, cfg, c, "lottery:draw:"+strconv.Itoa(r), func() error {
 		drawn, err := redis.Bool(do("HEXISTS", "draws", r))
 		if err != nil || drawn {
 			return err
@@ -257,5 +267,4 @@ func draw(ctx context.Context, cfg config, c *redlock.Client, do func(string, ..
 		_, err = do("INCR", "drawn-times:"+strconv.Itoa(r))
 		return err
 	})
-	return err
 }

@@ -49,15 +49,21 @@ func main() {
 	log.SetFlags(0)
 	duration := flag.Duration("duration", 3*time.Second, "how long each cell runs")
 	flag.Parse()
-	masters, data, stop := throwaway.Masters("MARKET_REDIS")
-	defer stop()
-	ok, err := table(context.Background(), os.Stdout, masters, data, *duration)
+	ok, err := tableThrowaway(*duration)
 	if err != nil {
 		log.Fatal(err)
 	}
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// tableThrowaway prints the table on throwaway masters (or MARKET_REDIS's),
+// stopped before it returns.
+func tableThrowaway(duration time.Duration) (bool, error) {
+	masters, data, stop := throwaway.Masters("MARKET_REDIS")
+	defer stop()
+	return table(context.Background(), os.Stdout, masters, data, duration)
 }
 
 var strategies = []string{"watch", "coarse", "fine"}
@@ -149,7 +155,7 @@ func simulate(ctx context.Context, strategy string, sellers, buyers int, masters
 			defer wg.Done()
 			for n := 0; ctx.Err() == nil; n++ {
 				item := fmt.Sprintf("item%d.%s", n, user(s))
-				if err := m.list(opCtx, s, item); err != nil {
+				if err := m.list(opCtx, item); err != nil {
 					errs <- err
 					return
 				}
@@ -213,12 +219,12 @@ func (m *market) locked(ctx context.Context, item string, f func() error) error 
 	if err != nil {
 		return err
 	}
-	defer l.Release(context.WithoutCancel(ctx))
+	defer func() { _ = l.Release(context.WithoutCancel(ctx)) }() // else it expires at its TTL
 	return f()
 }
 
-// list puts a new item of seller s on the market.
-func (m *market) list(ctx context.Context, s int, item string) error {
+// list puts a new item on the market (its name ends in its seller's).
+func (m *market) list(ctx context.Context, item string) error {
 	if m.strategy == "watch" {
 		_, err := m.do(ctx, "ZADD", "market", price, item) // a listing conflicts with nothing
 		return err
@@ -291,7 +297,7 @@ func (m *market) buyWatch(ctx context.Context, b int, item string) (bool, int, e
 			return false, retries, err
 		}
 		if _, err := redis.Int(c.Do("ZSCORE", "market", item)); err != nil {
-			c.Do("UNWATCH")
+			_, _ = c.Do("UNWATCH")
 			if errors.Is(err, redis.ErrNil) {
 				return false, retries, nil // sold meanwhile
 			}
@@ -299,7 +305,7 @@ func (m *market) buyWatch(ctx context.Context, b int, item string) (bool, int, e
 		}
 		funds, err := redis.Int(c.Do("HGET", user(b), "funds"))
 		if err != nil || funds < price {
-			c.Do("UNWATCH")
+			_, _ = c.Do("UNWATCH")
 			return false, retries, err
 		}
 		seller := item[strings.IndexByte(item, '.')+1:]

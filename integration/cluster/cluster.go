@@ -480,8 +480,7 @@ func (m *Master) ResetClock() error {
 	return nil
 }
 
-// ClockRate and ClockOffset return the master's clock rate (1 when real)
-// and how far its wall clock is ahead of the real one (negative: behind).
+// ClockRate returns the master's clock rate (1 when real).
 func (m *Master) ClockRate() float64 {
 	if clk := m.node.clock(); clk != nil {
 		return clk.Rate()
@@ -489,7 +488,8 @@ func (m *Master) ClockRate() float64 {
 	return 1
 }
 
-// ClockOffset: see ClockRate.
+// ClockOffset returns how far the master's wall clock is ahead of the
+// real one (negative: behind).
 func (m *Master) ClockOffset() time.Duration {
 	if clk := m.node.clock(); clk != nil {
 		return clk.Offset()

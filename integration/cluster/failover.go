@@ -95,7 +95,7 @@ func (rc *RedisCluster) Failover(ctx context.Context, slot int, mode FailoverMod
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: member %d: %s failover of slot %d from %s to %s not done: %w (last: %v)",
+			return nil, fmt.Errorf("cluster: member %d: %s failover of slot %d from %s to %s not done: %w (last: %w)",
 				rc.index, mode, slot, owner.Addr(), replica.Addr(), ctx.Err(), last)
 		case <-time.After(20 * time.Millisecond):
 		}

@@ -266,7 +266,7 @@ func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cluster: member %d not ready: %w (%v)", rc.index, last, ctx.Err())
+			return fmt.Errorf("cluster: member %d not ready: %w (%w)", rc.index, last, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

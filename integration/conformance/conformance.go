@@ -73,7 +73,7 @@ func open(t *testing.T, newClient NewClient, c *cluster.Cluster) *redlock.Client
 func lifecycle(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	n := len(c.Masters)
 	client := open(t, newClient, c)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	l, err := client.Acquire(ctx, k, redlock.WithTTL(3*time.Second))
 	must(t, err)
@@ -102,7 +102,7 @@ func lifecycle(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 
 func exclusion(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	a, b := open(t, newClient, c), open(t, newClient, c)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	l, err := a.Acquire(ctx, k)
 	must(t, err)
@@ -127,7 +127,7 @@ func exclusion(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 func foreign(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	n := len(c.Masters)
 	client := open(t, newClient, c)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	l, err := client.Acquire(ctx, k, redlock.WithTTL(10*time.Second))
 	must(t, err)
@@ -150,7 +150,7 @@ func foreign(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 
 func vanished(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	a, b := open(t, newClient, c), open(t, newClient, c)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	_, err := a.Acquire(ctx, k, redlock.WithTTL(time.Second))
 	must(t, err)
@@ -369,8 +369,10 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+// ctxT is a context for one test's calls, generously bounded for a busy
+// machine, ended with the test.
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }

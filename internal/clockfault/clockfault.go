@@ -175,11 +175,11 @@ func (c *Clock) state() (set bool, baseReal, baseFake int64, rate float64) {
 		math.Float64frombits(atomic.LoadUint64(c.word(offRate)))
 }
 
-func fake(real int64, set bool, baseReal, baseFake int64, rate float64) int64 {
+func fake(now int64, set bool, baseReal, baseFake int64, rate float64) int64 {
 	if !set || rate <= 0 {
-		return real
+		return now
 	}
-	return baseFake + int64(float64(real-baseReal)*rate)
+	return baseFake + int64(float64(now-baseReal)*rate)
 }
 
 // update re-bases the clock at the present moment, so its reading stays

@@ -49,7 +49,7 @@ func Start(t testing.TB, answer Answer) string {
 // returns the address.
 func Silent(t testing.TB) string {
 	t.Helper()
-	return Serve(t, func(c net.Conn, quit <-chan struct{}) {
+	return Serve(t, func(c net.Conn, _ <-chan struct{}) {
 		_, _ = io.Copy(io.Discard, c)
 	})
 }

@@ -36,6 +36,7 @@ type Hook func(c *Conn, cmd []string) Verdict
 // Verdict is what a Proxy does with one command.
 type Verdict uint8
 
+// The verdicts.
 const (
 	Forward Verdict = iota // run it on the real master and relay the reply
 	Swallow                // run it, send no reply

@@ -181,8 +181,8 @@ func (s *Script) Load(c redis.Conn, timeout time.Duration) error {
 
 // IsNoScript reports whether err is the master's NOSCRIPT reply.
 func IsNoScript(err error) bool {
-	re, ok := err.(redis.Error)
-	return ok && strings.HasPrefix(string(re), "NOSCRIPT")
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT")
 }
 
 // ErrWrongKind is matched by the error of a script that found its key
@@ -250,7 +250,8 @@ func wrongKind(msg string, err error) error {
 // script's source tells which command that line runs. Other errors are
 // returned as they are.
 func Explain(err error) error {
-	re, ok := err.(redis.Error)
+	var re redis.Error
+	ok := errors.As(err, &re)
 	if ok {
 		if wk := wrongKind(string(re), err); wk != nil {
 			return wk

@@ -72,8 +72,8 @@ func run(masters []*server) error {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	defer mp.Shutdown(ctx)
-	defer tp.Shutdown(ctx)
+	defer func() { _ = mp.Shutdown(ctx) }() // a manual reader and a recorder: nothing to flush
+	defer func() { _ = tp.Shutdown(ctx) }()
 	obs, err := otel.New(otel.WithMeterProvider(mp), otel.WithTracerProvider(tp),
 		otel.WithKeyAttribute(func(key string) string { return key })) // a handful of keys: one series each
 	if err != nil {
@@ -156,7 +156,7 @@ func run(masters []*server) error {
 	}
 	time.Sleep(250 * time.Millisecond)
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
-		return fmt.Errorf("extend of an expired lock: %v", err)
+		return fmt.Errorf("extend of an expired lock: %v", err) //nolint:errorlint // err is shown, and may be nil
 	}
 
 	var rm metricdata.ResourceMetrics
@@ -229,7 +229,7 @@ func attrs(s attribute.Set) string {
 		if kv.Key == otel.KeyServerPort {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s=%q", kv.Key, kv.Value.Emit()))
+		parts = append(parts, fmt.Sprintf("%s=%q", kv.Key, kv.Value.Emit())) //nolint:staticcheck // SA1019: Value.String is newer than the oldest otel this module supports
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
@@ -280,7 +280,7 @@ func printSpan(s sdktrace.ReadOnlySpan) {
 	}
 	var a []string
 	for _, kv := range s.Attributes() {
-		a = append(a, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "quorumlock."), kv.Value.Emit()))
+		a = append(a, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "quorumlock."), kv.Value.Emit())) //nolint:staticcheck // SA1019: as above
 	}
 	fmt.Printf("  %s  [%s]  %v\n", s.Name(), strings.Join(a, " "), total.Round(10*time.Microsecond))
 	fmt.Printf("  %-34s |%s|\n", "", strings.Repeat("─", width))
