@@ -203,7 +203,7 @@ func noLeftovers(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 // the Close, and Leader and Inspect return ErrClosed, though the masters
 // still answer other clients.
 func closedClient(t *testing.T, c *cluster.Cluster, newClient NewClient) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	watcher, candidates := open(t, newClient, c), open(t, newClient, c)
 	we, err := watcher.NewElection(k, redlock.WithTTL(2*time.Second))
@@ -264,7 +264,7 @@ func nextLeader(t *testing.T, ch <-chan redlock.Leader) (redlock.Leader, bool) {
 // it; the release leaves none of it behind.
 func multiKeyMetadata(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	client := open(t, newClient, c)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t)
 	k := key(t)
 	ks := []string{"{" + k + "}:a", "{" + k + "}:b", "{" + k + "}:c"}
 	l, err := client.AcquireMulti(ctx, ks, redlock.WithTTL(5*time.Second), redlock.WithMetadata("host=a pid=7"))
