@@ -387,5 +387,6 @@ func (l *Lock) noteRetaken(r *round) {
 		}
 	}
 	clear(l.retaken[len(kept):])
-	l.retaken = append(kept, r)
+	kept = append(kept, r)
+	l.retaken = kept
 }
