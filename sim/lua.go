@@ -3,6 +3,7 @@ package sim
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -41,32 +42,31 @@ func compile(src string) (string, *lua.FunctionProto, error) {
 
 // luaVM is a master's Lua state and the functions made in it.
 type luaVM struct {
-	L     *lua.LState
-	fns   map[string]*lua.LFunction
-	ks    *keyspace // the keyspace of the script running now
-	m     *Master
-	inErr bool
+	ls  *lua.LState
+	fns map[string]*lua.LFunction
+	ks  *keyspace // the keyspace of the script running now
+	m   *Master
 }
 
 func newLuaVM(m *Master) *luaVM {
-	L := lua.NewState(lua.Options{SkipOpenLibs: true})
+	ls := lua.NewState(lua.Options{SkipOpenLibs: true})
 	for _, lib := range []struct {
 		name string
 		fn   lua.LGFunction
 	}{{lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}, {lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
-		L.Push(L.NewFunction(lib.fn))
-		L.Push(lua.LString(lib.name))
-		L.Call(1, 0)
+		ls.Push(ls.NewFunction(lib.fn))
+		ls.Push(lua.LString(lib.name))
+		ls.Call(1, 0)
 	}
-	vm := &luaVM{L: L, fns: map[string]*lua.LFunction{}, m: m}
-	redis := L.NewTable()
-	L.SetField(redis, "call", L.NewFunction(func(L *lua.LState) int { return vm.call(L, false) }))
-	L.SetField(redis, "pcall", L.NewFunction(func(L *lua.LState) int { return vm.call(L, true) }))
-	L.SetField(redis, "acl_check_cmd", L.NewFunction(func(L *lua.LState) int {
-		L.Push(lua.LTrue)
+	vm := &luaVM{ls: ls, fns: map[string]*lua.LFunction{}, m: m}
+	redis := ls.NewTable()
+	ls.SetField(redis, "call", ls.NewFunction(func(ls *lua.LState) int { return vm.call(ls, false) }))
+	ls.SetField(redis, "pcall", ls.NewFunction(func(ls *lua.LState) int { return vm.call(ls, true) }))
+	ls.SetField(redis, "acl_check_cmd", ls.NewFunction(func(ls *lua.LState) int {
+		ls.Push(lua.LTrue)
 		return 1
 	}))
-	L.SetGlobal("redis", redis)
+	ls.SetGlobal("redis", redis)
 	return vm
 }
 
@@ -75,26 +75,27 @@ func newLuaVM(m *Master) *luaVM {
 func (vm *luaVM) run(ks *keyspace, sha string, proto *lua.FunctionProto, keys, argv []string) (any, error) {
 	fn := vm.fns[sha]
 	if fn == nil {
-		fn = vm.L.NewFunctionFromProto(proto)
+		fn = vm.ls.NewFunctionFromProto(proto)
 		vm.fns[sha] = fn
 	}
-	L := vm.L
-	kt := L.CreateTable(len(keys), 0)
+	ls := vm.ls
+	kt := ls.CreateTable(len(keys), 0)
 	for i, k := range keys {
 		kt.RawSetInt(i+1, lua.LString(k))
 	}
-	at := L.CreateTable(len(argv), 0)
+	at := ls.CreateTable(len(argv), 0)
 	for i, a := range argv {
 		at.RawSetInt(i+1, lua.LString(a))
 	}
-	L.SetGlobal("KEYS", kt)
-	L.SetGlobal("ARGV", at)
+	ls.SetGlobal("KEYS", kt)
+	ls.SetGlobal("ARGV", at)
 	vm.ks = ks
 	defer func() { vm.ks = nil }()
-	if err := L.CallByParam(lua.P{Fn: fn, NRet: 1, Protect: true}); err != nil {
-		L.SetTop(0)
+	if err := ls.CallByParam(lua.P{Fn: fn, NRet: 1, Protect: true}); err != nil {
+		ls.SetTop(0)
 		msg := err.Error()
-		if ae, ok := err.(*lua.ApiError); ok {
+		var ae *lua.ApiError
+		if errors.As(err, &ae) {
 			msg = ae.Object.String()
 		}
 		if !strings.HasPrefix(msg, "ERR") && !strings.HasPrefix(msg, "WRONGTYPE") {
@@ -102,44 +103,44 @@ func (vm *luaVM) run(ks *keyspace, sha string, proto *lua.FunctionProto, keys, a
 		}
 		return nil, ReplyError(msg + " script: " + sha)
 	}
-	ret := L.Get(-1)
-	L.Pop(1)
+	ret := ls.Get(-1)
+	ls.Pop(1)
 	return fromLua(ret)
 }
 
 // call is redis.call (raising an error reply) and redis.pcall
 // (returning it as {err=...}).
-func (vm *luaVM) call(L *lua.LState, protected bool) int {
-	n := L.GetTop()
+func (vm *luaVM) call(ls *lua.LState, protected bool) int {
+	n := ls.GetTop()
 	args := make([]string, 0, n)
 	for i := 1; i <= n; i++ {
-		switch v := L.Get(i).(type) {
+		switch v := ls.Get(i).(type) {
 		case lua.LString:
 			args = append(args, string(v))
 		case lua.LNumber:
 			args = append(args, formatNumber(float64(v)))
 		default:
-			return vm.fail(L, protected, "ERR Lua redis lib command arguments must be strings or integers")
+			return vm.fail(ls, protected, "ERR Lua redis lib command arguments must be strings or integers")
 		}
 	}
 	reply, err := vm.ks.exec(vm.m, args)
 	if err != nil {
-		return vm.fail(L, protected, err.Error())
+		return vm.fail(ls, protected, err.Error())
 	}
-	L.Push(toLua(L, reply))
+	ls.Push(toLua(ls, reply))
 	return 1
 }
 
-func (vm *luaVM) fail(L *lua.LState, protected bool, msg string) int {
+func (vm *luaVM) fail(ls *lua.LState, protected bool, msg string) int {
 	if protected {
-		t := L.NewTable()
-		L.SetField(t, "err", lua.LString(msg))
-		L.Push(t)
+		t := ls.NewTable()
+		ls.SetField(t, "err", lua.LString(msg))
+		ls.Push(t)
 		return 1
 	}
-	t := L.NewTable()
-	L.SetField(t, "err", lua.LString(msg))
-	L.Error(t, 0)
+	t := ls.NewTable()
+	ls.SetField(t, "err", lua.LString(msg))
+	ls.Error(t, 0)
 	return 0
 }
 
@@ -155,7 +156,7 @@ func formatNumber(f float64) string {
 // toLua converts a reply to Lua as Redis does: an integer to a number, a
 // bulk string to a string, a null to false, an array to a table, a
 // status to {ok=...}.
-func toLua(L *lua.LState, v any) lua.LValue {
+func toLua(ls *lua.LState, v any) lua.LValue {
 	switch v := v.(type) {
 	case nil:
 		return lua.LFalse
@@ -164,13 +165,13 @@ func toLua(L *lua.LState, v any) lua.LValue {
 	case []byte:
 		return lua.LString(v)
 	case string:
-		t := L.NewTable()
-		L.SetField(t, "ok", lua.LString(v))
+		t := ls.NewTable()
+		ls.SetField(t, "ok", lua.LString(v))
 		return t
 	case []any:
-		t := L.CreateTable(len(v), 0)
+		t := ls.CreateTable(len(v), 0)
 		for i, e := range v {
-			t.RawSetInt(i+1, toLua(L, e))
+			t.RawSetInt(i+1, toLua(ls, e))
 		}
 		return t
 	}

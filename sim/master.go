@@ -364,8 +364,8 @@ func (m *Master) execLocked(r *request) (any, error) {
 	return reply, err
 }
 
-// Keys returns the live keys with their values' kinds and PTTLs, for
-// checks.
+// PTTL returns the key's remaining time to live in milliseconds, as
+// Redis's PTTL answers it (-2 for no key, -1 for no TTL), for checks.
 func (m *Master) PTTL(key string) int64 {
 	v, _ := m.Exec("PTTL", key)
 	n, _ := v.(int64)

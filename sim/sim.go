@@ -408,7 +408,8 @@ func (r *run) keep() int {
 }
 
 func (r *run) noteLocked(key, format string, args ...any) {
-	h := append(r.history[key], fmt.Sprintf("%12v %s", r.since(time.Now()), fmt.Sprintf(format, args...)))
+	h := r.history[key]
+	h = append(h, fmt.Sprintf("%12v %s", r.since(time.Now()), fmt.Sprintf(format, args...)))
 	if keep := r.keep(); len(h) > keep*2 {
 		h = h[len(h)-keep:]
 	}

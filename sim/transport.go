@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -238,14 +239,16 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 		}
 		return
 	}
-	if re, ok := err.(ReplyError); ok && o.cmd.Script != nil && len(re) >= 8 && re[:8] == "NOSCRIPT" &&
+	var re ReplyError
+	if errors.As(err, &re) && o.cmd.Script != nil && len(re) >= 8 && re[:8] == "NOSCRIPT" &&
 		(!l.ordered || o.cmd.MayRunLate) && !l.closed {
 		// EVAL behind whatever was sent since.
 		l.sendLocked(o, c, l.m.currentWeather(), wireArgs(o.cmd, true))
 		l.mu.Unlock()
 		return
 	}
-	if ce, ok := err.(*connError); ok && ce.msg == "write: connection reset by peer" && o.cmd.Resend && !o.resent && !l.closed {
+	var ce *connError
+	if errors.As(err, &ce) && ce.msg == "write: connection reset by peer" && o.cmd.Resend && !o.resent && !l.closed {
 		// The master closed the connection before answering: send once
 		// more, on a new connection.
 		gen, up := l.m.generation()
