@@ -297,7 +297,7 @@ func newestPatch(goLine string) (string, error) {
 	}
 	out, err := exec.Command("go", "list", "-m", "-versions", "golang.org/toolchain").Output()
 	if err != nil {
-		return "", fmt.Errorf("listing Go toolchains on the module proxy: %v", err)
+		return "", fmt.Errorf("listing Go toolchains on the module proxy: %w", err)
 	}
 	best := -1
 	for _, v := range strings.Fields(string(out)) {
@@ -354,7 +354,7 @@ func run(dir string, env []string, name string, args ...string) error {
 	start := time.Now()
 	err := cmd.Run()
 	if err != nil {
-		return fmt.Errorf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out.String())
+		return fmt.Errorf("%s %s (in %s): %w\n%s", name, strings.Join(args, " "), dir, err, out.String())
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		fmt.Printf("    %s %s: %s\n", name, strings.Join(args, " "), d.Round(100*time.Millisecond))

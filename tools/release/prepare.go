@@ -77,7 +77,7 @@ func prepare(root, version string, date time.Time) error {
 		cmd.Dir = filepath.Join(root, m.Dir)
 		cmd.Env = append(os.Environ(), "GOWORK=off")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go mod tidy in %s: %v\n%s", m.Dir, err, out)
+			return fmt.Errorf("go mod tidy in %s: %w\n%s", m.Dir, err, out)
 		}
 	}
 	if _, err := git(root, "add", "-A"); err != nil {
@@ -208,7 +208,7 @@ func git(dir string, args ...string) (string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return string(out), fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }
