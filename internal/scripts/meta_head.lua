@@ -13,6 +13,16 @@
 local metaKey = KEYS[#KEYS]
 local metaOp, metaID, metaValue = ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local lockKey = KEYS[1]
+-- A value of another type at the metadata key (a user's, a foreign
+-- writer's) fails an acquisition before the lock script writes anything:
+-- its WRONGTYPE, raised after the lock key's write, would read as the lock
+-- key holding another kind and leave a hold nobody tracks.
+if metaOp == "set" then
+	local t = redis.pcall("HEXISTS", metaKey, metaID)
+	if type(t) == "table" and t.err then
+		return redis.error_reply("ERR quorumlock: the metadata key cannot hold metadata: " .. t.err)
+	end
+end
 local reply
 do
 	local KEYS = { unpack(KEYS, 1, #KEYS - 1) }

@@ -13,6 +13,16 @@ local n = #KEYS / 2
 local metaOp, metaID, metaValue = ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local lockKeys = { unpack(KEYS, 1, n) }
 local metaKeys = { unpack(KEYS, n + 1, 2 * n) }
+-- A value of another type at a metadata key fails an acquisition before
+-- multi.lua writes anything (see meta_head.lua).
+if metaOp == "set" then
+	for i = 1, n do
+		local t = redis.pcall("HEXISTS", metaKeys[i], metaID)
+		if type(t) == "table" and t.err then
+			return redis.error_reply("ERR quorumlock: the metadata key cannot hold metadata: " .. t.err)
+		end
+	end
+end
 local reply
 do
 	local KEYS = lockKeys

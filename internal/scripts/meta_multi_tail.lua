@@ -5,7 +5,7 @@ for i = 1, n do
 	if metaOp == "set" and reply and reply ~= 0 then
 		redis.call("HSET", metaKey, metaID, metaValue)
 	elseif metaOp == "drop" then
-		redis.call("HDEL", metaKey, metaID)
+		redis.pcall("HDEL", metaKey, metaID) -- a key of another type: the release stands
 	end
 	local left = redis.call("PTTL", lockKeys[i])
 	if left > 0 then
