@@ -24,9 +24,13 @@ import (
 // nobody tracks: another owner acquires the key as soon as the attempt's
 // rounds have ended.
 func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
+	one := func(key string) []string { return []string{key} }
 	for _, tc := range []struct {
 		name string
 		try  func(ctx context.Context, c *redlock.Client, key string) error
+		// keys are the lock keys the attempt writes; the metadata key
+		// of the last one holds a string.
+		keys func(key string) []string
 	}{
 		{"reentrant", func(ctx context.Context, c *redlock.Client, key string) error {
 			r, err := c.NewReentrant(key, "owner-a", redlock.WithTTL(time.Minute), redlock.WithMetadata("host-a"))
@@ -34,11 +38,15 @@ func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
 				return err
 			}
 			return r.TryAcquire(ctx)
-		}},
+		}, one},
 		{"read", func(ctx context.Context, c *redlock.Client, key string) error {
 			_, err := c.TryAcquireRead(ctx, key, redlock.WithTTL(time.Minute), redlock.WithMetadata("host-a"))
 			return err
-		}},
+		}, one},
+		{"multi-key", func(ctx context.Context, c *redlock.Client, key string) error {
+			_, err := c.TryAcquireMulti(ctx, multiCompanionKeys(key), redlock.WithTTL(time.Minute), redlock.WithMetadata("host-a"))
+			return err
+		}, multiCompanionKeys},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) {
@@ -46,9 +54,11 @@ func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
 					rs := startReal(t, n)
 					ctx := ctxT(t)
 					key := "companion:" + tc.name
+					lockKeys := tc.keys(key)
 					// The metadata key is a string on every master.
+					meta := layout.MetaKey(lockKeys[len(lockKeys)-1])
 					for i, s := range rs.servers {
-						if _, err := s.Do("SET", layout.MetaKey(key), "not-a-hash", "PX", 60000); err != nil {
+						if _, err := s.Do("SET", meta, "not-a-hash", "PX", 60000); err != nil {
 							t.Fatalf("master %d: %v", i, err)
 						}
 					}
@@ -62,8 +72,10 @@ func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
 					// a few timeouts; then nothing of the attempt stays.
 					ok := redistest.WaitFor(ctx, func() bool {
 						for _, s := range rs.servers {
-							if n, _ := redis.Int(s.Do("EXISTS", key)); n == 1 {
-								return false
+							for _, k := range lockKeys {
+								if n, _ := redis.Int(s.Do("EXISTS", k)); n == 1 {
+									return false
+								}
 							}
 						}
 						return true
@@ -71,9 +83,16 @@ func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
 					if !ok {
 						var held []string
 						for i, s := range rs.servers {
-							v, _ := redis.StringMap(s.Do("HGETALL", key))
-							pttl, _ := redis.Int(s.Do("PTTL", key))
-							held = append(held, fmt.Sprintf("master %d: %v (PTTL %d ms)", i, v, pttl))
+							for _, k := range lockKeys {
+								typ, _ := redis.String(s.Do("TYPE", k))
+								pttl, _ := redis.Int(s.Do("PTTL", k))
+								v := typ
+								if typ == "hash" {
+									m, _ := redis.StringMap(s.Do("HGETALL", k))
+									v = fmt.Sprint(m)
+								}
+								held = append(held, fmt.Sprintf("master %d %s: %v (PTTL %d ms)", i, k, v, pttl))
+							}
 						}
 						t.Fatalf("after a failed attempt the masters still hold the key: %v", held)
 					}
@@ -81,4 +100,9 @@ func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
 			})
 		})
 	}
+}
+
+// multiCompanionKeys are the two keys of the multi-key case, in one slot.
+func multiCompanionKeys(key string) []string {
+	return []string{"{" + key + "}:a", "{" + key + "}:b"}
 }
