@@ -349,19 +349,17 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 // finalNo reports whether master i's answer to the lock's release (or
 // count round) that it does not hold the token is final: no command of
 // this lock that puts the token there can still run on that master, so
-// another client can take the key there. On an Ordered transport every
-// command of the lock was sent before the release and runs before it.
-// On another, the release was sent once the commands before it had been
-// answered or given up; one given up unanswered (its connection
-// discarded at its deadline) may still run later, on a master frozen or
-// busy with it in its buffers: only masters that answered every round
-// that places the token (the acquisition, and a reentrant owner's
-// rounds taking it again), or certainly never got it, count. The caller
+// another client can take the key there. A command given up unanswered
+// may still run later, on any transport: from the buffers of a master
+// frozen or busy when its connection was discarded at its deadline, and
+// an Ordered transport's order holds within one connection only, not
+// across the one it dialled again. So only masters that answered every
+// round that places the token (the acquisition, and a reentrant owner's
+// rounds taking it again), or certainly never got it, count. On an
+// Ordered connection the acquisition's late answer is read before the
+// release's, so a master that answered late still counts. The caller
 // holds op.
 func (l *Lock) finalNo(i int) bool {
-	if l.c.masters[i].ordered {
-		return true
-	}
 	if !l.acq.settledAt(i) {
 		return false
 	}
@@ -377,9 +375,6 @@ func (l *Lock) finalNo(i int) bool {
 // again, for finalNo, and forgets the earlier ones settled on every
 // master. The caller holds op.
 func (l *Lock) noteRetaken(r *round) {
-	if l.c.allOrdered {
-		return
-	}
 	kept := l.retaken[:0]
 	for _, o := range l.retaken {
 		if !o.settledEverywhere() {

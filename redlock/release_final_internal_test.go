@@ -13,9 +13,10 @@ func (orderedHeld) Ordered() bool { return true }
 
 // A master's answer to a release that it does not hold the token counts
 // as final only where nothing of the lock can still put the token there:
-// on a transport that is not Ordered, where the acquisition's command was
-// answered there or certainly never sent; not where it failed unanswered
-// (it may still run, late). On an Ordered transport always.
+// where the acquisition's command was answered there or certainly never
+// sent; not where it failed unanswered (it may still run, late), on an
+// Ordered transport too, whose order does not hold across a connection it
+// gave up and dialled again.
 func TestRelease_notHeldIsFinalOnlyWhereTheAcquisitionCannotRunLate(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -29,7 +30,8 @@ func TestRelease_notHeldIsFinalOnlyWhereTheAcquisitionCannotRunLate(t *testing.T
 		{"refused", false, nil, nil, SendInfo{Sent: true}, true},
 		{"failed unsent", false, nil, ErrClosed, SendInfo{}, true},
 		{"unanswered", false, nil, context.DeadlineExceeded, SendInfo{Sent: true}, false},
-		{"unanswered, Ordered", true, nil, context.DeadlineExceeded, SendInfo{Sent: true}, true},
+		{"unanswered, Ordered", true, nil, context.DeadlineExceeded, SendInfo{Sent: true}, false},
+		{"granted, Ordered", true, "OK", nil, SendInfo{Sent: true}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			held := []*heldTransport{{addr: "held:0"}, {addr: "held:1"}, {addr: "held:2"}}
