@@ -57,7 +57,9 @@ type MasterState struct {
 // master's reading before its next round trip. A master's failure is
 // reported in its MasterState, never as Inspect's error, which is only for
 // a nil ctx, an empty key or a Client New did not make (ErrInvalid), and a
-// closed client (ErrClosed; Close ends the reads under way).
+// closed client (ErrClosed, also when Close comes while it reads; a round
+// trip to a master under way then still ends at its per-master timeout,
+// not at once).
 //
 // Every reply is untrusted: each must have the one shape its command
 // allows, and what is kept is bounded (layout.MaxEntries entries,
