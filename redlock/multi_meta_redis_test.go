@@ -1,13 +1,10 @@
 package redlock_test
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -97,17 +94,5 @@ func TestRedis_AcquireMulti_rollbackLeavesNoMetadata(t *testing.T) {
 // command), then fails t for each key still there.
 func nothingLeft(t *testing.T, rs *realSet) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	redistest.WaitFor(ctx, func() bool {
-		for _, s := range rs.servers {
-			for _, k := range keysOn(t, s) {
-				if !strings.HasSuffix(k, ":fence") {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	noKeysLeft(t, rs.servers)
+	nothingLeftWithin(t, rs, 5*time.Second)
 }
