@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,27 @@ func (r *raceResult) add(f func(r *raceResult)) {
 	f(r)
 }
 
+// lateObserver counts the answers and master states reported after
+// closed was set: none may come once Close returned (the round legs that
+// report them are the client's goroutines, which Close waits for).
+type lateObserver struct {
+	redlock.NopObserver
+	closed atomic.Bool
+	late   atomic.Int64
+}
+
+func (o *lateObserver) OnMasterAnswer(context.Context, redlock.MasterAnswer) {
+	if o.closed.Load() {
+		o.late.Add(1)
+	}
+}
+
+func (o *lateObserver) OnMasterState(context.Context, redlock.MasterStateEvent) {
+	if o.closed.Load() {
+		o.late.Add(1)
+	}
+}
+
 // expectedEnd reports whether err is how a call may end at Close or at
 // the end of its ctx.
 func expectedEnd(err error) bool {
@@ -48,7 +70,8 @@ func expectedEnd(err error) bool {
 // call returns, every Observe channel (also those nobody reads) is closed
 // when Close returns, no goroutine is left, and no Observe or Leader of
 // the closed client names the leader another client elects after Close
-// returned. Six rounds on each path, three masters.
+// returned; its Observer gets no report of a master after Close returned.
+// Six rounds on each path, three masters.
 func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
@@ -72,7 +95,8 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 		const rounds, callers = 6, 24
 		var maxClose time.Duration
 		for round := 0; round < rounds; round++ {
-			watcher, err := redlock.New(rs.pools, testOptions(path, nil)...)
+			obs := &lateObserver{}
+			watcher, err := redlock.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithObserver(obs)})...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,6 +142,7 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 			}
 			close(gate)
 			cw.Wait()
+			obs.closed.Store(true)
 			for j := range closeErr {
 				if closeErr[j] != nil {
 					t.Errorf("round %d: Close %d: %v", round, j, closeErr[j])
@@ -156,6 +181,9 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 				t.Fatalf("round %d: callers still running 20s after Close", round)
 			}
 			ccancel()
+			if n := obs.late.Load(); n != 0 {
+				t.Errorf("round %d: the observer got %d reports after Close returned", round, n)
+			}
 			res.add(func(r *raceResult) {
 				for _, ld := range r.observed {
 					if ld.Term >= after {
