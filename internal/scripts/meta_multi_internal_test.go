@@ -129,7 +129,7 @@ func TestMultiWithMeta_everyKeyNamesItsHolder(t *testing.T) {
 // metadata field.
 func TestMultiWithMeta_previousVersionOnTheSameKeys(t *testing.T) {
 	c := dialOne(t)
-	previous := multiMetaClient{t: t, c: c, script: New("multi", -1, metaHead+multiSrc+"\n"+metaTail)}
+	previous := multiMetaClient{t: t, c: c, script: PreviousMultiWithMeta}
 	now := multiMetaClient{t: t, c: c, script: Multi.WithMeta(), perKey: true}
 	for _, first := range []multiMetaClient{previous, now} {
 		second := now
