@@ -264,12 +264,14 @@ func testFailoverAmnesia(t *testing.T, mitigated bool) {
 		settle(ctx, t, members, clients, m)
 	}
 
-	// b tries a few rounds: the clients may still be finding the new
-	// primaries.
+	// b tries until it holds the key, for at most 10 s (well inside a's
+	// 30 s TTL in the hazard case): the clients may still be finding the
+	// new primaries, and a refused attempt's rollback on a promoted replica
+	// may still be on its way when the next attempt arrives there.
 	var lb *redlock.Lock
-	for i := 0; i < 10; i++ {
+	for until := time.Now().Add(10 * time.Second); ; {
 		lb, err = b.TryAcquire(ctx, key, redlock.WithTTL(ttl))
-		if err == nil {
+		if err == nil || time.Now().After(until) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
