@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/mod/modfile"
 )
 
 // notForUsers are module path prefixes that must never reach a user's
@@ -271,11 +269,7 @@ func sumLimit(src string) int {
 
 // goVersion returns the go line of the go.mod at name ("1.22").
 func goVersion(name string) (string, error) {
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return "", err
-	}
-	f, err := modfile.ParseLax(name, data, nil)
+	f, err := parseGoMod(name)
 	if err != nil {
 		return "", err
 	}

@@ -109,12 +109,7 @@ func checkPublishedRequirements(root string, mods []goModule) error {
 		if !m.Published {
 			continue
 		}
-		name := filepath.Join(root, m.Dir, "go.mod")
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		f, err := modfile.Parse(name, data, nil)
+		f, err := parseGoMod(filepath.Join(root, m.Dir, "go.mod"))
 		if err != nil {
 			return err
 		}
@@ -127,15 +122,20 @@ func checkPublishedRequirements(root string, mods []goModule) error {
 	return nil
 }
 
+// parseGoMod reads and parses the go.mod at name.
+func parseGoMod(name string) (*modfile.File, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.Parse(name, data, nil)
+}
+
 // requireVersion sets the requirement on every published module of the
 // repository in the go.mod at name to version, keeping its replace
 // directives (the go command ignores them for the module's users).
 func requireVersion(name string, published map[string]bool, version string) error {
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return err
-	}
-	f, err := modfile.Parse(name, data, nil)
+	f, err := parseGoMod(name)
 	if err != nil {
 		return err
 	}
