@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // BenchmarkTransport_setRelease runs SET NX PX + the release script
@@ -19,8 +19,8 @@ func BenchmarkTransport_setRelease(b *testing.B) {
 	c := newClientB(b, s)
 	tr := NewTransport(c)
 	defer tr.Close()
-	var release *redlock.Script
-	for _, sc := range redlock.Scripts() {
+	var release *transport.Script
+	for _, sc := range transport.Scripts() {
 		if sc.Name() == "release" {
 			release = sc
 		}
@@ -31,11 +31,11 @@ func BenchmarkTransport_setRelease(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		key := "k" + strconv.FormatInt(id.Add(1), 10)
 		ch := make(chan error, 1)
-		done := func(v any, err error, _ redlock.SendInfo) { ch <- err }
+		done := func(v any, err error, _ transport.SendInfo) { ch <- err }
 		for pb.Next() {
-			for _, cmd := range []*redlock.Command{
-				{Name: "SET", Args: []any{key, "tok", "NX", "PX", int64(10000)}, Reply: redlock.ReplySet},
-				{Script: release, Name: "EVALSHA", Args: []any{key, "tok", ""}, NumKeys: 1, Reply: redlock.ReplyFlag},
+			for _, cmd := range []*transport.Command{
+				{Name: "SET", Args: []any{key, "tok", "NX", "PX", int64(10000)}, Reply: transport.ReplySet},
+				{Script: release, Name: "EVALSHA", Args: []any{key, "tok", ""}, NumKeys: 1, Reply: transport.ReplyFlag},
 			} {
 				cmd.Deadline = time.Now().Add(5 * time.Second)
 				cmd.Done = done

@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // New returns a redlock.Client over go-redis clients, one per independent
@@ -35,7 +36,7 @@ func New(clients []redis.UniversalClient, opts ...redlock.Option) (*redlock.Clie
 			return nil, fmt.Errorf("goredis: %w: client %d is nil", redlock.ErrInvalid, i)
 		}
 	}
-	ts := make([]redlock.Transport, len(clients))
+	ts := make([]transport.Transport, len(clients))
 	for i, c := range clients {
 		ts[i] = NewTransport(c)
 	}

@@ -1,5 +1,5 @@
 // Package goredis plugs go-redis v9 clients into quorumlock: a
-// redlock.Transport per master over a redis.UniversalClient the caller
+// transport.Transport per master over a redis.UniversalClient the caller
 // already has (its dialer, TLS, credentials, pool, hooks and
 // instrumentation stay as they are). It lives in a module of its own, so
 // the core module never depends on go-redis.

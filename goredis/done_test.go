@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Done of a client over go-redis clients, made by New or by
@@ -14,7 +15,7 @@ func TestClient_doneClosesAtClose(t *testing.T) {
 	made := map[string]func() (*redlock.Client, error){
 		"New": func() (*redlock.Client, error) { return New(ms.clients) },
 		"NewWithTransports": func() (*redlock.Client, error) {
-			ts := make([]redlock.Transport, len(ms.clients))
+			ts := make([]transport.Transport, len(ms.clients))
 			for i, c := range ms.clients {
 				ts[i] = NewTransport(c)
 			}

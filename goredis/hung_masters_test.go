@@ -17,7 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack26b: goredis.Transport is a redlock.Silencer (a45e6a9): the
+// attack26b: goredis.Transport is a transport.Silencer (a45e6a9): the
 // Client waits on past the per-master timeout for a master whose
 // Silence is below it. A hung master must still be counted failed at
 // about the timeout, on an idle process and on a busy one, or every

@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/layout"
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
-// Inspection (redlock.Inspector): Client.Inspect's read-only commands run
+// Inspection (transport.Inspector): Client.Inspect's read-only commands run
 // as one go-redis pipeline on the client (its hooks see them), not on the
 // lane, and their replies are handed back in the RESP2 shapes
 // layout.Reader reads. Over RESP3 (go-redis's default) a hash comes as a
@@ -22,12 +22,12 @@ import (
 // cannot answer (a boolean, a big number, a deeper nesting) fails the
 // round trip. layout.Reader checks every reply's shape and bounds again.
 
-var _ redlock.Inspector = (*Transport)(nil)
+var _ transport.Inspector = (*Transport)(nil)
 
 // Inspect runs cmds on the master as one pipeline and returns one reply
 // per command, in order: nil, int64, a string (status and bulk strings
 // alike, which layout.Reader accepts), []any, or an error reply as an
-// error value in its place (redlock.Inspector). It returns when ctx ends
+// error value in its place (transport.Inspector). It returns when ctx ends
 // even if go-redis does not honour ctx (without
 // Options.ContextTimeoutEnabled); the abandoned round trip ends at the
 // client's ReadTimeout, and Close waits for it.
@@ -80,7 +80,7 @@ func (t *Transport) inspect(ctx context.Context, cmds []layout.Command) ([]any, 
 			if !errors.As(err, &re) {
 				return nil, t.RedactError(err) // the round trip failed
 			}
-			replies[i] = redlock.ReplyError(t.RedactError(err).Error())
+			replies[i] = transport.ReplyError(t.RedactError(err).Error())
 			continue
 		}
 		r, err := resp2(cmds[i], v)

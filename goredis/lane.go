@@ -284,7 +284,7 @@ func (l *lane) armLocked(at, now time.Time) {
 // (TestLane_shortStallsDoNotAddUp). A command queued behind a batch that
 // a slow master answered late, and sent only then, is not failed at its
 // deadline while the master answers its own batch in time: the Client
-// waits on as long as the master is not silent (redlock.Silencer), and a
+// waits on as long as the master is not silent (transport.Silencer), and a
 // reply read late leaves only less validity, counted from before the
 // round's first write (a grant read after the Client gave up is rolled
 // back). A command that waits in the queue is due at its deadline all the
@@ -411,7 +411,7 @@ func (l *lane) expire() {
 }
 
 // silence is how long the master has kept the batch in flight waiting
-// (redlock.Silencer): the time since it was handed to go-redis, less what
+// (transport.Silencer): the time since it was handed to go-redis, less what
 // of it this process was seen not to run — the latest stall the watchdog
 // saw (the part of it since the batch was sent), or how far the
 // watchdog's next firing is overdue now (a stall it has not yet seen:

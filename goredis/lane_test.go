@@ -441,7 +441,7 @@ func TestLane_shortStallsDoNotAddUp(t *testing.T) {
 	}
 }
 
-// Silence (redlock.Silencer): 0 with nothing in flight; on a frozen
+// Silence (transport.Silencer): 0 with nothing in flight; on a frozen
 // master it grows with the time its batch waits, less the stalls of this
 // process seen meanwhile; once the master answers, 0 again.
 func TestLane_silence(t *testing.T) {
@@ -602,7 +602,7 @@ func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
 // queued meanwhile), is answered after its deadline: the master kept its
 // own batch waiting 120 ms, less than the command's 200 ms, so the lane
 // delivers the reply (the Client waits on as long as the master is not
-// silent, redlock.Silencer). Before, it failed at its deadline, sent, and
+// silent, transport.Silencer). Before, it failed at its deadline, sent, and
 // the master was counted down. A master that stops answering then (SIGSTOP
 // during the second script) fails it once its batch has been silent for
 // the 200 ms: at about 350 ms, far from the limit (1.2 s).

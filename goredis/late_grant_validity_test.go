@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // attack26bBusy is a script that keeps its master busy for ARGV[1] ms.
@@ -36,7 +37,7 @@ return 1`
 func TestAttack26b_grantReadThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	const ttl = 2 * time.Second
-	var ts []redlock.Transport
+	var ts []transport.Transport
 	var lanes []*lane
 	var side1, side2 []*redis.Client
 	for range 3 {

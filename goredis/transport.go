@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
-// Transport is a redlock.Transport over one go-redis client: one master's
+// Transport is a transport.Transport over one go-redis client: one master's
 // lock commands (through a lane, see lane.go) and its release notices
 // (through go-redis's PubSub, see pubsub.go). It is safe for concurrent
 // use. It does not close the client, which stays the caller's.
@@ -26,7 +26,7 @@ type Transport struct {
 	bound   time.Duration // a command's own bound when it comes without a deadline
 	lane    *lane
 
-	scripts sync.Map // *redlock.Script -> *script
+	scripts sync.Map // *transport.Script -> *script
 
 	mu     sync.Mutex
 	closed bool
@@ -35,10 +35,10 @@ type Transport struct {
 }
 
 var (
-	_ redlock.Transport    = (*Transport)(nil)
-	_ redlock.Ordered      = (*Transport)(nil)
-	_ redlock.Silencer     = (*Transport)(nil)
-	_ redlock.Subscription = (*subscription)(nil)
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Ordered      = (*Transport)(nil)
+	_ transport.Silencer     = (*Transport)(nil)
+	_ transport.Subscription = (*subscription)(nil)
 )
 
 // NewTransport returns a transport over client, which must reach one
@@ -110,14 +110,14 @@ func (t *Transport) Ordered() bool { return t.ordered }
 
 // Silence reports how long the master has kept the transport's batch in
 // flight waiting, less the time this process was seen not to run meanwhile
-// (redlock.Silencer; see lane.go): a redlock.Client then waits on for a
+// (transport.Silencer; see lane.go): a redlock.Client then waits on for a
 // master whose reply may only not have been read yet, rather than count it
 // failed at its timeout.
 func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 
 // Send queues cmd for the master and returns at once; cmd.Complete is called
-// exactly once with the reply in redigo's shapes (see redlock.ReplyShape),
-// a redlock.ReplyError, or an error (matching context.DeadlineExceeded)
+// exactly once with the reply in redigo's shapes (see transport.ReplyShape),
+// a transport.ReplyError, or an error (matching context.DeadlineExceeded)
 // when no reply came by cmd.Deadline, or, once it was sent, until its
 // batch had waited on the master as long as cmd had from its Send to its
 // deadline (it may have been sent late, behind a batch the master answered
@@ -127,7 +127,7 @@ func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 // late. A redlock.Client gives every command a deadline (one per-master
 // timeout from its send); a command without one (built by other code) is
 // bounded by the client's ReadTimeout (5 s when it has none).
-func (t *Transport) Send(cmd *redlock.Command) {
+func (t *Transport) Send(cmd *transport.Command) {
 	deadline := cmd.Deadline
 	if deadline.IsZero() {
 		// The transport's own bound is the client's ReadTimeout; past it
@@ -150,7 +150,7 @@ func (t *Transport) Send(cmd *redlock.Command) {
 	}
 	shape := cmd.Reply
 	r.done = func(v any, err error, sent, resent bool) {
-		info := redlock.SendInfo{Sent: sent, Resent: resent}
+		info := transport.SendInfo{Sent: sent, Resent: resent}
 		if err != nil {
 			cmd.Complete(nil, t.replyError(err), info)
 			return
@@ -166,7 +166,7 @@ func (t *Transport) Send(cmd *redlock.Command) {
 }
 
 // script returns the lane's form of s.
-func (t *Transport) script(s *redlock.Script) *script {
+func (t *Transport) script(s *transport.Script) *script {
 	if v, ok := t.scripts.Load(s); ok {
 		return v.(*script)
 	}
@@ -177,8 +177,8 @@ func (t *Transport) script(s *redlock.Script) *script {
 // reply turns a normalized go-redis reply into redigo's shape for shape:
 // go-redis gives status and bulk strings alike as string; SET's "OK" is a
 // status, every other string the lock reads is a bulk string ([]byte).
-func reply(shape redlock.ReplyShape, v any) (any, error) {
-	if s, ok := v.(string); ok && shape != redlock.ReplySet {
+func reply(shape transport.ReplyShape, v any) (any, error) {
+	if s, ok := v.(string); ok && shape != transport.ReplySet {
 		v = []byte(s)
 	}
 	if !shape.Fits(v) {
@@ -188,11 +188,11 @@ func reply(shape redlock.ReplyShape, v any) (any, error) {
 }
 
 // replyError maps the lane's errors to the seam's: error replies become
-// redlock.ReplyError.
+// transport.ReplyError.
 func (t *Transport) replyError(err error) error {
 	var re redis.Error
 	if errors.As(err, &re) {
-		return redlock.ReplyError(t.RedactError(err).Error())
+		return transport.ReplyError(t.RedactError(err).Error())
 	}
 	return t.RedactError(err)
 }
@@ -227,7 +227,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 // Subscribe opens a release-notice subscription on a go-redis PubSub of
 // its own (one connection, dialed with the client's options); it returns
 // once the master answered a PING there, or when ctx ends.
-func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload string)) (redlock.Subscription, error) {
+func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -279,13 +279,13 @@ func (t *Transport) Close() error {
 }
 
 // Set makes the subscribed channels equal to channels; see
-// redlock.Subscription.
+// transport.Subscription.
 func (s *subscription) Set(ctx context.Context, channels []string) error {
 	return s.set(ctx, channels)
 }
 
 // Live reports whether the master acknowledged channel; see
-// redlock.Subscription.
+// transport.Subscription.
 func (s *subscription) Live(channel string) bool { return s.live(channel) }
 
 // Done is closed when the subscription broke or was closed.

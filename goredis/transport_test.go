@@ -9,17 +9,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 type outcome struct {
 	v    any
 	err  error
-	info redlock.SendInfo
+	info transport.SendInfo
 }
 
-func scriptNamed(t *testing.T, name string) *redlock.Script {
+func scriptNamed(t *testing.T, name string) *transport.Script {
 	t.Helper()
-	for _, s := range redlock.Scripts() {
+	for _, s := range transport.Scripts() {
 		if s.Name() == name {
 			return s
 		}
@@ -28,11 +29,11 @@ func scriptNamed(t *testing.T, name string) *redlock.Script {
 	return nil
 }
 
-func send(t *testing.T, tr *Transport, c *redlock.Command) outcome {
+func send(t *testing.T, tr *Transport, c *transport.Command) outcome {
 	t.Helper()
 	ch := make(chan outcome, 1)
 	c.Deadline = time.Now().Add(5 * time.Second)
-	c.Done = func(v any, err error, info redlock.SendInfo) { ch <- outcome{v, err, info} }
+	c.Done = func(v any, err error, info transport.SendInfo) { ch <- outcome{v, err, info} }
 	tr.Send(c)
 	select {
 	case o := <-ch:
@@ -57,7 +58,7 @@ func TestTransport_Send_repliesInRedigoShapes(t *testing.T) {
 		t.Fatalf("Addr %q Ordered %v", tr.Addr(), tr.Ordered())
 	}
 	set := func() outcome {
-		return send(t, tr, &redlock.Command{Name: "SET", Args: []any{"k", "tok", "NX", "PX", int64(10000)}, Reply: redlock.ReplySet})
+		return send(t, tr, &transport.Command{Name: "SET", Args: []any{"k", "tok", "NX", "PX", int64(10000)}, Reply: transport.ReplySet})
 	}
 	if o := set(); o.err != nil || o.v != "OK" || !o.info.Sent {
 		t.Fatalf("SET NX: %+v", o)
@@ -70,14 +71,14 @@ func TestTransport_Send_repliesInRedigoShapes(t *testing.T) {
 		token string
 		want  int64
 	}{{"other", 0}, {"tok", 1}, {"tok", 0}} {
-		o := send(t, tr, &redlock.Command{Script: release, Name: "EVALSHA", Args: []any{"k", tc.token, ""}, NumKeys: 1, Reply: redlock.ReplyFlag})
+		o := send(t, tr, &transport.Command{Script: release, Name: "EVALSHA", Args: []any{"k", tc.token, ""}, NumKeys: 1, Reply: transport.ReplyFlag})
 		if o.err != nil || o.v != tc.want {
 			t.Fatalf("release with %s: %+v, want %d", tc.token, o, tc.want)
 		}
 	}
 	// A bulk string is []byte, as redigo gives it.
 	c.Set(context.Background(), "sha", "0123456789abcdef0123456789abcdef01234567", 0)
-	o := send(t, tr, &redlock.Command{Name: "GET", Args: []any{"sha"}, Reply: redlock.ReplySHA})
+	o := send(t, tr, &transport.Command{Name: "GET", Args: []any{"sha"}, Reply: transport.ReplySHA})
 	if b, ok := o.v.([]byte); o.err != nil || !ok || len(b) != 40 {
 		t.Fatalf("GET of a SHA as ReplySHA: %+v", o)
 	}
@@ -88,11 +89,11 @@ func TestTransport_Send_replyThatDoesNotFitIsAnError(t *testing.T) {
 	c := newClient(t, s)
 	tr := newTestTransport(t, c)
 	c.Set(context.Background(), "k", "1", 0)
-	for name, cmd := range map[string]*redlock.Command{
-		"bulk for a flag":     {Name: "GET", Args: []any{"k"}, Reply: redlock.ReplyFlag},
-		"integer for SET":     {Name: "INCR", Args: []any{"n"}, Reply: redlock.ReplySet},
-		"array for a counter": {Name: "LRANGE", Args: []any{"nolist", "0", "-1"}, Reply: redlock.ReplyCounter},
-		"double (RESP3)":      {Name: "INCRBYFLOAT", Args: []any{"f", "1.5"}, Reply: redlock.ReplyFlag},
+	for name, cmd := range map[string]*transport.Command{
+		"bulk for a flag":     {Name: "GET", Args: []any{"k"}, Reply: transport.ReplyFlag},
+		"integer for SET":     {Name: "INCR", Args: []any{"n"}, Reply: transport.ReplySet},
+		"array for a counter": {Name: "LRANGE", Args: []any{"nolist", "0", "-1"}, Reply: transport.ReplyCounter},
+		"double (RESP3)":      {Name: "INCRBYFLOAT", Args: []any{"f", "1.5"}, Reply: transport.ReplyFlag},
 	} {
 		o := send(t, tr, cmd)
 		var de *desyncError
@@ -107,10 +108,10 @@ func TestTransport_Send_errorReplyIsReplyError(t *testing.T) {
 	c := newClient(t, s)
 	tr := newTestTransport(t, c)
 	c.HSet(context.Background(), "h", "f", "v")
-	o := send(t, tr, &redlock.Command{Script: scriptNamed(t, "release"), Name: "EVALSHA", Args: []any{"h", "tok", ""}, NumKeys: 1, Reply: redlock.ReplyFlag})
-	var re redlock.ReplyError
+	o := send(t, tr, &transport.Command{Script: scriptNamed(t, "release"), Name: "EVALSHA", Args: []any{"h", "tok", ""}, NumKeys: 1, Reply: transport.ReplyFlag})
+	var re transport.ReplyError
 	if !errors.As(o.err, &re) || o.v != nil || !o.info.Sent {
-		t.Fatalf("WRONGTYPE: %+v, want a redlock.ReplyError", o)
+		t.Fatalf("WRONGTYPE: %+v, want a transport.ReplyError", o)
 	}
 }
 
@@ -131,7 +132,7 @@ func TestTransport_Close(t *testing.T) {
 	default:
 		t.Fatal("subscription open after Close")
 	}
-	o := send(t, tr, &redlock.Command{Name: "SET", Args: []any{"k", "v"}, Reply: redlock.ReplySet})
+	o := send(t, tr, &transport.Command{Name: "SET", Args: []any{"k", "v"}, Reply: transport.ReplySet})
 	if !errors.Is(o.err, redlock.ErrClosed) || o.info.Sent {
 		t.Fatalf("Send after Close: %+v", o)
 	}

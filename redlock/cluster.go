@@ -373,11 +373,7 @@ func (s *clusterSend) send(addr string) {
 		return
 	}
 	cmd := s.cmd
-	s.req = muxReq{cmd: cmd.Name, args: cmd.wireArgs(), want: expect(cmd.Reply), late: cmd.MayRunLate, undo: cmd.Undo,
-		resend: cmd.Resend, drop: cmd.DropWhenDown, to: s}
-	if cmd.Script != nil {
-		s.req.cmd, s.req.script = "EVALSHA", cmd.Script.s
-	}
+	s.req.fill(cmd, s)
 	n.mx.submit(&s.req)
 }
 
@@ -516,7 +512,7 @@ func (s *clusterSend) asking() {
 	defer conn.Close()
 	stop := context.AfterFunc(s.ct.life, func() { conn.Close() })
 	defer stop()
-	name, args := s.cmd.Name, s.cmd.wireArgs()
+	name, args := s.cmd.Name, s.cmd.WireArgs()
 	if s.cmd.Script != nil {
 		name, args = "EVAL", slices.Clone(args)
 		args[0] = s.cmd.Script.Source()
@@ -551,7 +547,7 @@ func (s *clusterSend) asking() {
 		return
 	}
 	v, err := receive(conn, max(time.Until(s.deadline), time.Millisecond))
-	if err == nil && !expect(s.cmd.Reply).fits(v) {
+	if err == nil && !s.cmd.Reply.Fits(v) {
 		err = &desyncError{cmd: name, reply: describe(v)}
 	}
 	if err != nil {

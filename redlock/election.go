@@ -312,7 +312,7 @@ func (c *Client) readLeaderOn(ctx context.Context, m *master, key string) (lr le
 	}()
 	in, ok := m.t.(Inspector)
 	if !ok {
-		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a redlock.Inspector)", errors.ErrUnsupported))
+		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a transport.Inspector)", errors.ErrUnsupported))
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Sentinel errors. Match them with errors.Is: the errors returned by this
@@ -70,8 +71,10 @@ var (
 	// names those masters.
 	ErrWriterWaiting = errors.New("redlock: a writer is waiting")
 
-	// ErrClosed is returned by operations on a closed Client.
-	ErrClosed = errors.New("redlock: client closed")
+	// ErrClosed is returned by operations on a closed Client. It is
+	// transport.ErrClosed, which a transport's commands fail with after
+	// its Close.
+	ErrClosed = transport.ErrClosed
 
 	// ErrWrongKind is matched by the error of a master whose copy of the
 	// key belongs to a lock of another kind (a key locked with Acquire,

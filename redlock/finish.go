@@ -468,7 +468,7 @@ func (f *finisher) send(c *Client, e *finEntry) {
 	// As for the round's own command (wireCmd.fill), and never refused as
 	// busy: what it undoes may still run.
 	q.cmd.Undo, q.cmd.DropWhenDown = true, false
-	q.cmd.to, q.cmd.Deadline = q, time.Now().Add(c.timeout)
+	q.cmd.To, q.cmd.Deadline = q, time.Now().Add(c.timeout)
 	f.gate.Lock()
 	if r.fin.superseded.Load() {
 		f.gate.Unlock()

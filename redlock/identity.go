@@ -310,7 +310,7 @@ func (c *Client) askRunIDs(idx []int) {
 	deadline := time.Now().Add(c.timeout)
 	for _, i := range idx {
 		cmd := &Command{Name: "INFO", Args: []any{"server"}, Deadline: deadline, Reply: ReplyInfo,
-			Resend: true, DropWhenDown: true, to: &probeCompleter{i: i, ch: ch}}
+			Resend: true, DropWhenDown: true, To: &probeCompleter{i: i, ch: ch}}
 		c.masters[i].t.Send(cmd)
 	}
 	defer func() {

@@ -113,7 +113,7 @@ func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterS
 	}()
 	in, ok := m.t.(Inspector)
 	if !ok {
-		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a redlock.Inspector)", errors.ErrUnsupported))
+		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a transport.Inspector)", errors.ErrUnsupported))
 	}
 	r := layout.NewReader(key)
 	for first := true; ; first = false {

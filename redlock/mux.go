@@ -117,7 +117,7 @@ type muxReq struct {
 	// by EVAL of its source when that keeps the order, or when late is
 	// set: the command may run after commands submitted after it (see
 	// noScript).
-	script *scripts.Script
+	script *Script
 	want   expect // what the reply may be, besides an error reply
 	late   bool
 	// undo: it undoes a command submitted before it (a rollback, a
@@ -136,6 +136,37 @@ type muxReq struct {
 	// are part of the round, and to is the round's own per-master state, so
 	// that sending a command allocates nothing.
 	to replier
+}
+
+// fill makes r the request that sends cmd, its reply to to.
+func (r *muxReq) fill(cmd *Command, to replier) {
+	*r = muxReq{cmd: cmd.Name, args: cmd.WireArgs(), want: expect(cmd.Reply), late: cmd.MayRunLate, undo: cmd.Undo,
+		resend: cmd.Resend, drop: cmd.DropWhenDown, to: to}
+	if cmd.Script != nil {
+		r.cmd, r.script = "EVALSHA", cmd.Script
+	}
+}
+
+// cmdReq is the request that carries a Command. The mux owns it: it is
+// taken from cmdReqs when the command is sent and put back as its reply
+// is delivered, so that sending a command allocates nothing.
+type cmdReq struct {
+	muxReq
+	c *Command
+}
+
+var cmdReqs = sync.Pool{New: func() any { return new(cmdReq) }}
+
+// deliver completes the command (replier). No code of the mux touches a
+// request after delivering it, so it is reused from here on.
+func (q *cmdReq) deliver(v any, err error) {
+	if re, ok := replyTo(err); ok {
+		err = ReplyError(re)
+	}
+	cmd, info := q.c, SendInfo{Sent: !q.sent.IsZero(), Resent: q.resent}
+	*q = cmdReq{}
+	cmdReqs.Put(q)
+	cmd.Complete(v, err, info)
 }
 
 // replier receives a pipelined command's reply.
@@ -200,7 +231,7 @@ type muxConn struct {
 	wakeReader chan struct{}
 	held       []*muxReq
 
-	loading map[*scripts.Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
+	loading map[*Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
 }
 
 // dialerOf returns how to dial a connection of its own to the master
@@ -750,7 +781,7 @@ func (mc *muxConn) noScript(r *muxReq, err error) error {
 	s := r.script
 	if !mc.loading[s] {
 		if mc.loading == nil {
-			mc.loading = map[*scripts.Script]bool{}
+			mc.loading = map[*Script]bool{}
 		}
 		load := &muxReq{cmd: "SCRIPT", args: []any{"LOAD", s.Source()}, want: expectSHA}
 		load.to = replyFunc(func(v any, err error) {
@@ -1041,13 +1072,11 @@ func (mx *mux) Ordered() bool { return true }
 
 // Send submits cmd on the master's pipelined connection (Transport).
 func (mx *mux) Send(cmd *Command) {
-	q := &cmd.mq
-	*q = muxReq{cmd: cmd.Name, args: cmd.wireArgs(), want: expect(cmd.Reply), late: cmd.MayRunLate, undo: cmd.Undo,
-		resend: cmd.Resend, drop: cmd.DropWhenDown, to: cmd}
-	if cmd.Script != nil {
-		q.cmd, q.script = "EVALSHA", cmd.Script.s
-	}
-	if cmd.wait != nil && mx.readOwn(cmd.wait, cmd.Deadline, q) {
+	cq := cmdReqs.Get().(*cmdReq)
+	cq.c = cmd
+	q := &cq.muxReq
+	q.fill(cmd, cq)
+	if cmd.Wait != nil && mx.readOwn(cmd.Wait, cmd.Deadline, q) {
 		return
 	}
 	mx.submit(q)

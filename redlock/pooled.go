@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -194,7 +195,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 		}
 	}
 	if cmd.Script != nil {
-		v, err = cmd.Script.s.DoKeys(conn, timeout, cmd.NumKeys, cmd.Args...)
+		v, err = scripts.DoEvalSHA(conn, timeout, cmd.Script.Source(), cmd.WireArgs())
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // opKind is what a round asks of every master.
@@ -359,7 +360,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		l := &r.legs[i]
 		l.r, l.i = r, i
 		w.fill(&l.cmd, r)
-		l.cmd.to, l.cmd.Deadline = l, r.deadline
+		l.cmd.To, l.cmd.Deadline = l, r.deadline
 		if r.wait != c.timeout && c.masters[i].knownDown() {
 			// A release's longer wait is for masters that are slow, not
 			// for one known hung: a command to it gets the per-master
@@ -369,7 +370,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		if n == 1 && op != opLeave {
 			// The caller waits for this reply alone (collect follows):
 			// a transport may read it in Send.
-			l.cmd.wait = ctx
+			l.cmd.Wait = ctx
 		}
 	}
 	for i := range r.legs {
@@ -745,7 +746,7 @@ func (l *leg) rollback() {
 	r := l.r
 	q := &rollbackReq{l: l}
 	r.rb.fill(&q.cmd, r)
-	q.cmd.to, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
+	q.cmd.To, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
 	r.mu.Lock()
 	r.rbq[l.i] = q
 	r.mu.Unlock()
@@ -972,7 +973,7 @@ type wireCmd struct {
 // choices (Command.Resend and the others).
 func (w *wireCmd) fill(cmd *Command, r *round) {
 	op := w.op
-	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), wire: w,
+	*cmd = Command{Name: w.cmd, Args: w.keysAnd, NumKeys: w.nkeys, Reply: ReplyShape(w.want), Wire: w.args,
 		Resend: true,
 		// Run late (after commands submitted later, see muxConn.noScript), a
 		// release, rollback, extension or leave finds nothing, or its own
@@ -1053,12 +1054,12 @@ func (r *round) nkeys(script *scripts.Script) int {
 type expect uint8
 
 const (
-	expectSet     expect = iota + 1 // SET NX PX: "OK", or nil when the key exists
-	expectFlag                      // the scripts that answer 1 or 0
-	expectCounter                   // a fenced acquisition: 0, or the counter as a decimal string
-	expectSHA                       // SCRIPT LOAD: a script's SHA1, 40 hex digits
-	expectRW                        // the read-write script: 1 or 0, or for a read acquisition 2 (a writer waits)
-	expectInfo                      // INFO: a bulk string (its size is checked by whoever reads it)
+	expectSet     = expect(transport.ReplySet)     // SET NX PX: "OK", or nil when the key exists
+	expectFlag    = expect(transport.ReplyFlag)    // the scripts that answer 1 or 0
+	expectCounter = expect(transport.ReplyCounter) // a fenced acquisition: 0, or the counter as a decimal string
+	expectSHA     = expect(transport.ReplySHA)     // SCRIPT LOAD: a script's SHA1, 40 hex digits
+	expectRW      = expect(transport.ReplyRW)      // the read-write script: 1 or 0, or for a read acquisition 2 (a writer waits)
+	expectInfo    = expect(transport.ReplyInfo)    // INFO: a bulk string (its size is checked by whoever reads it)
 )
 
 // expectOf returns what script's replies may be (nil: the plain SET).
@@ -1077,46 +1078,7 @@ func expectOf(script *scripts.Script) expect {
 }
 
 // fits reports whether v is a reply e allows.
-func (e expect) fits(v any) bool {
-	switch e {
-	case expectSet:
-		return v == nil || v == "OK"
-	case expectFlag:
-		return v == int64(0) || v == int64(1)
-	case expectRW:
-		return v == int64(0) || v == int64(1) || v == int64(2)
-	case expectCounter:
-		if v == int64(0) {
-			return true
-		}
-		b, ok := v.([]byte)
-		if !ok || len(b) == 0 || len(b) > 20 {
-			return false
-		}
-		for _, d := range b {
-			if d < '0' || d > '9' {
-				return false
-			}
-		}
-		return true
-	case expectInfo:
-		_, ok := v.([]byte)
-		return ok
-	case expectSHA:
-		b, ok := v.([]byte)
-		if !ok || len(b) != 40 {
-			return false
-		}
-		for _, d := range b {
-			if (d < '0' || d > '9') && (d < 'a' || d > 'f') {
-				return false
-			}
-		}
-		return true
-	default:
-		return false
-	}
-}
+func (e expect) fits(v any) bool { return transport.ReplyShape(e).Fits(v) }
 
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].

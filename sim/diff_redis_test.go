@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // The differential test: the same commands go to a real redis-server and
@@ -337,19 +338,19 @@ type teeTransport struct{ d *differ }
 
 func (tt *teeTransport) Addr() string { return "tee" }
 
-func (tt *teeTransport) Send(cmd *redlock.Command) {
+func (tt *teeTransport) Send(cmd *transport.Command) {
 	reply, err := tt.d.run(wireArgs(cmd, false))
 	if err != nil && errWord(err) == "NOSCRIPT" {
 		reply, err = tt.d.run(wireArgs(cmd, true))
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
-		err = redlock.ReplyError(re)
+		err = transport.ReplyError(re)
 	}
-	cmd.Complete(reply, err, redlock.SendInfo{Sent: true})
+	cmd.Complete(reply, err, transport.SendInfo{Sent: true})
 }
 
-func (tt *teeTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (redlock.Subscription, error) {
+func (tt *teeTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	return nil, errors.New("tee: no subscriptions: waiters poll")
 }
 
@@ -388,7 +389,7 @@ func (d *differ) report() {
 // every operation, the keyspaces.
 func TestSimMaster_agreesWithRedisOnEveryKind(t *testing.T) {
 	d := newDiffer(t)
-	cl, err := redlock.NewWithTransports([]redlock.Transport{&teeTransport{d}}, redlock.WithTimeout(100*time.Millisecond))
+	cl, err := redlock.NewWithTransports([]transport.Transport{&teeTransport{d}}, redlock.WithTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,8 +491,8 @@ func TestSimMaster_agreesWithRedisOnEveryKind(t *testing.T) {
 func TestSimMaster_agreesWithRedisOnRandomCommands(t *testing.T) {
 	d := newDiffer(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 34))
-	var release, extend *redlock.Script
-	for _, s := range redlock.Scripts() {
+	var release, extend *transport.Script
+	for _, s := range transport.Scripts() {
 		switch s.Name() {
 		case "release":
 			if release == nil {

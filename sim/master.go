@@ -10,7 +10,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // A Master is one simulated Redis master: a keyspace whose keys expire by
@@ -339,7 +339,7 @@ func (m *Master) execLocked(r *request) (any, error) {
 			return []byte(sha), nil
 		}
 		if len(a) == 2 && a[1] == "LOAD-ALL" {
-			for _, s := range redlock.Scripts() {
+			for _, s := range transport.Scripts() {
 				sha, proto, err := compile(s.Source())
 				if err != nil {
 					return nil, err

@@ -1,7 +1,7 @@
 // Package sim is a deterministic-schedule simulator of a quorumlock
 // quorum: N simulated masters that run the library's own Lua scripts
 // (gopher-lua over an in-memory keyspace), reached through the public
-// transport seam (redlock.Transport), with faults drawn from a seed,
+// transport seam (transport.Transport), with faults drawn from a seed,
 // inside a testing/synctest bubble whose virtual clock moves on whenever
 // every goroutine waits. Many clients take, extend and release locks on a
 // few keys while the simulator checks, at every step, that no two holders
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Config is one simulation: everything in it, and the seed, fixes the
@@ -194,7 +195,7 @@ func (r *run) run() error {
 	}
 	for c := range r.cfg.Clients {
 		ordered := setup.IntN(2) == 0
-		ts := make([]redlock.Transport, len(r.masters))
+		ts := make([]transport.Transport, len(r.masters))
 		for i, m := range r.masters {
 			ts[i] = NewLink(m, ordered, r.rng(1000+uint64(c*64+i)), r.stats)
 		}
@@ -485,7 +486,7 @@ func (r *run) checkLocked(key, who, id string, l *redlock.Lock, now time.Time) {
 
 var scriptNames = func() map[string]string {
 	m := map[string]string{}
-	for _, s := range redlock.Scripts() {
+	for _, s := range transport.Scripts() {
 		m[s.SHA()] = s.Name()
 	}
 	return m

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Link is one Client's transport to one simulated master
-// (redlock.Transport). Each command crosses the network after a delay the
+// (transport.Transport). Each command crosses the network after a delay the
 // master's weather draws, runs on the master (or waits in a frozen one),
 // and its reply comes back after another delay — or is lost, or comes
-// after the caller's deadline. An ordered link (redlock.Ordered, like the
+// after the caller's deadline. An ordered link (transport.Ordered, like the
 // pipelined transport) keeps one connection whose commands reach the
 // master in Send order, lets a reply count past the command's deadline
 // up to a bound of its own, and then gives the connection up (its
@@ -65,7 +66,7 @@ type arrival struct {
 }
 
 type op struct {
-	cmd      *redlock.Command
+	cmd      *transport.Command
 	l        *Link
 	c        *conn
 	done     bool
@@ -77,8 +78,8 @@ type op struct {
 }
 
 var (
-	_ redlock.Transport = (*Link)(nil)
-	_ redlock.Ordered   = (*Link)(nil)
+	_ transport.Transport = (*Link)(nil)
+	_ transport.Ordered   = (*Link)(nil)
 )
 
 // NewLink returns a transport to m for one Client; rng draws its delays
@@ -88,16 +89,16 @@ func NewLink(m *Master, ordered bool, rng *rand.Rand, stats *Stats) *Link {
 		pending: map[*op]struct{}{}, subs: map[*subscription]struct{}{}, stats: stats}
 }
 
-// Addr implements redlock.Transport.
+// Addr implements transport.Transport.
 func (l *Link) Addr() string { return l.m.addr }
 
-// Ordered implements redlock.Ordered.
+// Ordered implements transport.Ordered.
 func (l *Link) Ordered() bool { return l.ordered }
 
 var errClosed = fmt.Errorf("sim: %w", redlock.ErrClosed)
 
-// Send implements redlock.Transport.
-func (l *Link) Send(cmd *redlock.Command) {
+// Send implements transport.Transport.
+func (l *Link) Send(cmd *transport.Command) {
 	// A transport's Send takes time (a lock, a queue): let others run
 	// meanwhile, as often as the link's rng says. (It must not block:
 	// the Client may call it holding a lock of its own.)
@@ -112,14 +113,14 @@ func (l *Link) Send(cmd *redlock.Command) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		cmd.Complete(nil, errClosed, redlock.SendInfo{})
+		cmd.Complete(nil, errClosed, transport.SendInfo{})
 		return
 	}
 	o := &op{cmd: cmd, l: l}
 	if !l.ordered || l.conn == nil || l.conn.broken || l.conn.gen != gen {
 		if !up {
 			l.mu.Unlock()
-			cmd.Complete(nil, &connError{"dial: connection refused"}, redlock.SendInfo{})
+			cmd.Complete(nil, &connError{"dial: connection refused"}, transport.SendInfo{})
 			return
 		}
 		l.nextID++
@@ -235,7 +236,7 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 		l.mu.Unlock()
 		if dup {
 			l.stats.add(&l.stats.DupCompletions)
-			o.cmd.Complete(reply, err, redlock.SendInfo{Sent: true, Resent: o.resent})
+			o.cmd.Complete(reply, err, transport.SendInfo{Sent: true, Resent: o.resent})
 		}
 		return
 	}
@@ -273,7 +274,7 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 	}
 	l.finishLocked(o)
 	l.mu.Unlock()
-	o.cmd.Complete(reply, err, redlock.SendInfo{Sent: o.sent, Resent: o.resent})
+	o.cmd.Complete(reply, err, transport.SendInfo{Sent: o.sent, Resent: o.resent})
 	l.wg.Done()
 }
 
@@ -308,7 +309,7 @@ func (l *Link) giveUp(o *op) {
 	}
 	l.mu.Unlock()
 	for _, p := range fail {
-		p.cmd.Complete(nil, fmt.Errorf("sim: %s: %w", l.m.addr, context.DeadlineExceeded), redlock.SendInfo{Sent: true, Resent: p.resent})
+		p.cmd.Complete(nil, fmt.Errorf("sim: %s: %w", l.m.addr, context.DeadlineExceeded), transport.SendInfo{Sent: true, Resent: p.resent})
 		l.wg.Done()
 	}
 }
@@ -320,7 +321,7 @@ func (l *Link) breakLocked(c *conn) {
 	}
 }
 
-// Close implements redlock.Transport: it fails what is pending.
+// Close implements transport.Transport: it fails what is pending.
 func (l *Link) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -339,7 +340,7 @@ func (l *Link) Close() error {
 	}
 	l.mu.Unlock()
 	for _, p := range fail {
-		p.cmd.Complete(nil, errClosed, redlock.SendInfo{Sent: p.sent, Resent: p.resent})
+		p.cmd.Complete(nil, errClosed, transport.SendInfo{Sent: p.sent, Resent: p.resent})
 		l.wg.Done()
 	}
 	for _, s := range subs {
@@ -351,7 +352,7 @@ func (l *Link) Close() error {
 
 // wireArgs returns cmd as the master reads it: EVALSHA (or EVAL) with the
 // key count, or the plain command.
-func wireArgs(cmd *redlock.Command, eval bool) []string {
+func wireArgs(cmd *transport.Command, eval bool) []string {
 	var out []string
 	if cmd.Script != nil {
 		out = make([]string, 0, 3+len(cmd.Args))
@@ -385,8 +386,8 @@ func argString(a any) string {
 	return fmt.Sprint(a)
 }
 
-// Subscribe implements redlock.Transport.
-func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload string)) (redlock.Subscription, error) {
+// Subscribe implements transport.Transport.
+func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -144,8 +144,15 @@ func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (an
 // DoKeys is Do for a script that takes any number of keys: the first
 // nkeys of keysAndArgs are keys.
 func (s *Script) DoKeys(c redis.Conn, timeout time.Duration, nkeys int, keysAndArgs ...any) (any, error) {
+	return DoEvalSHA(c, timeout, s.src, s.AppendArgsKeys(make([]any, 0, 2+len(keysAndArgs)), nkeys, keysAndArgs...))
+}
+
+// DoEvalSHA runs EVALSHA with args (a script's hash and key count first)
+// on c and, when the master's script cache does not hold it (NOSCRIPT),
+// EVAL of src with the same keys and values, waiting at most timeout in
+// all (0: the connection's own read timeout). args is not modified.
+func DoEvalSHA(c redis.Conn, timeout time.Duration, src string, args []any) (any, error) {
 	start := time.Now()
-	args := s.AppendArgsKeys(make([]any, 0, 2+len(keysAndArgs)), nkeys, keysAndArgs...)
 	reply, err := redis.DoWithTimeout(c, timeout, "EVALSHA", args...)
 	if !IsNoScript(err) {
 		return reply, err
@@ -156,8 +163,8 @@ func (s *Script) DoKeys(c redis.Conn, timeout time.Duration, nkeys int, keysAndA
 			return nil, err
 		}
 	}
-	args[0] = s.src
-	return redis.DoWithTimeout(c, left, "EVAL", args...)
+	eval := append([]any{src}, args[1:]...)
+	return redis.DoWithTimeout(c, left, "EVAL", eval...)
 }
 
 // AppendArgsKeys appends EVALSHA's arguments to dst: the script's hash,

@@ -1,14 +1,5 @@
-package redlock
-
-import (
-	"context"
-	"time"
-
-	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/layout"
-)
-
-// The transport seam.
+// Package transport is the seam between a redlock.Client and the
+// connections that carry its commands, for those who write a transport.
 //
 // A Client decides; a Transport carries. Everything that makes a lock
 // safe — the quorum, the validity, the order of a holder's commands on
@@ -19,11 +10,25 @@ import (
 // it can do beyond that through small optional interfaces (Ordered,
 // Silencer, Downer, Inspector).
 //
-// The Client gets its transports from New (redigo pools: a pipelined
-// transport where the pool can dial a connection of its own, else a
-// pooled one) or from NewWithTransports (any Transport, such as the
-// go-redis adapter of the nested module goredis). docs/design.md, "The
-// transport seam", draws the picture.
+// redlock.NewWithTransports takes any Transport; the module's own are the
+// redigo ones (redlock.New) and the go-redis adapter (module goredis).
+// docs/design.md, "The transport seam", draws the picture.
+package transport
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/layout"
+)
+
+// ErrClosed is matched by the error of a command sent to a transport
+// after its Close, or still in flight when it closed. It is
+// redlock.ErrClosed: errors.Is matches either.
+var ErrClosed = errors.New("redlock: client closed")
 
 // A Transport carries one master's lock commands and release notices for
 // a Client. It moves commands and replies; every decision is the
@@ -167,35 +172,14 @@ func (s *Script) Source() string { return s.s.Source() }
 // seldom costs a second round trip.
 func Scripts() []*Script { return append([]*Script(nil), allScripts...) }
 
-var (
-	allScripts = func() []*Script {
-		all := make([]*Script, len(scripts.All))
-		for i, s := range scripts.All {
-			all[i] = &Script{s}
-		}
-		return all
-	}()
-	// scriptOf maps each script the Client runs to its wrapper. Scripts
-	// that share a source (FairFencedAcquire is FairAcquire with the
-	// fencing counter's key) share one.
-	scriptOf = func() map[*scripts.Script]*Script {
-		m := make(map[*scripts.Script]*Script, len(allScripts)+1)
-		for _, s := range allScripts {
-			m[s.s] = s
-		}
-		m[scripts.FairFencedAcquire] = m[scripts.FairAcquire]
-		m[scripts.FairFencedAcquire.WithMeta()] = m[scripts.FairAcquire.WithMeta()]
-		return m
-	}()
-)
-
-// wrapScript returns s's wrapper.
-func wrapScript(s *scripts.Script) *Script {
-	if w := scriptOf[s]; w != nil {
-		return w
+// allScripts wraps scripts.All, in its order.
+var allScripts = func() []*Script {
+	all := make([]*Script, len(scripts.All))
+	for i, s := range scripts.All {
+		all[i] = &Script{s}
 	}
-	return &Script{s}
-}
+	return all
+}()
 
 // ReplyShape is what a command's reply may be, besides an error reply
 // (which any command may get). A reply that does not fit is never a vote:
@@ -208,26 +192,59 @@ type ReplyShape uint8
 
 const (
 	// ReplySet is SET NX PX's: "OK", or nil when the key exists.
-	ReplySet ReplyShape = ReplyShape(expectSet)
+	ReplySet ReplyShape = iota + 1
 	// ReplyFlag is the scripts' that answer 1 or 0.
-	ReplyFlag ReplyShape = ReplyShape(expectFlag)
+	ReplyFlag
 	// ReplyCounter is a fenced acquisition's: 0, or the fencing counter
 	// as a decimal bulk string.
-	ReplyCounter ReplyShape = ReplyShape(expectCounter)
+	ReplyCounter
 	// ReplySHA is SCRIPT LOAD's: a script's SHA1, 40 lower-case hex
 	// digits as a bulk string.
-	ReplySHA ReplyShape = ReplyShape(expectSHA)
+	ReplySHA
 	// ReplyRW is the read-write lock script's: 1 or 0, or 2 when a read
 	// acquisition was turned away for a waiting writer.
-	ReplyRW ReplyShape = ReplyShape(expectRW)
+	ReplyRW
 	// ReplyInfo is INFO's: a bulk string, of any size (its reader bounds
 	// what it reads). The Client sends INFO server at first contact to
 	// tell its masters apart (a plain command: Name "INFO").
-	ReplyInfo ReplyShape = ReplyShape(expectInfo)
+	ReplyInfo
 )
 
 // Fits reports whether v is a reply of this shape.
-func (s ReplyShape) Fits(v any) bool { return expect(s).fits(v) }
+func (s ReplyShape) Fits(v any) bool {
+	switch s {
+	case ReplySet:
+		return v == nil || v == "OK"
+	case ReplyFlag:
+		return v == int64(0) || v == int64(1)
+	case ReplyRW:
+		return v == int64(0) || v == int64(1) || v == int64(2)
+	case ReplyCounter:
+		if v == int64(0) {
+			return true
+		}
+		b, ok := v.([]byte)
+		return ok && len(b) > 0 && len(b) <= 20 && allIn(b, "0123456789")
+	case ReplyInfo:
+		_, ok := v.([]byte)
+		return ok
+	case ReplySHA:
+		b, ok := v.([]byte)
+		return ok && len(b) == 40 && allIn(b, "0123456789abcdef")
+	default:
+		return false
+	}
+}
+
+// allIn reports whether every byte of b is one of digits.
+func allIn(b []byte, digits string) bool {
+	for _, d := range b {
+		if strings.IndexByte(digits, d) < 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // ReplyError is a master's error reply (a RESP "-" line), as a transport
 // reports it by calling Command.Complete: the master's message, whole. A
@@ -288,26 +305,32 @@ type Command struct {
 	// timeout — may fail it at once, unsent, rather than queue it.
 	DropWhenDown bool
 
-	// Done receives the outcome of a command built outside a Client (a
-	// transport's own tests) through Complete, which is what a transport
-	// calls. A Client's commands leave it nil.
-	Done func(reply any, err error, info SendInfo)
+	// Wire, when not nil, is the command's whole argument list as a
+	// Redis connection sends it after Name: for a script, its SHA and
+	// NumKeys first, then Args. The Client builds it once per round and
+	// shares it between masters; a transport may send it as it is, and
+	// must not modify it. WireArgs builds it when it is nil.
+	Wire []any
 
-	// wire, when set by the Client, is the round's command, whose args
-	// are the command as a redigo connection sends it (the script's hash
-	// and the key count first), built once per round and shared by its
-	// masters.
-	wire *wireCmd
-	// to receives the outcome of a Client's command (Complete).
-	to completer
-	// mq is the pipelined redigo transport's request, held here so that
-	// sending a command allocates nothing.
-	mq muxReq
-	// wait, when set, is the caller's context on a round whose caller
-	// only waits for this reply (a lone master's): the pipelined redigo
-	// transport may then read the reply in Send (muxConn.readOwn),
-	// waiting until Deadline or wait's end.
-	wait context.Context
+	// Wait, when not nil, is the context of a caller that waits for this
+	// reply alone (a Client of one master). A hint: a transport may then
+	// read the reply in Send itself, until Deadline or Wait's end,
+	// rather than hand it to a reader goroutine, and must still call
+	// Complete exactly once. A transport is free to ignore it.
+	Wait context.Context
+
+	// To receives the command's outcome when Complete is called: the
+	// Client sets it on every command it sends. Done is the simpler hook
+	// for a command built elsewhere (a transport's own tests); it is
+	// called only when To is nil.
+	To   Completer
+	Done func(reply any, err error, info SendInfo)
+}
+
+// A Completer receives a command's outcome (Command.To). Complete is
+// called exactly once per Send, from any goroutine; it does not block.
+type Completer interface {
+	Complete(reply any, err error, info SendInfo)
 }
 
 // SendInfo tells the Client what became of a command besides its reply.
@@ -324,12 +347,11 @@ type SendInfo struct {
 }
 
 // Complete reports the command's outcome: a transport calls it exactly
-// once per Send (see Transport.Send). For a command a Client built, it
-// hands the outcome to the Client; for one built elsewhere (a
-// transport's own tests), it calls Done.
+// once per Send (see Transport.Send). It hands the outcome to To, or else
+// to Done.
 func (c *Command) Complete(reply any, err error, info SendInfo) {
-	if c.to != nil {
-		c.to.complete(reply, err, info)
+	if c.To != nil {
+		c.To.Complete(reply, err, info)
 		return
 	}
 	if c.Done != nil {
@@ -337,29 +359,18 @@ func (c *Command) Complete(reply any, err error, info SendInfo) {
 	}
 }
 
-// completer receives a Client's command's outcome.
-type completer interface {
-	complete(reply any, err error, info SendInfo)
-}
-
-// wireArgs returns the command's arguments as a redigo connection sends
-// them: for a script, its hash and key count first.
-func (c *Command) wireArgs() []any {
-	if c.wire != nil {
-		return c.wire.args
+// WireArgs returns the command's arguments as a Redis connection sends
+// them after the command's name: Wire when the Client built it, else for
+// a script its SHA and key count followed by Args, for a plain command
+// Args. The result must not be modified.
+func (c *Command) WireArgs() []any {
+	if c.Wire != nil {
+		return c.Wire
 	}
 	if c.Script == nil {
 		return c.Args
 	}
 	return c.Script.s.AppendArgsKeys(make([]any, 0, 2+len(c.Args)), c.NumKeys, c.Args...)
-}
-
-// deliver is a pipelined connection's reply to the command (replier).
-func (c *Command) deliver(v any, err error) {
-	if re, ok := replyTo(err); ok {
-		err = ReplyError(re)
-	}
-	c.Complete(v, err, SendInfo{Sent: !c.mq.sent.IsZero(), Resent: c.mq.resent})
 }
 
 // Inspector is an optional ability of a Transport: it runs the read-only
