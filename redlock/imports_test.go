@@ -1,0 +1,66 @@
+package redlock_test
+
+import (
+	"go/build"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// coreImports is every package outside the standard library that the
+// core package's production files may import, with why. A new one is a
+// deliberate choice: the core reaches its masters only through package
+// transport. The two redigo entries go once the redigo transports have
+// left the package.
+var coreImports = map[string]string{
+	"github.com/quorumlock/quorumlock/transport":        "the seam every transport is reached through",
+	"github.com/quorumlock/quorumlock/clock":            "the Client's clock",
+	"github.com/quorumlock/quorumlock/layout":           "the key layout on the masters",
+	"github.com/quorumlock/quorumlock/internal/keys":    "key validation",
+	"github.com/quorumlock/quorumlock/internal/resp":    "RESP reply decoding",
+	"github.com/quorumlock/quorumlock/internal/scripts": "the lock's scripts",
+	"github.com/google/uuid":                            "tokens",
+	"github.com/hashicorp/go-multierror":                "errors of many masters",
+	"github.com/gomodule/redigo/redis":                  "the redigo transports, still in the package",
+	"github.com/quorumlock/quorumlock/pool":             "the redigo transports' pools, still in the package",
+}
+
+// transportImpls are packages of transport implementations and of the
+// client libraries they wrap: the core must not import them, whatever
+// coreImports says.
+var transportImpls = []string{
+	"github.com/quorumlock/quorumlock/goredis",
+	"github.com/quorumlock/quorumlock/internal/redigot",
+	"github.com/quorumlock/quorumlock/redigo",
+	"github.com/quorumlock/quorumlock/sim",
+	"github.com/redis/go-redis",
+	"github.com/redis/rueidis",
+}
+
+func TestCoreImports_areOnlyTheListedOnes(t *testing.T) {
+	pkg, err := build.Import("github.com/quorumlock/quorumlock/redlock", ".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkg.GoFiles) == 0 {
+		t.Fatal("no production files found for package redlock")
+	}
+	for _, imp := range pkg.Imports {
+		for _, impl := range transportImpls {
+			if imp == impl || strings.HasPrefix(imp, impl+"/") {
+				t.Errorf("the core package imports %s, a transport implementation", imp)
+			}
+		}
+		if first, _, _ := strings.Cut(imp, "/"); !strings.Contains(first, ".") {
+			continue // the standard library
+		}
+		if _, ok := coreImports[imp]; !ok {
+			t.Errorf("the core package imports %s, which is not in coreImports", imp)
+		}
+	}
+	for imp := range coreImports {
+		if !slices.Contains(pkg.Imports, imp) {
+			t.Errorf("coreImports lists %s, which the core package no longer imports: drop it", imp)
+		}
+	}
+}
