@@ -449,7 +449,8 @@ func (e *notTriedError) Unwrap() error {
 // reports it) that err is, also behind a wrapper a user's connection or
 // pool may add. A failure that holds a reply to another command as its
 // cause is not a reply to this one: a dial refused by AUTH or HELLO
-// (*pool.DialError), a command never sent (*notTriedError), a failed
+// (*pool.DialError), a command never sent (*notTriedError,
+// *transport.NotSentError), a failed
 // ASKING (*clusterNodeError).
 func replyTo(err error) (redis.Error, bool) {
 	var re redis.Error
@@ -459,9 +460,10 @@ func replyTo(err error) (redis.Error, bool) {
 	var (
 		de *pool.DialError
 		nt *notTriedError
+		ns *transport.NotSentError
 		ce *clusterNodeError
 	)
-	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ce) {
+	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ns) || errors.As(err, &ce) {
 		return "", false
 	}
 	return re, true

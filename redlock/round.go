@@ -1147,6 +1147,9 @@ func (c *Client) nodeErrorIn(m *master, err error, wait time.Duration) *NodeErro
 	if ne, ok := err.(*NodeError); ok && ne.Index == m.index { //nolint:errorlint // see above
 		return ne // named already: naming it again would say the master twice
 	}
+	if ns := (*transport.NotSentError)(nil); errors.As(err, &ns) {
+		err = &notTriedError{since: ns.Since, why: ns.Why, cause: ns.Err}
+	}
 	if nt := (*notTriedError)(nil); errors.As(err, &nt) {
 		// Failed at once, unsent: say so, not "did not answer in time".
 		return &NodeError{Index: m.index, Addr: m.addr, Err: nt.named(m.redact(nt.cause), time.Now())}

@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // redigoSub is the release-notice subscription of both redigo transports
@@ -73,12 +74,10 @@ func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify 
 
 // errNoticesRefused is matched by the errors of a subscription that the
 // master or the pool refuses while the connection stays whole (isRefusal):
-// NOPERM to SUBSCRIBE (an ACL user without +subscribe or the channel), a
-// connection that cannot read without a deadline, a pool whose connections
-// cannot carry one (with ErrInvalid). The master still serves locks; its
-// waiters poll. The subscriber logs it, now and then, and does not count
-// the master as failing (subscriber.fail).
-var errNoticesRefused = errors.New("redlock: release notices refused")
+// NOPERM to SUBSCRIBE, a connection that cannot read without a deadline,
+// a pool whose connections cannot carry one (with ErrInvalid). It is
+// transport.ErrNoticesRefused, which the Client checks (subscriber.fail).
+var errNoticesRefused = transport.ErrNoticesRefused
 
 // errNoTimeout is redigo's error for a connection that cannot read with a
 // timeout (redis.ConnWithTimeout), as it returns it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Waiting without polling.
@@ -634,7 +635,7 @@ func (s *subscriber) poke() {
 
 // fail marks the subscriber dead (it is restarted while waiters need it),
 // and reports err: a subscription the master or the pool refused
-// (errNoticesRefused: the master serves locks, its waiters poll) is
+// (transport.ErrNoticesRefused: the master serves locks, its waiters poll) is
 // logged, once a minute at most per master, without counting the master
 // as failing, since a restart every second would refuse again; any other
 // error is a failure of the master.
@@ -644,7 +645,7 @@ func (s *subscriber) fail(err error) {
 	s.mu.Unlock()
 	switch {
 	case err == nil:
-	case errors.Is(err, errNoticesRefused):
+	case errors.Is(err, transport.ErrNoticesRefused):
 		s.w.refused(s.m, err)
 	default:
 		s.w.c.logFailure(opWait, "", s.m, err)

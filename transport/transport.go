@@ -18,6 +18,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"time"
 
@@ -180,6 +181,52 @@ var allScripts = func() []*Script {
 	}
 	return all
 }()
+
+// ErrNoticesRefused is matched by a Subscribe error that says the master
+// or the connection refuses release notices for good while the
+// connection stays whole: NOPERM to SUBSCRIBE (an ACL user without
+// +subscribe or the channel), a connection that cannot carry a
+// subscription. The master still serves locks and its waiters poll; the
+// Client logs the refusal now and then and does not count the master as
+// failing.
+var ErrNoticesRefused = errors.New("redlock: release notices refused")
+
+// NotSentError fails a command that a transport did not send because it
+// knew its master down already: its connection had a command unanswered
+// for longer than the Client's per-master timeout, or its last dial
+// failed moments ago. The Client states it in the master's error as
+// "known down since 15:04:05.000 (1.2s ago), not tried: Why: Err", where
+// "did not answer in time" would claim a wait that never happened, and
+// counts it as a timeout when Err is one. Complete it with SendInfo{}.
+type NotSentError struct {
+	Since time.Time // when the master was known down
+	Why   string    // how it was known down, when Err does not say; may be empty
+	Err   error     // the failure that made the master down
+}
+
+func (e *NotSentError) Error() string {
+	why := ""
+	if e.Why != "" {
+		why = e.Why + ": "
+	}
+	return "known down since " + e.Since.Format("15:04:05.000") + ", not tried: " + why +
+		strings.TrimPrefix(e.Err.Error(), "redlock: ")
+}
+
+// Timeout reports whether the master was known down for not answering.
+func (e *NotSentError) Timeout() bool {
+	var ne net.Error
+	return errors.Is(e.Err, context.DeadlineExceeded) || (errors.As(e.Err, &ne) && ne.Timeout())
+}
+
+// Unwrap returns Err, unless it is a timeout: context.DeadlineExceeded
+// must match only the end of the caller's own context.
+func (e *NotSentError) Unwrap() error {
+	if e.Timeout() {
+		return nil
+	}
+	return e.Err
+}
 
 // ReplyShape is what a command's reply may be, besides an error reply
 // (which any command may get). A reply that does not fit is never a vote:

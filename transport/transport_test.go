@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -91,5 +93,21 @@ func TestCommand_wireArgsPrefixScriptsHashAndKeyCount(t *testing.T) {
 	cmd.Wire = built
 	if got := cmd.WireArgs(); !slices.Equal(got, built) {
 		t.Fatalf("WireArgs() = %v, want Wire as built", got)
+	}
+}
+
+func TestNotSentError_unwrapsAllButATimeout(t *testing.T) {
+	since := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	refused := errors.New("redlock: connection refused")
+	e := &transport.NotSentError{Since: since, Why: "its last dial failed", Err: refused}
+	if got, want := e.Error(), "known down since 15:04:05.000, not tried: its last dial failed: connection refused"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(e, refused) || e.Timeout() {
+		t.Errorf("a failed dial: matches its error %v, a timeout %v", errors.Is(e, refused), e.Timeout())
+	}
+	silent := &transport.NotSentError{Since: since, Err: context.DeadlineExceeded}
+	if errors.Is(silent, context.DeadlineExceeded) || !silent.Timeout() {
+		t.Errorf("a silent master: matches DeadlineExceeded %v, a timeout %v", errors.Is(silent, context.DeadlineExceeded), silent.Timeout())
 	}
 }
