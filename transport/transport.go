@@ -124,9 +124,9 @@ type Ordered interface {
 // up while the masters that granted it keep the key from everyone else;
 // a led acquisition asks the lead first and gives up on such a master only
 // once the lead granted. Down must be cheap, safe for concurrent use, and
-// must not report a master that answers as down. The Client's own pooled
-// transport (redigo pools that cannot dial, or WithPipelining(false))
-// implements it. An Ordered transport has no use for it: the Client sends
+// must not report a master that answers as down; a NotSentError says
+// since when. The pooled redigo transport of redlock.New (pools that
+// cannot dial, or redlock.WithPipelining(false)) implements it. An Ordered transport has no use for it: the Client sends
 // it every command at once, and it may fail one that is worthless late
 // itself (Command.DropWhenDown).
 type Downer interface {
@@ -426,7 +426,7 @@ func (c *Command) WireArgs() []any {
 // order, as redigo gives them (a status as a string, an integer as int64,
 // a bulk string as []byte, an array as []any, a null as nil, an error
 // reply as a value of type error in its place; a bulk string may come as
-// a string). Both transports New makes have it, and so has the go-redis
+// a string). Both transports redlock.New makes have it, and so has the go-redis
 // adapter (module goredis); a transport without it cannot be inspected,
 // and Inspect says so for its master. The replies are untrusted: layout.Reader checks them.
 type Inspector interface {
