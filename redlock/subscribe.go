@@ -166,11 +166,14 @@ func (s *redigoSub) breakConn() {
 // Done is closed once the subscription broke or was closed.
 func (s *redigoSub) Done() <-chan struct{} { return s.done }
 
-// Err reports why the subscription broke while its connection was whole:
-// its reply parser panicked (ErrPanic), it was refused (NOPERM, or a
-// connection that cannot read without a deadline: errNoticesRefused), or
-// it read what is not a notice (an error reply such as BUSY, a stray
-// value). It is nil when the connection failed or was closed.
+var _ transport.Breakable = (*redigoSub)(nil)
+
+// Err reports why the subscription broke while its connection was whole
+// (transport.Breakable): its reply parser panicked (ErrPanic), it was
+// refused (NOPERM, or a connection that cannot read without a deadline:
+// errNoticesRefused), or it read what is not a notice (an error reply
+// such as BUSY, a stray value). It is nil when the connection failed or
+// was closed.
 func (s *redigoSub) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -678,9 +678,10 @@ func (w *waker) refused(m *master, err error) {
 	}
 }
 
-// brokenErr is why sub broke, as a master's error, when it says (its Err).
+// brokenErr is why sub broke, as a master's error, when it says
+// (transport.Breakable).
 func brokenErr(c *Client, m *master, sub Subscription) error {
-	if e, ok := sub.(interface{ Err() error }); ok && e.Err() != nil {
+	if e, ok := sub.(transport.Breakable); ok && e.Err() != nil {
 		return c.nodeError(m, e.Err())
 	}
 	return nil

@@ -97,6 +97,17 @@ type Subscription interface {
 	Close() error
 }
 
+// Breakable is an optional ability of a Subscription. Err reports why
+// the subscription broke while its connection was whole: it was refused
+// (an error matching ErrNoticesRefused), or it read what is not a notice
+// (an error reply, a stray value). It is nil while the subscription is
+// live, and when its connection failed or it was closed. Once Done is
+// closed the Client names a non-nil Err in the master's error; without
+// it, a broken subscription is only restarted.
+type Breakable interface {
+	Err() error
+}
+
 // Ordered is an optional ability of a Transport. A transport whose
 // Ordered method returns true delivers the commands of a master in the
 // order Send was called — also across a broken connection and a re-send,
