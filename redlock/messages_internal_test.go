@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // A master's timeout reads with one "redlock: " prefix in all, whatever
@@ -37,5 +39,35 @@ func TestNodeError_timeoutHasOnePrefix(t *testing.T) {
 	if !errors.Is(ne, ErrMasterTimeout) || errors.Is(ne, context.DeadlineExceeded) ||
 		!strings.HasPrefix(msg, "master 2 (127.0.0.1:7003): known down since "+since.Format("15:04:05.000")+" (1.2s ago), not tried: no reply on the connection for over 50ms") {
 		t.Errorf("known down: %q", msg)
+	}
+}
+
+// A transport of any package says that it did not send a command to a
+// master known down with transport.NotSentError, and the master's error
+// reads as for the module's own transports: known down, not tried, a
+// timeout when the master was down for not answering, never the caller's
+// DeadlineExceeded.
+func TestNodeError_notSentErrorOfAnyTransportIsNamedKnownDown(t *testing.T) {
+	c := &Client{timeout: 50 * time.Millisecond}
+	m := &master{index: 1, addr: "127.0.0.1:7002"}
+	since := time.Now().Add(-1200 * time.Millisecond)
+	prefix := "master 1 (127.0.0.1:7002): known down since " + since.Format("15:04:05.000") + " (1.2s ago), not tried: "
+
+	silent := &transport.NotSentError{Since: since, Err: fmt.Errorf("no reply for 50ms: %w", context.DeadlineExceeded)}
+	ne := c.nodeError(m, fmt.Errorf("wrapped: %w", silent))
+	if msg := ne.Error(); !errors.Is(ne, ErrMasterTimeout) || errors.Is(ne, context.DeadlineExceeded) ||
+		!strings.HasPrefix(msg, prefix+"no reply for 50ms") {
+		t.Errorf("silent master: %q (ErrMasterTimeout %v, DeadlineExceeded %v)", msg, errors.Is(ne, ErrMasterTimeout), errors.Is(ne, context.DeadlineExceeded))
+	}
+
+	refused := errors.New("connection refused")
+	dial := &transport.NotSentError{Since: since, Why: "its last dial failed", Err: refused}
+	ne = c.nodeError(m, dial)
+	if msg := ne.Error(); errors.Is(ne, ErrMasterTimeout) || !errors.Is(ne, refused) ||
+		!strings.HasPrefix(msg, prefix+"its last dial failed: connection refused") {
+		t.Errorf("failed dial: %q (ErrMasterTimeout %v, the dial's error %v)", msg, errors.Is(ne, ErrMasterTimeout), errors.Is(ne, refused))
+	}
+	if _, isReply := replyTo(fmt.Errorf("%w", &transport.NotSentError{Since: since, Err: ReplyError("NOAUTH")})); isReply {
+		t.Error("a command never sent is taken for the master's reply to it")
 	}
 }
