@@ -34,7 +34,8 @@ type Client struct {
 	timeout     time.Duration
 	driftFactor float64
 	clock       clock.Clock
-	realClock   bool // clock is clock.Real(): its timers' lateness is this process's
+	realClock   bool    // clock is clock.Real(): its timers' lateness is this process's
+	stalls      *stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
 	obs         Observer          // nil: none (observe.go)
 	health      []masterHealth    // each master's state; nil without logger and observer
@@ -133,13 +134,13 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 func transportOf(addr string, p pool.Pool, cfg config) Transport {
 	dial := dialerOf(p)
 	if cfg.pipelining && dial != nil {
-		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout}
+		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout, stalls: cfg.stalls}
 		if r, ok := p.(pool.Redactor); ok {
 			mx.redact = r.RedactError
 		}
 		return mx
 	}
-	return newPooled(addr, p, dial, cfg.timeout, cfg.clock)
+	return newPooled(addr, p, dial, cfg.timeout, cfg.stalls)
 }
 
 // NewWithTransports returns a client for the masters behind ts, one
@@ -180,6 +181,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
 		realClock:    cfg.clock == clock.Real(),
+		stalls:       cfg.stalls,
 		logger:       cfg.logger,
 		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
@@ -259,7 +261,7 @@ func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 	ts := make([]Transport, 0, len(addrs))
 	for i, a := range addrs {
 		if pool.IsClusterURL(a) {
-			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout)
+			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout, cfg.stalls)
 			if err != nil {
 				closeAll()
 				return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
@@ -402,6 +404,7 @@ func (c *Client) Close() error {
 	for _, p := range c.owned {
 		p.Close()
 	}
+	c.stalls.stop()
 	return nil
 }
 

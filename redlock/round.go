@@ -1309,10 +1309,8 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
 	bound := due.Add(lateBound(c.timeout)) // the latest any wait may end
-	if c.realClock {
-		roundBeat.enter()
-		defer roundBeat.leave()
-	}
+	c.stalls.rounds.enter()
+	defer c.stalls.rounds.leave()
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
 	var hold time.Time // the end of the readers' time after a late timer (lateAllowance)
 	for t.open(c.quorum, n) {
@@ -1342,7 +1340,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			lateBy := now.Sub(due)
 			late := c.realClock && lateBy > time.Millisecond
 			if late {
-				noteStall(due, now)
+				c.stalls.note(due, now)
 			}
 			switch {
 			case last.IsZero():
