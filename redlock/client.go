@@ -50,6 +50,12 @@ type Client struct {
 	end     context.CancelFunc
 	closing <-chan struct{}
 
+	// mu guards the fields below, up to live. Lock order: finisher.gate,
+	// then finisher.mu, then mu (which guards finisher.owners). round.mu
+	// is never taken with mu held, nor mu with it (abandon and forget
+	// take them one after the other); a Lock's op comes before round.mu,
+	// and a transport's own lock after it (Silence, in leg.expire). An
+	// event's mu is a leaf: what waits for it runs outside it.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)

@@ -113,7 +113,11 @@ type round struct {
 
 	replies chan reply
 
-	mu      sync.Mutex // guards decided, failed and the legs' state
+	// mu guards decided, failed, rbq and the legs' state. Lock order
+	// (see Client.mu): a Lock's op may be held when it is taken
+	// (Lock.finalNo), Client.mu and the finisher's locks never are; under
+	// it only a transport's own lock is taken (its Silence, in expire).
+	mu      sync.Mutex
 	decided bool
 	failed  bool
 	legs    []leg
@@ -209,23 +213,18 @@ type leg struct {
 	completed atomic.Bool
 
 	// Under round.mu:
-	waits   int         // events the leg waits for before it sends
-	timer   *time.Timer // ends that wait past the round's deadline (expire)
-	due     time.Time   // when timer is due
-	gaveUp  bool        // it stopped waiting: nothing was sent
-	sent    bool
-	handing bool // sent, and cmd not yet handed to the transport (send)
-	replied bool
-	vote    vote
-	rolling bool // the rollback was sent
-	ended   bool
+	state legState    // where it is in its life: changed by to only (legstate.go)
+	vote  vote        // its master's answer, or why there is none; 0 until known
+	waits int         // in legWaiting, the events it still waits for before it sends
+	timer *time.Timer // ends that wait past the round's deadline (expire)
+	due   time.Time   // when timer is due
 }
 
 // event fires once; what waits for it runs then (on the goroutine that
 // fires it), or at once when it already has. It is 24 bytes, two in every
 // leg: what waits is a list, made by then.
 type event struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // a leaf: nothing is locked or run while it is held
 	fired bool
 	fns   *thenFn // the latest then first
 }
@@ -427,9 +426,10 @@ func (l *leg) begin(prev *round) {
 		down = dn.Down()
 	}
 	r.mu.Lock()
+	l.to(evWait)
 	l.waits = len(waits)
 	if down != nil {
-		l.gaveUp, l.replied, l.vote = true, true, voteFail
+		l.giveUpLocked()
 	} else {
 		// One per-master timeout past the deadline, as collect waits for
 		// a master that is not silent: on a busy process the command it
@@ -457,7 +457,7 @@ func (l *leg) begin(prev *round) {
 func (l *leg) downLed(dn Downer) {
 	r := l.r
 	r.mu.Lock()
-	wait := l.waits > 0 && !l.gaveUp && r.legs[r.ledBy-1].granted()
+	wait := l.state == legWaiting && r.legs[r.ledBy-1].granted()
 	r.mu.Unlock()
 	if !wait {
 		return
@@ -467,14 +467,21 @@ func (l *leg) downLed(dn Downer) {
 		return
 	}
 	r.mu.Lock()
-	if l.waits == 0 || l.gaveUp {
+	if l.state != legWaiting {
 		r.mu.Unlock()
 		return
 	}
-	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	l.giveUpLocked()
 	l.timer.Stop()
 	r.mu.Unlock()
 	l.failDown(down)
+}
+
+// giveUpLocked gives the leg's wait up, unsent: its vote is a failure
+// (under round.mu, in legWaiting).
+func (l *leg) giveUpLocked() {
+	l.to(evGiveUp)
+	l.vote = voteFail
 }
 
 // failDown reports the vote of a leg that gave up, unsent, because its
@@ -502,7 +509,7 @@ func (l *leg) ready() {
 		r.mu.Unlock()
 		return
 	}
-	gaveUp := l.gaveUp
+	gaveUp := l.state == legGaveUp
 	if l.led() && r.c.masters[l.i].ordered {
 		defer r.sentLed.Done() // sent, or ended unsent
 	}
@@ -511,7 +518,8 @@ func (l *leg) ready() {
 		// this master is not asked. (A round that succeeded meanwhile,
 		// on a quorum of the others answering before this leg was
 		// readied, still asks it: the lock is held on every master.)
-		l.gaveUp, l.replied, l.vote, l.ended = true, true, voteSkip, true
+		l.to(evSkip)
+		l.vote = voteSkip
 		l.timer.Stop()
 		if r.seen != nil {
 			r.seen[l.i] = MasterResult{Index: l.i, Addr: r.c.masters[l.i].addr, Answer: AnswerNotAsked}
@@ -522,16 +530,15 @@ func (l *leg) ready() {
 		l.end()
 		return
 	}
-	if gaveUp {
-		l.ended = true
-	} else {
-		l.timer.Stop()
-	}
-	r.mu.Unlock()
 	if !gaveUp {
-		l.send()
+		l.timer.Stop()
+		hand := l.sendLocked()
+		r.mu.Unlock()
+		l.transmit(hand)
 		return
 	}
+	l.to(evWaitsOver)
+	r.mu.Unlock()
 	if finishes(r.op, r) {
 		// A release that never went out is sent later.
 		r.c.finishLater(r, l.i, r.op, l.errGaveUp())
@@ -552,7 +559,7 @@ func (l *leg) ready() {
 func (l *leg) expire() {
 	r := l.r
 	r.mu.Lock()
-	if l.waits == 0 || l.gaveUp {
+	if l.state != legWaiting {
 		r.mu.Unlock()
 		return
 	}
@@ -566,7 +573,7 @@ func (l *leg) expire() {
 			return
 		}
 	}
-	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	l.giveUpLocked()
 	r.mu.Unlock()
 	err := l.errGaveUp()
 	r.answered(l.i, r.op, voteFail, err)
@@ -593,22 +600,39 @@ func (r *round) unsentLed(i int) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.legs[i].sent
+	return !r.legs[i].state.sentOnce()
 }
 
 // granted reports whether the leg's master granted it (under round.mu).
-func (l *leg) granted() bool { return l.replied && l.vote == voteYes }
+func (l *leg) granted() bool { return l.vote == voteYes }
 
 // send sends the leg's command, unless Close gave up on the transports
 // (Client.abandon): it then fails, unsent.
 func (l *leg) send() {
 	r := l.r
-	// Only an acquisition on an Ordered transport sends its rollback
-	// without waiting for the answer: only it waits for the hand-over.
-	hand := r.op == opAcquire && r.c.masters[l.i].ordered
 	r.mu.Lock()
-	l.sent, l.handing = true, hand
+	hand := l.sendLocked()
 	r.mu.Unlock()
+	l.transmit(hand)
+}
+
+// sendLocked moves the leg to sent (under round.mu); it reports whether
+// the hand-over of its command is waited for: only an acquisition on an
+// Ordered transport sends its rollback without waiting for the answer,
+// and that rollback must not be handed over before the SET.
+func (l *leg) sendLocked() (hand bool) {
+	r := l.r
+	if r.op == opAcquire && r.c.masters[l.i].ordered {
+		l.to(evHand)
+		return true
+	}
+	l.to(evSend)
+	return false
+}
+
+// transmit hands the leg's command to its transport (send).
+func (l *leg) transmit(hand bool) {
+	r := l.r
 	if r.c.abandoned.Load() {
 		l.complete(nil, errAbandoned, SendInfo{})
 	} else {
@@ -618,9 +642,9 @@ func (l *leg) send() {
 		return
 	}
 	// A rollback decided meanwhile waited for the command to be handed
-	// over (nextActLocked): it goes now.
+	// over (nextLocked): it goes now.
 	r.mu.Lock()
-	l.handing = false
+	l.to(evHanded)
 	act := l.nextLocked()
 	r.mu.Unlock()
 	l.act(act)
@@ -640,7 +664,8 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
-	l.replied, l.vote = true, v
+	l.to(evAnswer)
+	l.vote = v
 	act := l.nextLocked()
 	r.mu.Unlock()
 	r.replies <- reply{index: l.i, vote: v, err: err}
@@ -689,45 +714,20 @@ const (
 // on another once the SET was answered (it cannot overtake it); not where
 // the master refused (nothing to undo).
 func (l *leg) nextLocked() legAct {
-	a := l.nextActLocked()
-	switch a {
-	case legEnd:
-		l.ended = true
-	case legRollback:
-		l.rolling = true
-	}
-	return a
-}
-
-func (l *leg) nextActLocked() legAct {
 	r := l.r
 	switch {
-	case l.ended || l.rolling:
-		return legWait
-	case l.gaveUp:
-		return legWait // ends once what it waited for has (ready)
-	case r.op != opAcquire:
-		if l.replied {
-			return legEnd
-		}
-		return legWait
-	case l.replied && l.vote == voteNo:
+	case l.state == legAnswered && (r.op != opAcquire || l.vote == voteNo || r.decided && !r.failed):
+		l.to(evEnd)
 		return legEnd
-	case !r.decided:
-		return legWait
-	case !r.failed:
-		if l.replied {
-			return legEnd
-		}
-		return legWait
-	case l.replied || (l.sent && !l.handing && r.c.masters[l.i].ordered):
+	case r.op == opAcquire && r.decided && r.failed &&
+		(l.state == legAnswered || l.state == legSent && r.c.masters[l.i].ordered):
 		// On an Ordered transport the rollback is queued behind the
 		// SET, once the SET was handed to it (send): handed over first,
 		// it would run first, find nothing, and the SET would stay.
+		l.to(evRollback)
 		return legRollback
-	default:
-		return legWait
 	}
+	return legWait
 }
 
 func (l *leg) act(a legAct) {
@@ -775,7 +775,7 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	}
 	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
-	l.ended = true
+	l.to(evRolledBack)
 	unknown := r.setUnansweredLocked(l.i)
 	r.mu.Unlock()
 	if err == nil && v == voteNo && unknown {
@@ -795,7 +795,7 @@ func (r *round) settledAt(i int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l := &r.legs[i]
-	return l.replied && (l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip) || l.gaveUp && !l.sent
+	return l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip || l.state == legGaveUp || l.state == legEndedUnsent
 }
 
 // settledEverywhere reports whether settledAt holds on every master.
@@ -819,7 +819,8 @@ func (r *round) setUnanswered(i int) bool {
 // setUnansweredLocked is setUnanswered under round.mu.
 func (r *round) setUnansweredLocked(i int) bool { return r.legs[i].vote == voteFail }
 
-// end ends the leg (whoever calls it has set ended, under round.mu):
+// end ends the leg (whoever calls it has moved it to an ended state,
+// under round.mu):
 // rounds chained after it on its master go on, and the last leg frees the
 // round.
 func (l *leg) end() {
@@ -879,7 +880,7 @@ func (c *Client) abandon() {
 	for _, r := range rounds {
 		r.mu.Lock()
 		for i := range r.legs {
-			if l := &r.legs[i]; l.sent && !l.completed.Load() {
+			if l := &r.legs[i]; l.state.sentOnce() && !l.completed.Load() {
 				pending = append(pending, l)
 			}
 			if r.rbq != nil {
