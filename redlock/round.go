@@ -431,11 +431,10 @@ func (l *leg) begin(prev *round) {
 	if down != nil {
 		l.giveUpLocked()
 	} else {
-		// One per-master timeout past the deadline, as collect waits for
-		// a master that is not silent: on a busy process the command it
-		// follows may have been answered in time and its reader not have
-		// run yet.
-		l.due = r.deadline.Add(r.c.timeout)
+		// The round's patience past the deadline: on a busy process the
+		// command it follows may have been answered in time and its
+		// reader not have run yet.
+		l.due = r.c.patience(r.deadline).first(r.deadline)
 		l.timer = time.AfterFunc(time.Until(l.due), l.expire)
 	}
 	r.mu.Unlock()
@@ -549,12 +548,10 @@ func (l *leg) ready() {
 // expire gives up the leg's wait one per-master timeout past the round's
 // deadline: the previous command on this master is still pending (the
 // master is slow or hung). On a transport whose replies a goroutine of
-// this process reads (Silencer), it waits on as collect does (overdue),
-// up to lateBound past the deadline: while the master is not
-// silent, and for as long again (at most a timeout) when this timer fired
-// late — on a busy process the command it follows may have been answered
-// in time and its reader not have run yet. Nothing was sent, so nothing
-// needs undoing; the leg ends only after what it waited for, so the
+// this process reads (Silencer), it waits on by the round's patience, as
+// collect does: on a busy process the command it follows may have been
+// answered in time and its reader not have run yet. Nothing was sent, so
+// nothing needs undoing; the leg ends only after what it waited for, so the
 // rounds chained after it still follow that.
 func (l *leg) expire() {
 	r := l.r
@@ -564,9 +561,8 @@ func (l *leg) expire() {
 		return
 	}
 	if s, ok := r.c.masters[l.i].t.(Silencer); ok {
-		now, timeout := time.Now(), r.c.timeout
-		more := waitOn(lateAllowance(now.Sub(l.due), timeout), s, timeout)
-		if more > 0 && now.Before(r.deadline.Add(lateBound(timeout))) {
+		p, now := r.c.patience(r.deadline), time.Now()
+		if more := p.more(now, p.bound, p.late(now.Sub(l.due)), s); more > 0 {
 			l.due = now.Add(more)
 			l.timer.Reset(more)
 			r.mu.Unlock()
@@ -1309,11 +1305,11 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
-	bound := due.Add(lateBound(c.timeout)) // the latest any wait may end
+	p := c.patience(due)
 	c.stalls.rounds.enter()
 	defer c.stalls.rounds.leave()
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
-	var hold time.Time // the end of the readers' time after a late timer (lateAllowance)
+	var hold time.Time // the end of the readers' time after a late timer (patience.late)
 	for t.open(c.quorum, n) {
 		select {
 		case rp := <-r.replies:
@@ -1322,7 +1318,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				// An overdue wait: this reply may have been what it
 				// waited for.
 				now := c.clock.Now()
-				if c.overdue(&t, hold.Sub(now), now, last) == 0 {
+				if c.overdue(&t, p, hold.Sub(now), now, last) == 0 {
 					c.timedOut(&t, r)
 					return t
 				}
@@ -1348,7 +1344,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				// One more timeout from when this goroutine ran again,
 				// however late: a process that did not run for longer
 				// than the timeout gave its readers no chance either.
-				last = now.Add(c.timeout)
+				last = p.first(now)
 			case late:
 				// Nor did one that stopped again before they ran: the
 				// time it lost is added (not a whole timeout, so that a
@@ -1356,12 +1352,12 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				// master much longer than a timeout).
 				last = last.Add(lateBy)
 			}
-			if last.After(bound) {
-				last = bound
+			if last.After(p.bound) {
+				last = p.bound
 			}
-			allow := lateAllowance(lateBy, c.timeout)
+			allow := p.late(lateBy)
 			hold = now.Add(allow)
-			if more := c.overdue(&t, allow, now, last); t.open(c.quorum, n) && more > 0 {
+			if more := c.overdue(&t, p, allow, now, last); t.open(c.quorum, n) && more > 0 {
 				due = now.Add(more)
 				timer = c.clock.NewTimer(more)
 				continue
@@ -1424,58 +1420,90 @@ func (c *Client) timedOut(t *tally, r *round) {
 	}
 }
 
-// overdue is asked by collect when the per-master timeout ends (due)
-// with masters unanswered: it returns how much longer to wait when this
-// process, not those masters, may be why their answers were not read, or
-// 0 to count them as failed now. A pipelined master's answer is read by a
-// goroutine of this process; when the CPUs are busy with other work, that
-// goroutine (and this one, whose timer fired late) may not have run for
-// longer than the timeout, while the master answered in time. So a
-// master is blamed only once it has been silent (Silencer) for the whole
-// timeout, and a timer that fired late — this process did not run — first
-// gives the readers as long again (at least a millisecond) to catch up.
-// The wait never goes past last. The outcome stays as sound as before:
-// validity is counted from the round's start, and an answer taken later
-// counts as it would have on time. A timer that fires late (the process
-// did not run) measures how late, not the readers: so however late it
-// fired, the readers get up to one more timeout from then (last). allow
-// is what is left at now of the readers' time after a late timer
-// (lateAllowance; 0 or less: none).
-func (c *Client) overdue(t *tally, allow time.Duration, now, last time.Time) time.Duration {
-	room := last.Sub(now)
-	if room <= 0 {
-		return 0
-	}
-	more := max(allow, 0)
+// overdue is asked by collect when the per-master timeout ends with
+// masters unanswered, and again at each reply read while it waits on: how
+// much longer to wait for them by the round's patience p, or 0 to count
+// them as failed now. The wait never goes past last; allow is what is
+// left at now of the readers' time after a late timer (patience.late; 0
+// or less: none).
+func (c *Client) overdue(t *tally, p patience, allow time.Duration, now, last time.Time) time.Duration {
+	var silent [8]Silencer
+	ss := silent[:0]
 	for i, v := range t.votes {
 		if v != 0 {
 			continue
 		}
 		if s, ok := c.masters[i].t.(Silencer); ok {
-			more = waitOn(more, s, c.timeout)
+			ss = append(ss, s)
 		}
 	}
-	return min(more, room)
+	return p.more(now, last, allow, ss...)
 }
 
-// lateAllowance is how much longer to wait for the readers after a timer
-// that fired late by late: as long again (this process did not run, nor
-// did they), at most a timeout; nothing for a timer on time.
-func lateAllowance(late, timeout time.Duration) time.Duration {
-	if late > time.Millisecond {
-		return min(late, timeout)
+// patience is a round's one rule for how long a master may stay silent
+// before it counts as failed, for collect (a round's replies) and for
+// leg.expire (a chained leg's wait to be sent). A pipelined master's
+// answer is read by a goroutine of this process; when the CPUs are busy
+// with other work, that goroutine (and the one whose timer fired late)
+// may not have run for longer than the timeout, while the master answered
+// in time. So:
+//
+//   - a wait that ended gets one more per-master timeout from then,
+//     however late it ended (first);
+//   - a timer that fired late — this process did not run — gives the
+//     readers as long again, at most a timeout (late);
+//   - a master is blamed only once it has been silent (Silencer) for the
+//     whole timeout (more);
+//   - nothing waits past bound: the round's deadline and lateBound more.
+//
+// The outcome stays as sound as before: validity is counted from the
+// round's start, and an answer taken later counts as it would have on
+// time. See "A busy process is not a silent master" in docs/design.md.
+type patience struct {
+	timeout time.Duration // the per-master timeout
+	bound   time.Time     // the latest any wait of the round may end
+}
+
+// patience returns the rule of a round whose commands are waited for
+// until deadline (on whichever clock the caller measures it).
+func (c *Client) patience(deadline time.Time) patience {
+	return patience{timeout: c.timeout, bound: deadline.Add(lateBound(c.timeout))}
+}
+
+// first is when a wait that ended at from gives up at the earliest: one
+// more timeout for the readers.
+func (p patience) first(from time.Time) time.Time { return from.Add(p.timeout) }
+
+// late is how much longer to wait for the readers after a timer that
+// fired late by lateBy: as long again (this process did not run, nor did
+// they), at most a timeout; nothing for a timer on time.
+func (p patience) late(lateBy time.Duration) time.Duration {
+	if lateBy > time.Millisecond {
+		return min(lateBy, p.timeout)
 	}
 	return 0
 }
 
-// waitOn raises more to what is left of a timeout's silence on the
-// master of s (at least a millisecond when any is left): a master that is
-// not silent may have answered, its reader not yet run.
-func waitOn(more time.Duration, s Silencer, timeout time.Duration) time.Duration {
-	if left := timeout - s.Silence(); left > more {
-		return max(left, time.Millisecond)
+// more returns how much longer to wait, from now, for the masters of
+// silent, which have not answered: at least allow, and what is left of a
+// timeout's silence on any of them (at least a millisecond when any is
+// left: a master that is not silent may have answered, its reader not
+// yet run); never past until nor bound. 0: count them as failed now.
+func (p patience) more(now, until time.Time, allow time.Duration, silent ...Silencer) time.Duration {
+	if p.bound.Before(until) {
+		until = p.bound
 	}
-	return more
+	room := until.Sub(now)
+	if room <= 0 {
+		return 0
+	}
+	more := max(allow, 0)
+	for _, s := range silent {
+		if left := p.timeout - s.Silence(); left > more {
+			more = max(left, time.Millisecond)
+		}
+	}
+	return min(more, room)
 }
 
 // quorumError describes a round that did not succeed.
