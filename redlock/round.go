@@ -142,58 +142,10 @@ type round struct {
 	// rounds. Set before the round is collected, read by collect only.
 	final func(i int) bool
 
-	// The round's command, held here so that a round and its legs are
-	// one allocation (newRound).
+	// The round's command and its arguments, in the round's own
+	// allocation (alloc.go).
 	wireBuf wireCmd
 	argBuf  [12]any
-}
-
-// A round and its legs are one allocation, of the smallest of these sizes
-// that holds every master's leg (a leg is some 300 bytes: holding seven
-// for five masters would cost two for nothing on every round). More than
-// seven masters take a second allocation for the legs.
-type (
-	round1 struct {
-		round
-		legs [1]leg
-	}
-	round3 struct {
-		round
-		legs [3]leg
-	}
-	round5 struct {
-		round
-		legs [5]leg
-	}
-	round7 struct {
-		round
-		legs [7]leg
-	}
-)
-
-// newRound returns a zero round whose legs are n zero legs.
-func newRound(n int) *round {
-	switch {
-	case n <= 1:
-		x := new(round1)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 3:
-		x := new(round3)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 5:
-		x := new(round5)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 7:
-		x := new(round7)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	}
-	r := new(round)
-	r.legs = make([]leg, n)
-	return r
 }
 
 // leg is one master's share of a round.
@@ -1427,8 +1379,7 @@ func (c *Client) timedOut(t *tally, r *round) {
 // left at now of the readers' time after a late timer (patience.late; 0
 // or less: none).
 func (c *Client) overdue(t *tally, p patience, allow time.Duration, now, last time.Time) time.Duration {
-	var silent [8]Silencer
-	ss := silent[:0]
+	var ss []Silencer
 	for i, v := range t.votes {
 		if v != 0 {
 			continue
