@@ -34,7 +34,8 @@ type Client struct {
 	timeout     time.Duration
 	driftFactor float64
 	clock       clock.Clock
-	realClock   bool // clock is clock.Real(): its timers' lateness is this process's
+	realClock   bool    // clock is clock.Real(): its timers' lateness is this process's
+	stalls      *stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
 	obs         Observer          // nil: none (observe.go)
 	health      []masterHealth    // each master's state; nil without logger and observer
@@ -49,6 +50,12 @@ type Client struct {
 	end     context.CancelFunc
 	closing <-chan struct{}
 
+	// mu guards the fields below, up to live. Lock order: finisher.gate,
+	// then finisher.mu, then mu (which guards finisher.owners). round.mu
+	// is never taken with mu held, nor mu with it (abandon and forget
+	// take them one after the other); a Lock's op comes before round.mu,
+	// and a transport's own lock after it (Silence, in leg.expire). An
+	// event's mu is a leaf: what waits for it runs outside it.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
@@ -133,13 +140,13 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 func transportOf(addr string, p pool.Pool, cfg config) Transport {
 	dial := dialerOf(p)
 	if cfg.pipelining && dial != nil {
-		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout}
+		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout, stalls: cfg.stalls}
 		if r, ok := p.(pool.Redactor); ok {
 			mx.redact = r.RedactError
 		}
 		return mx
 	}
-	return newPooled(addr, p, dial, cfg.timeout, cfg.clock)
+	return newPooled(addr, p, dial, cfg.timeout, cfg.stalls)
 }
 
 // NewWithTransports returns a client for the masters behind ts, one
@@ -180,6 +187,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
 		realClock:    cfg.clock == clock.Real(),
+		stalls:       cfg.stalls,
 		logger:       cfg.logger,
 		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
@@ -259,7 +267,7 @@ func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 	ts := make([]Transport, 0, len(addrs))
 	for i, a := range addrs {
 		if pool.IsClusterURL(a) {
-			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout)
+			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout, cfg.stalls)
 			if err != nil {
 				closeAll()
 				return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
@@ -402,6 +410,7 @@ func (c *Client) Close() error {
 	for _, p := range c.owned {
 		p.Close()
 	}
+	c.stalls.stop()
 	return nil
 }
 
@@ -557,78 +566,104 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			c.waker.revive()
 		}
 		delay := min(wt.delay(lc, attempt, k.leaves(), err), left)
-		t := c.clock.NewTimer(delay)
-		// A release between the refusal and the registration may have
-		// gone unheard: try once more as soon as every key's channel is
-		// live on every master (checked every recheckPoll, real time,
-		// for at most the per-master timeout).
-		var poll <-chan time.Time
-		var pollT *time.Timer
-		var pollEnd time.Time
-		if wt.recheck {
-			wt.recheck = false
-			pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
-			poll = pollT.C
-		}
-	wait:
-		select {
-		case <-poll:
-			if !wt.live() && time.Now().Before(pollEnd) {
-				pollT.Reset(recheckPoll)
-				goto wait
-			}
-			t.Stop()
-			c.spread(ctx, k)
-		case <-t.C():
-		case <-wt.ch:
-			// Released: try again now, and should that fail, soon again
-			// (the backoff starts over). With several masters, contenders
-			// of other clients were woken by the same release: the
-			// attempt asks the key's lead master first (lead.go), which
-			// grants it to one of them, and the rest of the masters only
-			// once it granted. When no master can lead (each failed
-			// lately), a short random spread (real time, shorter than a
-			// few round trips) lets one of them reach a quorum before the
-			// others split the vote. In fair mode only the head of the
-			// queue can win: a fair waiter is not led (no vote to split,
-			// and its attempts must refresh its place on every master). A
-			// waiting writer is led; its backoff attempts, never led, renew
-			// its intent on every master (docs/design.md, "Waiters that
-			// leave a mark").
-			t.Stop()
-			attempt = -1
-			if lead = c.leadFor(key); lead < 0 || k.queued() {
-				lead = -1
-				c.spread(ctx, k)
-			} else {
-				// That master's notice wakes a waiter, should the lead
-				// have changed by then (keyWaiters.announce).
-				wt.asking(key, lead)
-				if wt.rivals() != 1 {
-					// Others in other clients were woken too (or may
-					// have been: the notice did not say).
-					c.leadDelay(ctx, time.Since(waitFrom))
-				}
-			}
-		case <-c.closing:
-			// The client is closing: the next attempt fails at once
-			// with ErrClosed, rather than after this timer.
-			t.Stop()
-		case <-ctx.Done():
-			t.Stop()
-			if pollT != nil {
-				pollT.Stop()
-			}
+		switch why, next := c.pause(ctx, wt, key, k, delay, waitFrom); why {
+		case resumeCtx:
 			var qe *QuorumError
 			if asQuorumError(err, &qe) {
 				qe.ctxErr = ctx.Err()
 			}
 			return nil, err
-		}
-		if pollT != nil {
-			pollT.Stop()
+		case resumeReleased:
+			// The backoff starts over: try again now, and should that
+			// fail, soon again.
+			attempt, lead = -1, next
 		}
 	}
+}
+
+// resume is why a waiter's pause between two attempts ended (pause).
+type resume uint8
+
+const (
+	resumeDelay    resume = iota // its delay (backoff or fallback poll) passed
+	resumeRecheck                // its subscriptions are live: a release before them may have gone unheard
+	resumeReleased               // a release of its key was announced
+	resumeClosing                // the client is closing: the next attempt fails at once with ErrClosed
+	resumeCtx                    // ctx ended: the waiter gives up
+)
+
+// pause is Acquire's wait between a failed attempt and the next, for a
+// waiter registered as wt (waitFrom: when, in real time, it first
+// registered). It ends at the first of: delay passed (on the client's
+// clock); the recheck of a new waiter — once every key's channel is live
+// on every master (checked every recheckPoll, real time, for at most the
+// per-master timeout), since a release between the first refusal and the
+// registration may have gone unheard; a release announced; Close; ctx.
+// It returns why, and for resumeReleased the master the next attempt asks
+// first (lead.go), or -1. Before a woken attempt it waits the woken
+// waiter's delay (spread or leadDelay); it sends nothing itself.
+func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, delay time.Duration, waitFrom time.Time) (why resume, lead int) {
+	t := c.clock.NewTimer(delay)
+	defer t.Stop()
+	var poll <-chan time.Time
+	var pollT *time.Timer
+	var pollEnd time.Time
+	if wt.recheck {
+		wt.recheck = false
+		pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
+		defer pollT.Stop()
+		poll = pollT.C
+	}
+	for {
+		select {
+		case <-poll:
+			if !wt.live() && time.Now().Before(pollEnd) {
+				pollT.Reset(recheckPoll)
+				continue
+			}
+			t.Stop()
+			c.spread(ctx, k)
+			return resumeRecheck, -1
+		case <-t.C():
+			return resumeDelay, -1
+		case <-wt.ch:
+			t.Stop()
+			return resumeReleased, c.woken(ctx, wt, key, k, waitFrom)
+		case <-c.closing:
+			return resumeClosing, -1
+		case <-ctx.Done():
+			return resumeCtx, -1
+		}
+	}
+}
+
+// woken prepares the attempt of a waiter a release woke, and returns the
+// master it asks first, or -1. With several masters, contenders of other
+// clients were woken by the same release: the attempt asks the key's lead
+// master first (lead.go), which grants it to one of them, and the rest of
+// the masters only once it granted. When no master can lead (each failed
+// lately), a short random spread (real time, shorter than a few round
+// trips) lets one of them reach a quorum before the others split the
+// vote. In fair mode only the head of the queue can win: a fair waiter is
+// not led (no vote to split, and its attempts must refresh its place on
+// every master). A waiting writer is led; its backoff attempts, never
+// led, renew its intent on every master (docs/design.md, "Waiters that
+// leave a mark").
+func (c *Client) woken(ctx context.Context, wt *waiting, key string, k kind, waitFrom time.Time) int {
+	lead := c.leadFor(key)
+	if lead < 0 || k.queued() {
+		c.spread(ctx, k)
+		return -1
+	}
+	// That master's notice wakes a waiter, should the lead have changed
+	// by then (keyWaiters.announce).
+	wt.asking(key, lead)
+	if wt.rivals() != 1 {
+		// Others in other clients were woken too (or may have been: the
+		// notice did not say).
+		c.leadDelay(ctx, time.Since(waitFrom))
+	}
+	return lead
 }
 
 // TryAcquire makes exactly one attempt to take the lock on key. On failure

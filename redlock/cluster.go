@@ -73,6 +73,7 @@ type clusterTransport struct {
 	spec    pool.ClusterSpec
 	opts    []pool.Option
 	timeout time.Duration // the client's per-master timeout
+	stalls  *stalls       // the client's stall detector, shared by its nodes' muxes
 
 	slots atomic.Pointer[slotMap] // nil until first read
 	done  chan struct{}           // closed by Close
@@ -109,7 +110,7 @@ type clusterNode struct {
 
 // newClusterTransport returns the transport of the member spec
 // (cluster://...), whose nodes are dialed with opts.
-func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration) (*clusterTransport, error) {
+func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration, st *stalls) (*clusterTransport, error) {
 	cs, err := pool.ParseClusterURL(spec)
 	if err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration)
 	sorted = slices.Compact(sorted)
 	life, end := context.WithCancel(context.Background())
 	return &clusterTransport{addr: pool.ClusterScheme + strings.Join(sorted, "+"), spec: cs,
-		opts: slices.Clone(opts), timeout: timeout, done: make(chan struct{}), life: life, end: end,
+		opts: slices.Clone(opts), timeout: timeout, stalls: st, done: make(chan struct{}), life: life, end: end,
 		nodes: map[string]*clusterNode{}}, nil
 }
 
@@ -155,7 +156,7 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 		return nil, &clusterNodeError{node: addr, err: err}
 	}
 	n := &clusterNode{addr: addr, pool: p,
-		mx: &mux{addr: addr, pool: p, dial: p, redact: p.RedactError, timeout: ct.timeout}}
+		mx: &mux{addr: addr, pool: p, dial: p, redact: p.RedactError, timeout: ct.timeout, stalls: ct.stalls}}
 	ct.nodes[addr] = n
 	ct.order = append(ct.order, addr)
 	return n, nil

@@ -31,6 +31,8 @@ type flakyDialer struct {
 	fails int64
 	pause time.Duration
 	dials atomic.Int64
+	// stalls is the detector the stall is recorded in: the client's.
+	stalls *stalls
 }
 
 func (d *flakyDialer) GetContext(ctx context.Context) (redis.Conn, error) {
@@ -42,7 +44,7 @@ func (d *flakyDialer) Dial(ctx context.Context) (redis.Conn, error) {
 		time.Sleep(d.pause)
 		if d.stall {
 			now := time.Now()
-			noteStall(now.Add(-20*time.Millisecond), now)
+			d.stalls.note(now.Add(-20*time.Millisecond), now)
 		}
 		return nil, dialTimeout{}
 	}
@@ -59,13 +61,13 @@ func TestMux_dialThatTimedOutInAStallIsTriedAgain(t *testing.T) {
 	for _, stalled := range []bool{true, false} {
 		name := map[bool]string{true: "stalled", false: "not stalled"}[stalled]
 		t.Run(name, func(t *testing.T) {
-			withStall(t, nil)
 			d := &flakyDialer{p: s.Pool(), stall: stalled}
 			t.Cleanup(func() { d.p.Close() })
 			c, err := New([]pool.Pool{d}, WithTimeout(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
+			d.stalls = c.stalls
 			defer c.Close()
 			ctx := context.Background()
 			l, err := c.TryAcquire(ctx, "dialstall:"+name)

@@ -75,6 +75,7 @@ type mux struct {
 	dial    pool.Dialer
 	redact  func(error) error // the pool's redaction of credentials, or nil
 	timeout time.Duration     // the client's per-master timeout: dials, the down and stall bounds
+	stalls  *stalls           // the client's stall detector (nil: no stall is seen)
 
 	wg sync.WaitGroup // the dialer, and every connection's reader and writer
 
@@ -302,7 +303,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 		ctx, cancel := context.WithTimeout(mx.life, mx.timeout)
 		mc, err = mx.connect(ctx)
 		cancel()
-		if err == nil || try == dialTries || !stalledDial(err, start) {
+		if err == nil || try == dialTries || !mx.stalls.stalledDial(err, start) {
 			break
 		}
 	}
@@ -361,13 +362,13 @@ const dialTries = 3
 // master down, which would fail every command to it, unsent, for the
 // redial delay. (A client stopped for 150 ms during its first dials
 // failed some 1,600 acquisitions in 2 s so, every master up.)
-func stalledDial(err error, start time.Time) bool {
+func (s *stalls) stalledDial(err error, start time.Time) bool {
 	var ne net.Error
 	if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
 		return false
 	}
 	now := time.Now()
-	return stallIn(now, now.Sub(start)) > 0 || roundBeat.overdue() > time.Millisecond
+	return s.in(now, now.Sub(start)) > 0 || s.behind() > time.Millisecond
 }
 
 func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
@@ -928,7 +929,7 @@ func (mc *muxConn) down() error {
 // process that did not run (a busy machine, SIGSTOP) read nothing, so every
 // master looks silent when it runs again, and its rounds may start before
 // its readers have run. So the latest stall this process saw is taken off
-// (stallIn), or how far this process is behind on its timers (roundBeat:
+// (stalls.in), or how far this process is behind on its timers (stalls.behind:
 // a stall whose end no timer has told of yet), whichever is more; and the
 // master is not silent at all when a reply already waits unread in the
 // socket (pool.ReplyPeeker: the reader has not run yet). Below d nothing
@@ -938,7 +939,7 @@ func (mc *muxConn) blamed(d time.Duration) time.Duration {
 	if s <= d {
 		return s
 	}
-	if s -= max(roundBeat.overdue(), stallIn(time.Now(), s)); s <= d {
+	if s -= max(mc.mx.stalls.behind(), mc.mx.stalls.in(time.Now(), s)); s <= d {
 		return s
 	}
 	if p, ok := mc.rw.(pool.ReplyPeeker); ok && p.ReplyWaiting() {

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -41,8 +42,7 @@ func (d *countingDialer) Dial(ctx context.Context) (redis.Conn, error) {
 // attack26Stalling makes this process stall as far as the mux can tell,
 // for the rest of the test: goroutines that spin on every CPU (timers
 // fire late), and a stall recorded every 10 ms as a late timer would.
-func attack26Stalling(t *testing.T) {
-	withStall(t, nil)
+func attack26Stalling(t *testing.T, st *stalls) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 2*runtime.GOMAXPROCS(0); i++ {
@@ -72,7 +72,7 @@ func attack26Stalling(t *testing.T) {
 				return
 			case <-tk.C:
 				now := time.Now()
-				noteStall(now.Add(-20*time.Millisecond), now)
+				st.note(now.Add(-20*time.Millisecond), now)
 			}
 		}
 	}()
@@ -98,7 +98,7 @@ func TestAttack26Mux_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer s.Resume()
-	attack26Stalling(t)
+	attack26Stalling(t, c.stalls)
 	ctx := context.Background()
 	start := time.Now()
 	_, err = c.TryAcquire(ctx, "attack26:stopped")
@@ -151,7 +151,7 @@ func TestAttack26Mux_closeDuringTheDialRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Resume()
-	attack26Stalling(t)
+	attack26Stalling(t, c.stalls)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.TryAcquire(context.Background(), "attack26:close")
@@ -194,11 +194,11 @@ func TestAttack26Mux_closeDuringTheDialRetries(t *testing.T) {
 // on the third.
 func TestAttack26Mux_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	redistest.SkipShort(t)
-	withStall(t, nil)
 	s := redistest.StartOne(t)
-	d := &flakyDialer{p: s.Pool(), stall: true, fails: dialTries - 1, pause: 30 * time.Millisecond} // commands pile up in the backlog
+	st := newStalls(clock.Real())
+	d := &flakyDialer{p: s.Pool(), stall: true, fails: dialTries - 1, pause: 30 * time.Millisecond, stalls: st} // commands pile up in the backlog
 	t.Cleanup(func() { d.p.Close() })
-	mx := &mux{addr: s.Addr(), pool: d, dial: d, timeout: time.Second}
+	mx := &mux{addr: s.Addr(), pool: d, dial: d, timeout: time.Second, stalls: st}
 	defer mx.Close()
 	const n = 200
 	var wg sync.WaitGroup

@@ -56,6 +56,9 @@ type config struct {
 	poolOptions  []pool.Option
 	pipelining   bool
 	clusterSlots bool
+	// stalls is the detector of the client made of this config, shared
+	// with the transports made for it (set by newConfig).
+	stalls *stalls
 }
 
 func defaultConfig() config {
@@ -80,6 +83,7 @@ func newConfig(masters int, opts []Option) (config, error) {
 	if masters == 0 {
 		return cfg, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
+	cfg.stalls = newStalls(cfg.clock)
 	return cfg, nil
 }
 

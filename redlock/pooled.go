@@ -31,7 +31,8 @@ type pooledTransport struct {
 	// that reads a reply may run much later than the master answered.
 	grace, stall time.Duration
 	clock        clock.Clock // the client's: silence is measured on it
-	realClock    bool        // clock is clock.Real(): stalls count (stallIn)
+	realClock    bool        // clock is clock.Real(): stalls count (stalls.in)
+	stalls       *stalls     // the client's stall detector
 
 	// unheard is when the earliest command sent since the last reply was
 	// sent, as the time since epoch on clock plus 1 (0: every command sent
@@ -64,10 +65,11 @@ type pooledTransport struct {
 }
 
 // newPooled returns the pooled transport of the master named addr.
-func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, clk clock.Clock) *pooledTransport {
+func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, st *stalls) *pooledTransport {
+	clk := st.clk
 	life, endLife := context.WithCancel(context.Background())
 	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: lateBound(timeout),
-		clock: clk, realClock: clk == clock.Real(), beat: newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now(),
+		clock: clk, realClock: clk == clock.Real(), stalls: st, beat: st.newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now(),
 		life: life, endLife: endLife}
 }
 
@@ -221,7 +223,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 // (Silencer): the time since the earliest command it has not answered
 // was sent, when no reply came after that send, less what of it this
 // process did not run (on the real clock: the latest stall it saw,
-// stallIn, or how far it is behind on its timers, beat, whichever is
+// stalls.in, or how far it is behind on its timers, beat, whichever is
 // more). A master that answers steadily is not silent however long one
 // command's reader took to run; a hung one is silent from its first
 // unanswered command, whatever came and went unanswered since.
@@ -232,7 +234,7 @@ func (p *pooledTransport) Silence() time.Duration {
 	}
 	s := p.clock.Now().Sub(p.epoch) - time.Duration(u-1)
 	if p.realClock {
-		s -= max(p.beat.overdue(), roundBeat.overdue(), stallIn(time.Now(), s))
+		s -= max(p.beat.overdue(), p.stalls.behind(), p.stalls.in(time.Now(), s))
 	}
 	return max(s, 0)
 }

@@ -114,7 +114,11 @@ type round struct {
 
 	replies chan reply
 
-	mu      sync.Mutex // guards decided, failed and the legs' state
+	// mu guards decided, failed, rbq and the legs' state. Lock order
+	// (see Client.mu): a Lock's op may be held when it is taken
+	// (Lock.finalNo), Client.mu and the finisher's locks never are; under
+	// it only a transport's own lock is taken (its Silence, in expire).
+	mu      sync.Mutex
 	decided bool
 	failed  bool
 	legs    []leg
@@ -139,58 +143,10 @@ type round struct {
 	// rounds. Set before the round is collected, read by collect only.
 	final func(i int) bool
 
-	// The round's command, held here so that a round and its legs are
-	// one allocation (newRound).
+	// The round's command and its arguments, in the round's own
+	// allocation (alloc.go).
 	wireBuf wireCmd
 	argBuf  [12]any
-}
-
-// A round and its legs are one allocation, of the smallest of these sizes
-// that holds every master's leg (a leg is some 300 bytes: holding seven
-// for five masters would cost two for nothing on every round). More than
-// seven masters take a second allocation for the legs.
-type (
-	round1 struct {
-		round
-		legs [1]leg
-	}
-	round3 struct {
-		round
-		legs [3]leg
-	}
-	round5 struct {
-		round
-		legs [5]leg
-	}
-	round7 struct {
-		round
-		legs [7]leg
-	}
-)
-
-// newRound returns a zero round whose legs are n zero legs.
-func newRound(n int) *round {
-	switch {
-	case n <= 1:
-		x := new(round1)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 3:
-		x := new(round3)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 5:
-		x := new(round5)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	case n <= 7:
-		x := new(round7)
-		x.round.legs = x.legs[:n]
-		return &x.round
-	}
-	r := new(round)
-	r.legs = make([]leg, n)
-	return r
 }
 
 // leg is one master's share of a round.
@@ -210,23 +166,18 @@ type leg struct {
 	completed atomic.Bool
 
 	// Under round.mu:
-	waits   int         // events the leg waits for before it sends
-	timer   *time.Timer // ends that wait past the round's deadline (expire)
-	due     time.Time   // when timer is due
-	gaveUp  bool        // it stopped waiting: nothing was sent
-	sent    bool
-	handing bool // sent, and cmd not yet handed to the transport (send)
-	replied bool
-	vote    vote
-	rolling bool // the rollback was sent
-	ended   bool
+	state legState    // where it is in its life: changed by to only (legstate.go)
+	vote  vote        // its master's answer, or why there is none; 0 until known
+	waits int         // in legWaiting, the events it still waits for before it sends
+	timer *time.Timer // ends that wait past the round's deadline (expire)
+	due   time.Time   // when timer is due
 }
 
 // event fires once; what waits for it runs then (on the goroutine that
 // fires it), or at once when it already has. It is 24 bytes, two in every
 // leg: what waits is a list, made by then.
 type event struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // a leaf: nothing is locked or run while it is held
 	fired bool
 	fns   *thenFn // the latest then first
 }
@@ -428,15 +379,15 @@ func (l *leg) begin(prev *round) {
 		down = dn.Down()
 	}
 	r.mu.Lock()
+	l.to(evWait)
 	l.waits = len(waits)
 	if down != nil {
-		l.gaveUp, l.replied, l.vote = true, true, voteFail
+		l.giveUpLocked()
 	} else {
-		// One per-master timeout past the deadline, as collect waits for
-		// a master that is not silent: on a busy process the command it
-		// follows may have been answered in time and its reader not have
-		// run yet.
-		l.due = r.deadline.Add(r.c.timeout)
+		// The round's patience past the deadline: on a busy process the
+		// command it follows may have been answered in time and its
+		// reader not have run yet.
+		l.due = r.c.patience(r.deadline).first(r.deadline)
 		l.timer = time.AfterFunc(time.Until(l.due), l.expire)
 	}
 	r.mu.Unlock()
@@ -458,7 +409,7 @@ func (l *leg) begin(prev *round) {
 func (l *leg) downLed(dn Downer) {
 	r := l.r
 	r.mu.Lock()
-	wait := l.waits > 0 && !l.gaveUp && r.legs[r.ledBy-1].granted()
+	wait := l.state == legWaiting && r.legs[r.ledBy-1].granted()
 	r.mu.Unlock()
 	if !wait {
 		return
@@ -468,14 +419,21 @@ func (l *leg) downLed(dn Downer) {
 		return
 	}
 	r.mu.Lock()
-	if l.waits == 0 || l.gaveUp {
+	if l.state != legWaiting {
 		r.mu.Unlock()
 		return
 	}
-	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	l.giveUpLocked()
 	l.timer.Stop()
 	r.mu.Unlock()
 	l.failDown(down)
+}
+
+// giveUpLocked gives the leg's wait up, unsent: its vote is a failure
+// (under round.mu, in legWaiting).
+func (l *leg) giveUpLocked() {
+	l.to(evGiveUp)
+	l.vote = voteFail
 }
 
 // failDown reports the vote of a leg that gave up, unsent, because its
@@ -503,7 +461,7 @@ func (l *leg) ready() {
 		r.mu.Unlock()
 		return
 	}
-	gaveUp := l.gaveUp
+	gaveUp := l.state == legGaveUp
 	if l.led() && r.c.masters[l.i].ordered {
 		defer r.sentLed.Done() // sent, or ended unsent
 	}
@@ -512,7 +470,8 @@ func (l *leg) ready() {
 		// this master is not asked. (A round that succeeded meanwhile,
 		// on a quorum of the others answering before this leg was
 		// readied, still asks it: the lock is held on every master.)
-		l.gaveUp, l.replied, l.vote, l.ended = true, true, voteSkip, true
+		l.to(evSkip)
+		l.vote = voteSkip
 		l.timer.Stop()
 		if r.seen != nil {
 			r.seen[l.i] = MasterResult{Index: l.i, Addr: r.c.masters[l.i].addr, Answer: AnswerNotAsked}
@@ -523,16 +482,15 @@ func (l *leg) ready() {
 		l.end()
 		return
 	}
-	if gaveUp {
-		l.ended = true
-	} else {
-		l.timer.Stop()
-	}
-	r.mu.Unlock()
 	if !gaveUp {
-		l.send()
+		l.timer.Stop()
+		hand := l.sendLocked()
+		r.mu.Unlock()
+		l.transmit(hand)
 		return
 	}
+	l.to(evWaitsOver)
+	r.mu.Unlock()
 	if finishes(r.op, r) {
 		// A release that never went out is sent later.
 		r.c.finishLater(r, l.i, r.op, l.errGaveUp())
@@ -543,31 +501,28 @@ func (l *leg) ready() {
 // expire gives up the leg's wait one per-master timeout past the round's
 // deadline: the previous command on this master is still pending (the
 // master is slow or hung). On a transport whose replies a goroutine of
-// this process reads (Silencer), it waits on as collect does (overdue),
-// up to lateBound past the deadline: while the master is not
-// silent, and for as long again (at most a timeout) when this timer fired
-// late — on a busy process the command it follows may have been answered
-// in time and its reader not have run yet. Nothing was sent, so nothing
-// needs undoing; the leg ends only after what it waited for, so the
+// this process reads (Silencer), it waits on by the round's patience, as
+// collect does: on a busy process the command it follows may have been
+// answered in time and its reader not have run yet. Nothing was sent, so
+// nothing needs undoing; the leg ends only after what it waited for, so the
 // rounds chained after it still follow that.
 func (l *leg) expire() {
 	r := l.r
 	r.mu.Lock()
-	if l.waits == 0 || l.gaveUp {
+	if l.state != legWaiting {
 		r.mu.Unlock()
 		return
 	}
 	if s, ok := r.c.masters[l.i].t.(Silencer); ok {
-		now, timeout := time.Now(), r.c.timeout
-		more := waitOn(lateAllowance(now.Sub(l.due), timeout), s, timeout)
-		if more > 0 && now.Before(r.deadline.Add(lateBound(timeout))) {
+		p, now := r.c.patience(r.deadline), time.Now()
+		if more := p.more(now, p.bound, p.late(now.Sub(l.due)), s); more > 0 {
 			l.due = now.Add(more)
 			l.timer.Reset(more)
 			r.mu.Unlock()
 			return
 		}
 	}
-	l.gaveUp, l.replied, l.vote = true, true, voteFail
+	l.giveUpLocked()
 	r.mu.Unlock()
 	err := l.errGaveUp()
 	r.answered(l.i, r.op, voteFail, err)
@@ -594,22 +549,39 @@ func (r *round) unsentLed(i int) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.legs[i].sent
+	return !r.legs[i].state.sentOnce()
 }
 
 // granted reports whether the leg's master granted it (under round.mu).
-func (l *leg) granted() bool { return l.replied && l.vote == voteYes }
+func (l *leg) granted() bool { return l.vote == voteYes }
 
 // send sends the leg's command, unless Close gave up on the transports
 // (Client.abandon): it then fails, unsent.
 func (l *leg) send() {
 	r := l.r
-	// Only an acquisition on an Ordered transport sends its rollback
-	// without waiting for the answer: only it waits for the hand-over.
-	hand := r.op == opAcquire && r.c.masters[l.i].ordered
 	r.mu.Lock()
-	l.sent, l.handing = true, hand
+	hand := l.sendLocked()
 	r.mu.Unlock()
+	l.transmit(hand)
+}
+
+// sendLocked moves the leg to sent (under round.mu); it reports whether
+// the hand-over of its command is waited for: only an acquisition on an
+// Ordered transport sends its rollback without waiting for the answer,
+// and that rollback must not be handed over before the SET.
+func (l *leg) sendLocked() (hand bool) {
+	r := l.r
+	if r.op == opAcquire && r.c.masters[l.i].ordered {
+		l.to(evHand)
+		return true
+	}
+	l.to(evSend)
+	return false
+}
+
+// transmit hands the leg's command to its transport (send).
+func (l *leg) transmit(hand bool) {
+	r := l.r
 	if r.c.abandoned.Load() {
 		l.complete(nil, errAbandoned, SendInfo{})
 	} else {
@@ -619,9 +591,9 @@ func (l *leg) send() {
 		return
 	}
 	// A rollback decided meanwhile waited for the command to be handed
-	// over (nextActLocked): it goes now.
+	// over (nextLocked): it goes now.
 	r.mu.Lock()
-	l.handing = false
+	l.to(evHanded)
 	act := l.nextLocked()
 	r.mu.Unlock()
 	l.act(act)
@@ -641,7 +613,8 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
-	l.replied, l.vote = true, v
+	l.to(evAnswer)
+	l.vote = v
 	act := l.nextLocked()
 	r.mu.Unlock()
 	r.replies <- reply{index: l.i, vote: v, err: err}
@@ -690,45 +663,20 @@ const (
 // on another once the SET was answered (it cannot overtake it); not where
 // the master refused (nothing to undo).
 func (l *leg) nextLocked() legAct {
-	a := l.nextActLocked()
-	switch a {
-	case legEnd:
-		l.ended = true
-	case legRollback:
-		l.rolling = true
-	}
-	return a
-}
-
-func (l *leg) nextActLocked() legAct {
 	r := l.r
 	switch {
-	case l.ended || l.rolling:
-		return legWait
-	case l.gaveUp:
-		return legWait // ends once what it waited for has (ready)
-	case r.op != opAcquire:
-		if l.replied {
-			return legEnd
-		}
-		return legWait
-	case l.replied && l.vote == voteNo:
+	case l.state == legAnswered && (r.op != opAcquire || l.vote == voteNo || r.decided && !r.failed):
+		l.to(evEnd)
 		return legEnd
-	case !r.decided:
-		return legWait
-	case !r.failed:
-		if l.replied {
-			return legEnd
-		}
-		return legWait
-	case l.replied || (l.sent && !l.handing && r.c.masters[l.i].ordered):
+	case r.op == opAcquire && r.decided && r.failed &&
+		(l.state == legAnswered || l.state == legSent && r.c.masters[l.i].ordered):
 		// On an Ordered transport the rollback is queued behind the
 		// SET, once the SET was handed to it (send): handed over first,
 		// it would run first, find nothing, and the SET would stay.
+		l.to(evRollback)
 		return legRollback
-	default:
-		return legWait
 	}
+	return legWait
 }
 
 func (l *leg) act(a legAct) {
@@ -776,7 +724,7 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	}
 	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
-	l.ended = true
+	l.to(evRolledBack)
 	unknown := r.setUnansweredLocked(l.i)
 	r.mu.Unlock()
 	if err == nil && v == voteNo && unknown {
@@ -796,7 +744,7 @@ func (r *round) settledAt(i int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l := &r.legs[i]
-	return l.replied && (l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip) || l.gaveUp && !l.sent
+	return l.vote == voteYes || l.vote == voteNo || l.vote == voteSkip || l.state == legGaveUp || l.state == legEndedUnsent
 }
 
 // settledEverywhere reports whether settledAt holds on every master.
@@ -820,7 +768,8 @@ func (r *round) setUnanswered(i int) bool {
 // setUnansweredLocked is setUnanswered under round.mu.
 func (r *round) setUnansweredLocked(i int) bool { return r.legs[i].vote == voteFail }
 
-// end ends the leg (whoever calls it has set ended, under round.mu):
+// end ends the leg (whoever calls it has moved it to an ended state,
+// under round.mu):
 // rounds chained after it on its master go on, and the last leg frees the
 // round.
 func (l *leg) end() {
@@ -880,7 +829,7 @@ func (c *Client) abandon() {
 	for _, r := range rounds {
 		r.mu.Lock()
 		for i := range r.legs {
-			if l := &r.legs[i]; l.sent && !l.completed.Load() {
+			if l := &r.legs[i]; l.state.sentOnce() && !l.completed.Load() {
 				pending = append(pending, l)
 			}
 			if r.rbq != nil {
@@ -1273,13 +1222,11 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
-	bound := due.Add(lateBound(c.timeout)) // the latest any wait may end
-	if c.realClock {
-		roundBeat.enter()
-		defer roundBeat.leave()
-	}
+	p := c.patience(due)
+	c.stalls.rounds.enter()
+	defer c.stalls.rounds.leave()
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
-	var hold time.Time // the end of the readers' time after a late timer (lateAllowance)
+	var hold time.Time // the end of the readers' time after a late timer (patience.late)
 	for t.open(c.quorum, n) {
 		select {
 		case rp := <-r.replies:
@@ -1288,7 +1235,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				// An overdue wait: this reply may have been what it
 				// waited for.
 				now := c.clock.Now()
-				if c.overdue(&t, hold.Sub(now), now, last) == 0 {
+				if c.overdue(&t, p, hold.Sub(now), now, last) == 0 {
 					c.timedOut(&t, r)
 					return t
 				}
@@ -1307,14 +1254,14 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			lateBy := now.Sub(due)
 			late := c.realClock && lateBy > time.Millisecond
 			if late {
-				noteStall(due, now)
+				c.stalls.note(due, now)
 			}
 			switch {
 			case last.IsZero():
 				// One more timeout from when this goroutine ran again,
 				// however late: a process that did not run for longer
 				// than the timeout gave its readers no chance either.
-				last = now.Add(c.timeout)
+				last = p.first(now)
 			case late:
 				// Nor did one that stopped again before they ran: the
 				// time it lost is added (not a whole timeout, so that a
@@ -1322,12 +1269,12 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				// master much longer than a timeout).
 				last = last.Add(lateBy)
 			}
-			if last.After(bound) {
-				last = bound
+			if last.After(p.bound) {
+				last = p.bound
 			}
-			allow := lateAllowance(lateBy, c.timeout)
+			allow := p.late(lateBy)
 			hold = now.Add(allow)
-			if more := c.overdue(&t, allow, now, last); t.open(c.quorum, n) && more > 0 {
+			if more := c.overdue(&t, p, allow, now, last); t.open(c.quorum, n) && more > 0 {
 				due = now.Add(more)
 				timer = c.clock.NewTimer(more)
 				continue
@@ -1390,58 +1337,89 @@ func (c *Client) timedOut(t *tally, r *round) {
 	}
 }
 
-// overdue is asked by collect when the per-master timeout ends (due)
-// with masters unanswered: it returns how much longer to wait when this
-// process, not those masters, may be why their answers were not read, or
-// 0 to count them as failed now. A pipelined master's answer is read by a
-// goroutine of this process; when the CPUs are busy with other work, that
-// goroutine (and this one, whose timer fired late) may not have run for
-// longer than the timeout, while the master answered in time. So a
-// master is blamed only once it has been silent (Silencer) for the whole
-// timeout, and a timer that fired late — this process did not run — first
-// gives the readers as long again (at least a millisecond) to catch up.
-// The wait never goes past last. The outcome stays as sound as before:
-// validity is counted from the round's start, and an answer taken later
-// counts as it would have on time. A timer that fires late (the process
-// did not run) measures how late, not the readers: so however late it
-// fired, the readers get up to one more timeout from then (last). allow
-// is what is left at now of the readers' time after a late timer
-// (lateAllowance; 0 or less: none).
-func (c *Client) overdue(t *tally, allow time.Duration, now, last time.Time) time.Duration {
-	room := last.Sub(now)
-	if room <= 0 {
-		return 0
-	}
-	more := max(allow, 0)
+// overdue is asked by collect when the per-master timeout ends with
+// masters unanswered, and again at each reply read while it waits on: how
+// much longer to wait for them by the round's patience p, or 0 to count
+// them as failed now. The wait never goes past last; allow is what is
+// left at now of the readers' time after a late timer (patience.late; 0
+// or less: none).
+func (c *Client) overdue(t *tally, p patience, allow time.Duration, now, last time.Time) time.Duration {
+	var ss []Silencer
 	for i, v := range t.votes {
 		if v != 0 {
 			continue
 		}
 		if s, ok := c.masters[i].t.(Silencer); ok {
-			more = waitOn(more, s, c.timeout)
+			ss = append(ss, s)
 		}
 	}
-	return min(more, room)
+	return p.more(now, last, allow, ss...)
 }
 
-// lateAllowance is how much longer to wait for the readers after a timer
-// that fired late by late: as long again (this process did not run, nor
-// did they), at most a timeout; nothing for a timer on time.
-func lateAllowance(late, timeout time.Duration) time.Duration {
-	if late > time.Millisecond {
-		return min(late, timeout)
+// patience is a round's one rule for how long a master may stay silent
+// before it counts as failed, for collect (a round's replies) and for
+// leg.expire (a chained leg's wait to be sent). A pipelined master's
+// answer is read by a goroutine of this process; when the CPUs are busy
+// with other work, that goroutine (and the one whose timer fired late)
+// may not have run for longer than the timeout, while the master answered
+// in time. So:
+//
+//   - a wait that ended gets one more per-master timeout from then,
+//     however late it ended (first);
+//   - a timer that fired late — this process did not run — gives the
+//     readers as long again, at most a timeout (late);
+//   - a master is blamed only once it has been silent (Silencer) for the
+//     whole timeout (more);
+//   - nothing waits past bound: the round's deadline and lateBound more.
+//
+// The outcome stays as sound as before: validity is counted from the
+// round's start, and an answer taken later counts as it would have on
+// time. See "A busy process is not a silent master" in docs/design.md.
+type patience struct {
+	timeout time.Duration // the per-master timeout
+	bound   time.Time     // the latest any wait of the round may end
+}
+
+// patience returns the rule of a round whose commands are waited for
+// until deadline (on whichever clock the caller measures it).
+func (c *Client) patience(deadline time.Time) patience {
+	return patience{timeout: c.timeout, bound: deadline.Add(lateBound(c.timeout))}
+}
+
+// first is when a wait that ended at from gives up at the earliest: one
+// more timeout for the readers.
+func (p patience) first(from time.Time) time.Time { return from.Add(p.timeout) }
+
+// late is how much longer to wait for the readers after a timer that
+// fired late by lateBy: as long again (this process did not run, nor did
+// they), at most a timeout; nothing for a timer on time.
+func (p patience) late(lateBy time.Duration) time.Duration {
+	if lateBy > time.Millisecond {
+		return min(lateBy, p.timeout)
 	}
 	return 0
 }
 
-// waitOn raises more to what is left of a timeout's silence on the
-// master of s (at least a millisecond when any is left): a master that is
-// not silent may have answered, its reader not yet run.
-func waitOn(more time.Duration, s Silencer, timeout time.Duration) time.Duration {
-	if left := timeout - s.Silence(); left > more {
-		return max(left, time.Millisecond)
+// more returns how much longer to wait, from now, for the masters of
+// silent, which have not answered: at least allow, and what is left of a
+// timeout's silence on any of them (at least a millisecond when any is
+// left: a master that is not silent may have answered, its reader not
+// yet run); never past until nor bound. 0: count them as failed now.
+func (p patience) more(now, until time.Time, allow time.Duration, silent ...Silencer) time.Duration {
+	if p.bound.Before(until) {
+		until = p.bound
 	}
-	return more
+	room := until.Sub(now)
+	if room <= 0 {
+		return 0
+	}
+	more := max(allow, 0)
+	for _, s := range silent {
+		if left := p.timeout - s.Silence(); left > more {
+			more = max(left, time.Millisecond)
+		}
+	}
+	return min(more, room)
 }
 
 // quorumError describes a round that did not succeed.

@@ -35,7 +35,7 @@ func setBehind(t *testing.T, b *beat, late time.Duration) {
 	t.Helper()
 	armed, due := b.armed.Load(), b.due.Load()
 	b.armed.Store(true)
-	b.due.Store(int64(mono() - late))
+	b.due.Store(int64(b.s.mono() - late))
 	t.Cleanup(func() {
 		b.due.Store(due)
 		b.armed.Store(armed)
@@ -43,9 +43,8 @@ func setBehind(t *testing.T, b *beat, late time.Duration) {
 }
 
 func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testing.T) {
-	withStall(t, nil)
 	const timeout = 50 * time.Millisecond
-	p := newPooled("hung", nil, nil, timeout, clock.Real())
+	p := newPooled("hung", nil, nil, timeout, newStalls(clock.Real()))
 	defer p.beat.stop()
 	p.epoch = p.epoch.Add(-time.Minute)
 	p.unheard.Store(int64(p.clock.Since(p.epoch)-10*time.Second) + 1) // unanswered for 10 s
@@ -62,21 +61,16 @@ func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testi
 }
 
 func TestAttack25c_muxBlamedSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testing.T) {
-	withStall(t, nil)
 	const timeout = 50 * time.Millisecond
-	mc := &muxConn{mx: &mux{timeout: timeout}, born: time.Now().Add(-10 * time.Second)}
+	st := newStalls(clock.Real())
+	defer st.stop()
+	mc := &muxConn{mx: &mux{timeout: timeout, stalls: st}, born: time.Now().Add(-10 * time.Second)}
 	mc.oldest.Store(1) // the command waited for was written 10 s ago, nothing heard since
 	if err := mc.down(); err == nil {
 		t.Fatal("a master silent for 10 s is not down, with the process on time")
 	}
-	// roundBeat (5 ms period) overdue by 8 ms; first let a tick left
-	// pending by an earlier test's round disarm it.
-	for deadline := time.Now().Add(2 * time.Second); roundBeat.armed.Load(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("roundBeat stays armed")
-		}
-	}
-	setBehind(t, roundBeat, 8*time.Millisecond)
+	// The client's round beat (5 ms period) overdue by 8 ms.
+	setBehind(t, st.rounds, 8*time.Millisecond)
 	if s := mc.blamed(timeout); s < 9*time.Second {
 		t.Errorf("blamed silence %v of a master silent for 10 s while the process is 8 ms behind on its timers "+
 			"(want about 10 s less the 8 ms)", s)
@@ -88,9 +82,8 @@ func TestAttack25c_muxBlamedSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *te
 
 // A client on a fake clock moved by an hour while its round waits (its
 // collect timer "fires an hour late" on that clock) records no stall of
-// this process: the stall record is shared by every client of the
-// process, and a bogus hour would excuse every real client's hung
-// masters (stallIn). Both paths, one master of three stopped so that the
+// this process: a bogus hour would excuse the client's hung masters
+// (stalls.in). Both paths, one master of three stopped so that the
 // round waits for the timer; no goroutine is left after Close (goleak in
 // TestMain covers the beat timers of the closed transports).
 func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
@@ -110,7 +103,6 @@ func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := lastStall.Load()
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.TryAcquire(context.Background(), "a25c:fake", WithTTL(time.Minute))
@@ -133,7 +125,7 @@ func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
 			fake.Advance(time.Hour)
 			time.Sleep(5 * time.Millisecond)
 		}
-		if m := lastStall.Load(); m != before && m != nil && m.len >= time.Second {
+		if m := c.stalls.last.Load(); m != nil && m.len >= time.Second {
 			t.Errorf("pipelined=%v: a fake-clock client recorded a stall of %v", pipelined, m.len)
 		}
 		c.Close()
@@ -141,9 +133,8 @@ func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
 }
 
 // Clients made and closed while rounds wait (the pooled beat per master,
-// the process's roundBeat) leave no goroutine and no beat armed for
-// long: the pooled beats stop at Close, roundBeat stops ticking at its
-// next tick once no round waits.
+// the client's round beat) leave no goroutine and no beat in use: the
+// beats stop at Close.
 func TestAttack25c_beatsLeaveNothingAfterClose(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
@@ -174,13 +165,9 @@ func TestAttack25c_beatsLeaveNothingAfterClose(t *testing.T) {
 				t.Errorf("a closed pooled transport's beat has %d users", p.beat.users.Load())
 			}
 		}
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for roundBeat.armed.Load() || roundBeat.users.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("roundBeat still armed (%d users) with no round waiting", roundBeat.users.Load())
+		if n := c.stalls.rounds.users.Load(); n != 0 {
+			t.Errorf("a closed client's round beat has %d users", n)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	goleak.VerifyNone(t, ignore)
 }

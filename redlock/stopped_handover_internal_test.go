@@ -179,7 +179,7 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), pl, nil, timeout, clock.Real())
+	p := newPooled(s.Addr(), pl, nil, timeout, newStalls(clock.Real()))
 	defer p.Close()
 	if o := <-pooledSend(p, "pooled:down:warm", true, timeout); o.err != nil {
 		t.Fatal(o.err)
@@ -265,7 +265,7 @@ func TestDowner_outsideTransportGetsTheDownCheck(t *testing.T) {
 			// pool, as they do on a pool that cannot dial. Their Close
 			// raced redigo's read under -race here before the reader
 			// stopped using ReceiveContext (subscribe.go, breakConn).
-			o := &outsidePooled{p: newPooled(s.Addr(), pl, nil, timeout, clock.Real())}
+			o := &outsidePooled{p: newPooled(s.Addr(), pl, nil, timeout, newStalls(clock.Real()))}
 			all = append(all, o)
 			ts[i] = o
 		}

@@ -207,7 +207,7 @@ func TestAttack30_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
 			lender, stats := tc.pool(s)
-			p := newPooled(s.Addr(), lender, nil, time.Second, clock.Real())
+			p := newPooled(s.Addr(), lender, nil, time.Second, newStalls(clock.Real()))
 			for i := range 3 {
 				sub, heard := heardSub(t, p, "a30:rt")
 				time.Sleep(500 * time.Millisecond)
@@ -250,7 +250,7 @@ func TestAttack30_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	rp := userRedisPool(s.Addr(), nil)
 	defer rp.Close()
 	lp := lendingPool{rp, logged(nil)}
-	p := newPooled(s.Addr(), lp, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), lp, nil, time.Second, newStalls(clock.Real()))
 	for i := 0; i < 20; i++ {
 		sub, heard := heardSub(t, p, "a30:log")
 		hears(t, s, heard, "a30:log")
@@ -307,7 +307,7 @@ func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
 			s := redistest.StartOne(t)
 			rp := userRedisPool(s.Addr(), tc.wrap)
 			defer rp.Close()
-			p := newPooled(s.Addr(), lendingPool{p: rp}, nil, time.Second, clock.Real())
+			p := newPooled(s.Addr(), lendingPool{p: rp}, nil, time.Second, newStalls(clock.Real()))
 			refused(t, s, p, rp.Stats)
 		})
 	}
@@ -324,7 +324,7 @@ func TestAttack30_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
 	rp := userRedisPool(s.Addr(), nil)
 	defer rp.Close()
 	wp := lendingPool{rp, logged(func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })}
-	p := newPooled(s.Addr(), wp, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), wp, nil, time.Second, newStalls(clock.Real()))
 	refused(t, s, p, rp.Stats)
 }
 
@@ -351,5 +351,5 @@ func refused(t *testing.T, s *redistest.Server, p *pooledTransport, stats func()
 func borrowingFrom(t *testing.T, addr string, opts ...redis.DialOption) (*redis.Pool, *pooledTransport) {
 	rp := userRedisPool(addr, nil, opts...)
 	t.Cleanup(func() { rp.Close() })
-	return rp, newPooled(addr, lendingPool{p: rp}, nil, time.Second, clock.Real())
+	return rp, newPooled(addr, lendingPool{p: rp}, nil, time.Second, newStalls(clock.Real()))
 }

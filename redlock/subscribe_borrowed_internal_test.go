@@ -24,7 +24,7 @@ func TestSubscribe_borrowedConnectionCloseBehindAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), pl, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), pl, nil, time.Second, newStalls(clock.Real()))
 	sub, heard := heardSub(t, p, "borrowed:ch")
 	hears(t, s, heard, "borrowed:ch")
 	if got := pl.Stats().ActiveCount; got != 1 {
@@ -141,7 +141,7 @@ func TestSubscribe_borrowedConnectionThatCannotBeBrokenIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), lendingPool{pl, func(c redis.Conn) redis.Conn { return bareConn{c} }}, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), lendingPool{pl, func(c redis.Conn) redis.Conn { return bareConn{c} }}, nil, time.Second, newStalls(clock.Real()))
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 	if err == nil {
 		sub.Close()
@@ -171,7 +171,7 @@ func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
 	s := redistest.StartOne(t)
 	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })
 	t.Cleanup(func() { rp.Close() })
-	p := newPooled(s.Addr(), getPool{rp}, nil, time.Second, clock.Real())
+	p := newPooled(s.Addr(), getPool{rp}, nil, time.Second, newStalls(clock.Real()))
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
