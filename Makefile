@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak api api-update
 
 all: lint test
 
@@ -100,6 +100,14 @@ soak: deps
 clean-containers:
 	-docker ps -aq --filter label=org.quorumlock.test=1 | xargs -r docker rm -f
 	-docker network ls -q --filter label=org.quorumlock.test=1 | xargs -r docker network rm
+
+## api: compare the exported API of every published package with its golden file in api/
+api:
+	$(GO) test -count=1 ./internal/apigolden
+
+## api-update: rewrite the golden files in api/ after a deliberate API change (commit them with it)
+api-update:
+	$(GO) test -count=1 ./internal/apigolden -update
 
 ## race: same as test
 race: test
