@@ -38,7 +38,7 @@ func List(dir string) ([]string, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return nil, err
 		}
@@ -51,18 +51,49 @@ func List(dir string) ([]string, error) {
 	return dedupe(lines), nil
 }
 
+// Deprecated ends the line of a declaration whose doc comment has a
+// "Deprecated:" paragraph.
+const Deprecated = " // Deprecated"
+
 // Count returns how many names a listing declares: top-level declarations
 // plus methods of exported types (fields and interface methods are not
-// counted), the way go doc's listing of a package is counted.
-func Count(lines []string) int {
-	n := 0
+// counted), the way go doc's listing of a package is counted; and how many
+// of those are deprecated.
+func Count(lines []string) (names, deprecated int) {
 	for _, l := range lines {
 		if strings.HasPrefix(l, "field ") || strings.HasPrefix(l, "imethod ") {
 			continue
 		}
-		n++
+		names++
+		if strings.HasSuffix(l, Deprecated) {
+			deprecated++
+		}
 	}
-	return n
+	return names, deprecated
+}
+
+// declDoc is the doc comment of a declaration that declares one spec,
+// which go doc shows as the spec's.
+func declDoc(d *ast.GenDecl) *ast.CommentGroup {
+	if len(d.Specs) == 1 {
+		return d.Doc
+	}
+	return nil
+}
+
+// deprecated returns Deprecated when one of the doc comments has a
+// paragraph that begins "Deprecated:", else "".
+func deprecated(docs ...*ast.CommentGroup) string {
+	for _, d := range docs {
+		if d == nil {
+			continue
+		}
+		text := d.Text()
+		if strings.HasPrefix(text, "Deprecated:") || strings.Contains(text, "\n\nDeprecated:") {
+			return Deprecated
+		}
+	}
+	return ""
 }
 
 func dedupe(lines []string) []string {
@@ -85,7 +116,7 @@ func fileDecls(fset *token.FileSet, f *ast.File) []string {
 				continue
 			}
 			sig := node(fset, d.Type)
-			sig = strings.TrimPrefix(sig, "func")
+			sig = strings.TrimPrefix(sig, "func") + deprecated(d.Doc)
 			if d.Recv == nil {
 				lines = append(lines, "func "+d.Name.Name+sig)
 				continue
@@ -119,13 +150,15 @@ func genDecl(fset *token.FileSet, d *ast.GenDecl) []string {
 				if s.Type != nil {
 					l += " " + node(fset, s.Type)
 				}
-				lines = append(lines, l)
+				lines = append(lines, l+deprecated(s.Doc, declDoc(d)))
 			}
 		case *ast.TypeSpec:
 			if !s.Name.IsExported() {
 				continue
 			}
-			lines = append(lines, typeSpec(fset, s)...)
+			ts := typeSpec(fset, s)
+			ts[0] += deprecated(s.Doc, declDoc(d))
+			lines = append(lines, ts...)
 		}
 	}
 	return lines

@@ -39,7 +39,9 @@ func TestPublicAPIMatchesGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := "# " + p.dir + ": " + strconv.Itoa(Count(lines)) + " names (top-level declarations and methods of exported types)\n" +
+			names, deprecated := Count(lines)
+			got := "# " + p.dir + ": " + strconv.Itoa(names) + " names (top-level declarations and methods of exported types), " +
+				strconv.Itoa(deprecated) + " of them deprecated\n" +
 				strings.Join(lines, "\n") + "\n"
 			path := filepath.Join(root, "api", p.golden)
 			if *update {
@@ -87,6 +89,11 @@ func internal()               {}
 const C = 1
 var V, w = 1, 2
 
+// Old is old.
+//
+// Deprecated: use New.
+func Old() {}
+
 type A = T
 `
 	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
@@ -104,6 +111,7 @@ type A = T
 		"field T, embedded U",
 		"field T.A int",
 		"func New(n int) (*T, error)",
+		"func Old()" + Deprecated,
 		"imethod U, unexported methods",
 		"imethod U.M(x int) error",
 		"method (*T) Set(v int)",
@@ -116,8 +124,8 @@ type A = T
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("List:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if n := Count(lines); n != 8 {
-		t.Errorf("Count = %d, want 8", n)
+	if n, d := Count(lines); n != 9 || d != 1 {
+		t.Errorf("Count = %d, %d, want 9, 1", n, d)
 	}
 }
 
