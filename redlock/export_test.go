@@ -2,6 +2,9 @@ package redlock
 
 import "time"
 
+// WithClock replaces the real clock (the option is unexported: a test hook).
+var WithClock = withClock
+
 // Backoff exposes the retry delay for tests.
 var Backoff = backoff
 
