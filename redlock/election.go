@@ -30,7 +30,7 @@ import (
 // the key at its TTL and a candidate takes it then).
 //
 // An election's fencing commit also records the term beside the holder,
-// in the field layout.TermField(token) of the metadata hash, in the same
+// in the field "term:"+token of the metadata hash, in the same
 // script step that raises the counter (scripts.FenceCommitTerm); an
 // election always keeps that hash, an empty value too. Leader reads each
 // master in one script step (scripts.LeaderRead): the token that holds the

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
@@ -37,7 +38,7 @@ import (
 // wakeChannel is the channel the release of key publishes on.
 func wakeChannel(key string) string { return layout.WakeChannel(key) }
 
-const wakePrefix = layout.WakePrefix
+const wakePrefix = keys.WakePrefix
 
 // lingerFor is how long a key's channel stays subscribed after its last
 // waiter left; maxLinger bounds the keys kept so per client.
@@ -474,7 +475,7 @@ func (w *waker) syncLocked() {
 // nor passing the notice on, so the notice also counts as heard: a waiter
 // registering now tries again (mark).
 func (w *waker) notify(key, id string, from int) {
-	id, subs := layout.ParseNotice(id)
+	id, subs := keys.ParseNotice(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
