@@ -5,7 +5,7 @@
 -- KEYS[1] lock key; KEYS[2] fencing counter; KEYS[3] the metadata hash
 -- (layout.MetaKey); ARGV[1] token; ARGV[2] the term (the fencing token),
 -- a decimal string without leading zeros.
--- The term goes in the field "term:" .. token (internal/keys TermField); the
+-- The term goes in the field "term:" .. token (layout.TermField); the
 -- hash's TTL follows the lock key's, as the metadata wrapper keeps it.
 -- Returns 1 if the lock holds the token (the counter is now at least
 -- ARGV[2] and the term is recorded), else 0.
