@@ -32,7 +32,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 func Finishing(c *Client) int {
 	c.fin.mu.Lock()
 	defer c.fin.mu.Unlock()
-	return c.fin.pending
+	return c.fin.outstanding
 }
 
 // ReleaseWait is how long c's releases wait for a master.

@@ -50,7 +50,7 @@ type Lock struct {
 
 	op sync.Mutex // serialises Extend and Release
 	// Expiry changes whose outcome on some master is not known
-	// (pending.go); guarded by op.
+	// (unsettled.go); guarded by op.
 	inFlight  []time.Duration
 	unsettled []unsettledRound
 

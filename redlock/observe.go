@@ -232,7 +232,7 @@ const (
 	// without it).
 	AnswerPending Answer = "pending"
 	// AnswerNotAsked means the master was not asked. A waiter woken by a
-	// release asks one master first (the round's lead) and the others
+	// release asks one master first (the round's pilot) and the others
 	// only once it granted; when it did not, they are not asked.
 	AnswerNotAsked Answer = "not asked"
 )
