@@ -39,8 +39,8 @@ import (
 // masters holds with the same term recorded: that token's acquisition
 // chose the term and committed it to a quorum. The fencing counter alone
 // is never read for the term: it is raised a round trip after the grant,
-// and read beside the new holder it gave the old holder's term (issue 18;
-// docs/design.md, "Reading an election's leader"). Observe reads Leader
+// and read beside the new holder it gave the old holder's term
+// (docs/design.md, "Reading an election's leader"). Observe reads Leader
 // again and again.
 //
 // Election lives in package redlock, not a package of its own, because it
