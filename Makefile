@@ -194,7 +194,7 @@ bench-deps: deps
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null; }
 
 ## bench-peers: quorumlock beside go-redsync and bsm/redislock on the same local masters, judged
-##   against issue 15's targets; writes docs/benchmarks.md (about 8 minutes)
+##   against the performance targets; writes docs/benchmarks.md (about 8 minutes)
 BENCH_DURATION ?= 3s
 bench-peers: bench-deps
 	cd bench && $(GO) run . -duration $(BENCH_DURATION) -out ../docs/benchmarks.md
