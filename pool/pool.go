@@ -20,7 +20,7 @@
 //
 // The connections of a *redis.Pool of the caller's own are not guarded: the
 // redlock client does not own them. Its reader goroutines recover a panic
-// of redigo's parser (a failed master, redlock.ErrPanic), but no recover
+// of redigo's parser (a failed master, a *redlock.NodeError), but no recover
 // stops a stack overflow, nor a panic on a goroutine redigo starts itself.
 // To guard them, dial through GuardConn with redis.DialContextFunc (see
 // the example of GuardConn).

@@ -2,6 +2,13 @@ package redlock
 
 import "time"
 
+// BackoffFloor is the shortest delay bound WithBackoff accepts.
+const BackoffFloor = minBackoff
+
+// ErrParserPanic is matched by the error of a master whose reply made the
+// reply parser panic.
+var ErrParserPanic = errPanic
+
 // WithClock replaces the real clock (the option is unexported: a test hook).
 var WithClock = withClock
 
