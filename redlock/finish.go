@@ -26,7 +26,7 @@ import (
 // the round before it on that master was still unanswered. Pipelined, a
 // command waits on the master's one connection after its caller stopped
 // waiting, and a late answer means it ran: only a command that failed for
-// good — its connection broke (a stall, a reply out of step, a second
+// good — its connection broke (silence, a reply out of step, a second
 // EOF), the redial failed, the queue was full, an error reply — fails.
 // Pooled, every command that got no answer by its deadline fails (its
 // connection is discarded).
@@ -170,7 +170,7 @@ func finishes(op opKind, r *round) bool {
 // caller holds Client.mu.
 func (f *finisher) newest(c *Client, id string, r *round, ttl time.Duration) *round {
 	now := time.Now()
-	// A command of r fails for good within the stall bound of a
+	// A command of r fails for good within the silence bound of a
 	// pipelined connection, or within a few per-master timeouts on the
 	// pooled path; its retries end a TTL later at the latest.
 	r.fin.until = now.Add(ttl + 12*c.timeout + time.Second)
