@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak api api-update
 
 all: lint test
 
@@ -101,6 +101,14 @@ clean-containers:
 	-docker ps -aq --filter label=org.quorumlock.test=1 | xargs -r docker rm -f
 	-docker network ls -q --filter label=org.quorumlock.test=1 | xargs -r docker network rm
 
+## api: compare the exported API of every published package with its golden file in api/
+api:
+	$(GO) test -count=1 ./internal/apigolden
+
+## api-update: rewrite the golden files in api/ after a deliberate API change (commit them with it)
+api-update:
+	$(GO) test -count=1 ./internal/apigolden -update
+
 ## race: same as test
 race: test
 
@@ -186,7 +194,7 @@ bench-deps: deps
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null; }
 
 ## bench-peers: quorumlock beside go-redsync and bsm/redislock on the same local masters, judged
-##   against issue 15's targets; writes docs/benchmarks.md (about 8 minutes)
+##   against the performance targets; writes docs/benchmarks.md (about 8 minutes)
 BENCH_DURATION ?= 3s
 bench-peers: bench-deps
 	cd bench && $(GO) run . -duration $(BENCH_DURATION) -out ../docs/benchmarks.md

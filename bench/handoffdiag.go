@@ -11,7 +11,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/internal/keys"
 )
 
 // handoffDiag: where the time of a handoff goes, for quorumlock on N=5
@@ -116,7 +116,7 @@ func diagCell(ctx context.Context, e *env, lb lib, clients int) diagResult {
 			panic(err)
 		}
 		psc := redigo.PubSubConn{Conn: c}
-		if err := psc.Subscribe(layout.WakePrefix + key); err != nil {
+		if err := psc.Subscribe(keys.WakePrefix + key); err != nil {
 			panic(err)
 		}
 		if _, ok := psc.Receive().(redigo.Subscription); !ok {

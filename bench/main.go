@@ -8,7 +8,7 @@
 // library's dependencies.
 //
 //	go run . -workloads handoff,sequential -duration 3s -out ../docs/benchmarks.md
-//	go run . -quick   # only what issue 15's targets are judged on, about a minute
+//	go run . -quick   # only what the performance targets are judged on, about a minute
 //
 // The report ends with the targets, each met or not met with this run's
 // ratio; -cpuprofile and -memprofile profile the whole run.

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// target is one of issue 15's targets, judged on this run's figures.
+// target is one of the performance targets, judged on this run's figures.
 type target struct {
 	name string
 	// value returns the figure (mostly a ratio) and whether it was
@@ -57,7 +57,7 @@ func sumOf(keys ...string) func(map[string]float64) (float64, bool) {
 	}
 }
 
-// targets lists issue 15's targets for each way quorumlock reaches the
+// targets lists the performance targets for each way quorumlock reaches the
 // masters: addresses (NewFromAddrs-like pools), the user's own
 // *redis.Pool, and the go-redis adapter (not measured until its slot in
 // lockers.go is filled); the pooled path is judged where a second
@@ -142,7 +142,7 @@ func targets() []target {
 // targetsSection judges this run's figures against the targets.
 func targetsSection(m map[string]float64) string {
 	var b strings.Builder
-	b.WriteString("## Targets\n\nIssue 15's targets, judged on the figures of this run (ratios of cells measured side by side).\n\n" +
+	b.WriteString("## Targets\n\nThe performance targets, judged on the figures of this run (ratios of cells measured side by side).\n\n" +
 		"| target | this run | met |\n|---|---|---|\n")
 	for _, t := range targets() {
 		v, ok := t.value(m)

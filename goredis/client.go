@@ -10,23 +10,14 @@ import (
 )
 
 // New returns a redlock.Client over go-redis clients, one per independent
-// master: a Transport is made for each (NewTransport) and handed to
-// redlock.NewWithTransports with opts. A lock is then granted by a quorum
-// of len(clients)/2+1 of them; a single client (N=1) works too.
-//
-// The clients stay the caller's: their dialer, TLS, credentials, pool,
-// hooks and instrumentation apply to the lock's commands, and the
-// redlock.Client's Close leaves them open (close them after it). Two
-// clients for the same address are refused (a master given twice would
-// fake a quorum), as is a nil one. The options that configure redigo
-// pools (redlock.WithPipelining, redlock.WithPoolOptions) have no effect
-// here; redlock.WithTimeout bounds each master's answer as usual. Keep
-// each client's ReadTimeout finite (go-redis's default of 3 s is): it
-// bounds how long a master that stopped answering holds its transport's
-// batch (see the package's documentation). A *redis.ClusterClient is one
-// member that is a Redis Cluster; with one, New turns on
-// redlock.WithClusterSlots (see cluster.go's notes in the package
-// documentation).
+// master (NewTransport for each, then redlock.NewWithTransports with
+// opts); a quorum is len(clients)/2+1. The clients stay the caller's:
+// their settings apply to the lock's commands, and Close leaves them open.
+// A nil client, or two for one address, is refused; WithPipelining and
+// WithPoolOptions have no effect here. Keep each client's ReadTimeout
+// finite (the default 3 s is): it bounds how long a silent master holds
+// its transport's batch. A *redis.ClusterClient is one member that is a
+// Redis Cluster, and turns on WithClusterSlots (package documentation).
 func New(clients []redis.UniversalClient, opts ...redlock.Option) (*redlock.Client, error) {
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("goredis: %w: no go-redis clients given", redlock.ErrInvalid)

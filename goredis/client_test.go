@@ -243,7 +243,7 @@ func (ms *masterSet) expectWake(t *testing.T, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	ms.expectWakeOn(t, ms.lockClient(t, redlock.WithClock(fake)), fake, keys, acquire, release)
+	ms.expectWakeOn(t, ms.lockClient(t, withClock(fake)), fake, keys, acquire, release)
 }
 
 // expectWakeOn is expectWake with the waiter's client c, whose clock is

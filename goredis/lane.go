@@ -418,8 +418,8 @@ func (l *lane) expire() {
 // this process has just run again), whichever is more. 0 when no batch is
 // in flight. Only the latest stall, not their sum: a process that is
 // always a few milliseconds late (a busy machine) would otherwise excuse
-// a hung master for most of its silence (attack26b: its silence grew at a
-// fifth of the wall clock's pace with two spinning goroutines). go-redis
+// a hung master for most of its silence (its silence grew at a fifth of
+// the wall clock's pace with two spinning goroutines). go-redis
 // reads a batch's replies before it returns, so a reply to a command early
 // in a batch does not end the silence; a master that answers whole
 // batches in time is not silent, and a hung one is, from its batch's send.

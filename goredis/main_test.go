@@ -6,7 +6,17 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/testhook"
+	"github.com/quorumlock/quorumlock/redlock"
 )
+
+// withClock replaces a Client's clock with c: redlock's test hook, which
+// users do not see.
+func withClock(c clock.Clock) redlock.Option {
+	return testhook.WithClock.(func(clock.Clock) redlock.Option)(c)
+}
 
 // TestMain starts the redis-server the package's examples lock on (at
 // $REDIS_ADDR), runs the tests, and checks that no goroutine outlives

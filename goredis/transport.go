@@ -116,17 +116,14 @@ func (t *Transport) Ordered() bool { return t.ordered }
 func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 
 // Send queues cmd for the master and returns at once; cmd.Complete is called
-// exactly once with the reply in redigo's shapes (see transport.ReplyShape),
-// a transport.ReplyError, or an error (matching context.DeadlineExceeded)
-// when no reply came by cmd.Deadline, or, once it was sent, until its
-// batch had waited on the master as long as cmd had from its Send to its
-// deadline (it may have been sent late, behind a batch the master answered
-// late), either pushed back by the longest stall of this process meanwhile
-// and at most max(its timeout, 1 s) past the deadline (see lane.go); or at
-// once when too much is queued or the master is down and cmd is worthless
-// late. A redlock.Client gives every command a deadline (one per-master
-// timeout from its send); a command without one (built by other code) is
-// bounded by the client's ReadTimeout (5 s when it has none).
+// exactly once, with the reply in redigo's shapes (transport.ReplyShape), a
+// transport.ReplyError, or an error: matching context.DeadlineExceeded when
+// no reply came by cmd.Deadline (pushed back by this process's stalls, at
+// most max(timeout, 1 s)), or at once when too much is queued or the
+// master is down and cmd is worthless late. A command without a deadline
+// is bounded by the client's ReadTimeout (5 s when it has none). How a
+// batch's silence is judged: lane.go and docs/design.md, "A busy process
+// is not a silent master".
 func (t *Transport) Send(cmd *transport.Command) {
 	deadline := cmd.Deadline
 	if deadline.IsZero() {

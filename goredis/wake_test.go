@@ -113,7 +113,7 @@ func TestNew_releaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 					clients[i] = c
 				}
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-				w, err := New(clients, redlock.WithTimeout(lockTimeout), redlock.WithClock(fake))
+				w, err := New(clients, redlock.WithTimeout(lockTimeout), withClock(fake))
 				if err != nil {
 					t.Fatal(err)
 				}

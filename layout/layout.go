@@ -15,12 +15,12 @@
 //   - A reentrant lock: K is a hash with one field, the owner ID, whose
 //     value is the owner's hold count in decimal; the key's TTL is the
 //     lock's.
-//   - A read-write lock: K is a hash with one field per holder, ReaderPrefix
-//     or WriterPrefix followed by the holder's token, whose value is when
-//     that hold expires (the master's clock, Unix milliseconds). A writer
-//     kept out by readers leaves an intent: IntentField holds its waiter ID
-//     and IntentExpiryField when the intent expires. The key's TTL follows
-//     the latest expiry.
+//   - A read-write lock: K is a hash with one field per holder, "r:" or
+//     "w:" followed by the holder's token, whose value is when that hold
+//     expires (the master's clock, Unix milliseconds). A writer kept out by
+//     readers leaves an intent: the field "intent" holds its waiter ID and
+//     "intent:exp" when the intent expires. The key's TTL follows the
+//     latest expiry.
 //   - A fenced lock's counter: the string FenceKey(K), the highest fencing
 //     token committed for K in decimal, without a TTL.
 //   - A fair lock's queue: the sorted set QueueKey(K) of waiter IDs scored
@@ -37,115 +37,39 @@
 //     no script reads the hash to decide anything.
 //   - Releases are announced on the channel WakeChannel(K), with a short
 //     prefix of the releasing token (or a release ID) as the message; a
-//     plain lock's release adds NoticeSep and how many connections were
-//     subscribed to the channel on that master (ParseNotice).
+//     plain lock's release adds "/" and how many connections were
+//     subscribed to the channel on that master.
 //
 // Companion keys (the fence counter, the queue, the metadata, FenceSeenKey) share K's
 // Redis Cluster hash slot: K's own hash tag when it has one, else {K}.
 //
-// A reentrant owner ID that begins with ReaderPrefix or WriterPrefix, or
-// equals IntentField or IntentExpiryField, reads as a read-write lock; the
+// A reentrant owner ID that begins with "r:" or "w:", or equals "intent"
+// or "intent:exp", reads as a read-write lock; the
 // two kinds cannot be told apart by their hash alone, and a key is only
 // ever used as one kind.
 package layout
 
-import (
-	"strconv"
-	"strings"
-
-	"github.com/quorumlock/quorumlock/internal/keys"
-)
-
-// Suffixes of the companion keys that live beside a lock key.
-const (
-	// FenceSuffix names the fencing counter of a lock key.
-	FenceSuffix = ":fence"
-	// QueueSuffix names a fair lock's queue (waiter ID -> arrival).
-	QueueSuffix = ":queue"
-	// QueueDeadlinesSuffix names a fair lock's entry deadlines (waiter ID
-	// -> expiry).
-	QueueDeadlinesSuffix = ":queue-deadlines"
-	// FenceSeenSuffix names the highest fencing token a resource has seen
-	// (package fence, the resource side).
-	FenceSeenSuffix = ":fence-seen"
-)
-
-// The fields of a read-write lock's hash.
-const (
-	// ReaderPrefix starts a reader's field; its token follows.
-	ReaderPrefix = "r:"
-	// WriterPrefix starts the writer's field; its token follows.
-	WriterPrefix = "w:"
-	// IntentField holds the waiter ID of a writer that readers keep out.
-	IntentField = "intent"
-	// IntentExpiryField holds when the intent expires (master Unix ms).
-	IntentExpiryField = "intent:exp"
-)
-
-// WakePrefix starts the channel a release of a key is announced on; the
-// key follows.
-const WakePrefix = "quorumlock:released:"
-
-// NoticeSep ends the release's ID in a plain lock's release notice; the
-// count of the channel's subscribers on the master follows.
-const NoticeSep = "/"
-
-// ParseNotice splits a release notice into the release's ID and the count
-// of subscribers it names (0 when it names none: another lock kind's
-// notice, or one that does not parse). The message comes from a master:
-// only a short decimal count after the last NoticeSep is taken.
-func ParseNotice(msg string) (id string, subs int) {
-	i := strings.LastIndex(msg, NoticeSep)
-	if i < 0 || len(msg)-i-len(NoticeSep) > 6 {
-		return msg, 0
-	}
-	n, err := strconv.Atoi(msg[i+len(NoticeSep):])
-	if err != nil || n < 0 {
-		return msg, 0
-	}
-	return msg[:i], n
-}
+import "github.com/quorumlock/quorumlock/internal/keys"
 
 // FenceKey returns the key that holds key's fencing counter on each master.
-func FenceKey(key string) string { return keys.Companion(key, FenceSuffix) }
+func FenceKey(key string) string { return keys.Companion(key, keys.FenceSuffix) }
 
 // QueueKey returns the key of a fair lock's queue.
-func QueueKey(key string) string { return keys.Companion(key, QueueSuffix) }
+func QueueKey(key string) string { return keys.Companion(key, keys.QueueSuffix) }
 
 // QueueDeadlinesKey returns the key of a fair lock's entry deadlines.
-func QueueDeadlinesKey(key string) string { return keys.Companion(key, QueueDeadlinesSuffix) }
+func QueueDeadlinesKey(key string) string { return keys.Companion(key, keys.QueueDeadlinesSuffix) }
 
 // FenceSeenKey returns the key that holds the highest fencing token the
 // resource data key has seen (package fence).
-func FenceSeenKey(key string) string { return keys.Companion(key, FenceSeenSuffix) }
-
-// WakeChannel returns the channel a release of key is announced on.
-func WakeChannel(key string) string { return WakePrefix + key }
-
-// ReaderField returns the field of a read-write lock's hash that a reader
-// holding token owns.
-func ReaderField(token string) string { return ReaderPrefix + token }
-
-// WriterField returns the field of a read-write lock's hash that the writer
-// holding token owns.
-func WriterField(token string) string { return WriterPrefix + token }
-
-// MetaSuffix names the hash of a lock's holder metadata (field: a holder's
-// token or a reentrant owner's ID; value: its metadata).
-const MetaSuffix = ":meta"
-
-// MaxMeta is the most bytes of one holder's metadata.
-const MaxMeta = 1024
-
-// TermPrefix starts the field of an election's metadata hash that holds
-// a holder's term (its fencing token, in decimal); the holder's token
-// follows. Tokens never contain ':'.
-const TermPrefix = "term:"
-
-// TermField returns the field of an election's metadata hash that holds
-// the term of the holder with token.
-func TermField(token string) string { return TermPrefix + token }
+func FenceSeenKey(key string) string { return keys.Companion(key, keys.FenceSeenSuffix) }
 
 // MetaKey returns the key of the hash that holds the metadata of key's
 // holders.
-func MetaKey(key string) string { return keys.Companion(key, MetaSuffix) }
+func MetaKey(key string) string { return keys.Companion(key, keys.MetaSuffix) }
+
+// WakeChannel returns the channel a release of key is announced on.
+func WakeChannel(key string) string { return keys.WakePrefix + key }
+
+// MaxMeta is the most bytes of one holder's metadata.
+const MaxMeta = 1024

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/resp"
 )
 
@@ -320,9 +321,9 @@ func (r *Reader) classify(fields [][2]string) {
 }
 
 func isRWField(f string) bool {
-	return f == IntentField || f == IntentExpiryField ||
-		(len(f) >= len(ReaderPrefix) && f[:len(ReaderPrefix)] == ReaderPrefix) ||
-		(len(f) >= len(WriterPrefix) && f[:len(WriterPrefix)] == WriterPrefix)
+	return f == keys.IntentField || f == keys.IntentExpiryField ||
+		(len(f) >= len(keys.ReaderPrefix) && f[:len(keys.ReaderPrefix)] == keys.ReaderPrefix) ||
+		(len(f) >= len(keys.WriterPrefix) && f[:len(keys.WriterPrefix)] == keys.WriterPrefix)
 }
 
 // readWrite reads a read-write lock's entries as rw.lua does: an entry or
@@ -332,10 +333,10 @@ func (r *Reader) readWrite(fields [][2]string) {
 	intent, intentExp := "", int64(0)
 	for _, f := range fields {
 		switch f[0] {
-		case IntentField:
+		case keys.IntentField:
 			intent = f[1]
 			continue
-		case IntentExpiryField:
+		case keys.IntentExpiryField:
 			exp, ok := decimal(f[1])
 			if !ok {
 				r.st.Kind = KindForeign
@@ -353,11 +354,11 @@ func (r *Reader) readWrite(fields [][2]string) {
 			continue
 		}
 		h := Holder{TTL: time.Duration(exp-r.now) * time.Millisecond}
-		if f[0][:len(WriterPrefix)] == WriterPrefix {
-			h.Mode, h.Token = ModeWrite, f[0][len(WriterPrefix):]
+		if f[0][:len(keys.WriterPrefix)] == keys.WriterPrefix {
+			h.Mode, h.Token = ModeWrite, f[0][len(keys.WriterPrefix):]
 			writers = append(writers, h)
 		} else {
-			h.Mode, h.Token = ModeRead, f[0][len(ReaderPrefix):]
+			h.Mode, h.Token = ModeRead, f[0][len(keys.ReaderPrefix):]
 			readers = append(readers, h)
 		}
 	}

@@ -1,14 +1,11 @@
 package pool
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	"regexp"
-	"strconv"
 	"strings"
 
-	"github.com/gomodule/redigo/redis"
+	"github.com/quorumlock/quorumlock/internal/slots"
 )
 
 // Quorum members that are Redis Clusters.
@@ -16,26 +13,19 @@ import (
 // A member written cluster://HOST:PORT[+HOST:PORT...] is one Redis Cluster
 // reached through those seed nodes. ParseClusterURL checks the form; the
 // redlock package's cluster transport and the redlock CLI share it, and
-// the checks below of what a cluster says about its nodes (CLUSTER SLOTS,
-// MOVED, ASK): every such address is untrusted bytes.
+// internal/slots the checks of what a cluster says about its nodes
+// (CLUSTER SLOTS, MOVED, ASK): every such address is untrusted bytes.
 
 // ClusterScheme starts a member that is a Redis Cluster.
 const ClusterScheme = "cluster://"
 
-// ClusterSlots is the number of hash slots of a Redis Cluster.
-const ClusterSlots = 16384
+// maxClusterSeeds bounds the seed list of one cluster member.
+const maxClusterSeeds = 64
 
-// MaxClusterSeeds bounds the seed list of one cluster member.
-const MaxClusterSeeds = 64
-
-// MaxClusterNodes bounds how many distinct primaries one cluster member
-// may name (CLUSTER SLOTS, redirections): a cluster of more is refused
-// rather than given a connection per node without bound.
-const MaxClusterNodes = 500
-
-// ErrBadCluster is what ParseClusterURL, ParseClusterSlots and
-// ParseRedirect return for malformed input.
-var ErrBadCluster = errors.New("pool: bad cluster member")
+// ErrBadCluster is what ParseClusterURL returns for a malformed member,
+// and what the checks of a cluster's replies (CLUSTER SLOTS, MOVED, ASK)
+// return for malformed input.
+var ErrBadCluster = slots.ErrBadCluster
 
 // ClusterSpec is a parsed cluster:// member.
 type ClusterSpec struct {
@@ -57,30 +47,30 @@ func IsClusterURL(s string) bool { return strings.HasPrefix(s, ClusterScheme) }
 func ParseClusterURL(spec string) (ClusterSpec, error) {
 	rest, ok := strings.CutPrefix(spec, ClusterScheme)
 	if !ok {
-		return ClusterSpec{}, fmt.Errorf("%w: %q is not %sHOST:PORT[+HOST:PORT...]", ErrBadCluster, short(spec), ClusterScheme)
+		return ClusterSpec{}, fmt.Errorf("%w: %q is not %sHOST:PORT[+HOST:PORT...]", ErrBadCluster, slots.Short(spec), ClusterScheme)
 	}
 	if strings.Contains(rest, "@") {
 		return ClusterSpec{}, fmt.Errorf("%w: it has '@' in it (not quoted here, in case it holds a password): cluster members take no credentials in the URL; give each seed as host:port and credentials with pool.WithAuth", ErrBadCluster)
 	}
 	parts := strings.Split(rest, "+")
-	if len(parts) > MaxClusterSeeds {
-		return ClusterSpec{}, fmt.Errorf("%w: %d seeds, at most %d", ErrBadCluster, len(parts), MaxClusterSeeds)
+	if len(parts) > maxClusterSeeds {
+		return ClusterSpec{}, fmt.Errorf("%w: %d seeds, at most %d", ErrBadCluster, len(parts), maxClusterSeeds)
 	}
 	var cs ClusterSpec
 	cs.Loopback = true
 	for _, s := range parts {
-		addr, err := CheckNodeAddr(s, "")
+		addr, err := slots.CheckNodeAddr(s, "")
 		if err != nil {
-			return ClusterSpec{}, fmt.Errorf("%w: %q: seed %q: %w", ErrBadCluster, short(spec), short(s), err)
+			return ClusterSpec{}, fmt.Errorf("%w: %q: seed %q: %w", ErrBadCluster, slots.Short(spec), slots.Short(s), err)
 		}
 		cs.Seeds = append(cs.Seeds, addr)
-		cs.Loopback = cs.Loopback && IsLoopback(addr)
+		cs.Loopback = cs.Loopback && isLoopback(addr)
 	}
 	return cs, nil
 }
 
-// IsLoopback reports whether host:port is on this machine's loopback.
-func IsLoopback(addr string) bool {
+// isLoopback reports whether host:port is on this machine's loopback.
+func isLoopback(addr string) bool {
 	host, _, _ := net.SplitHostPort(addr)
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
@@ -95,146 +85,63 @@ func IsLoopback(addr string) bool {
 // local service), and is not dialed either.
 func (cs ClusterSpec) Dialable(addr string) error {
 	switch {
-	case cs.Loopback && !IsLoopback(addr):
+	case cs.Loopback && !isLoopback(addr):
 		return fmt.Errorf("node %s is announced off loopback while the seeds are on loopback: not dialed; set cluster-announce-ip (or cluster-announce-hostname) to an address clients dial", addr)
-	case !cs.Loopback && IsLoopback(addr):
+	case !cs.Loopback && isLoopback(addr):
 		return fmt.Errorf("node %s is announced on loopback while the seeds are not: not dialed; set cluster-announce-ip (or cluster-announce-hostname) to an address clients dial", addr)
 	}
 	return nil
 }
 
-// hostRE is what a host in a seed or a reply may be: a DNS name or an IP
-// address (IPv6 as net.SplitHostPort leaves it).
-var hostRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,253}$`)
+// Deprecated names: checks of a cluster's replies that only the redlock
+// transports and CLI use. They go in the next minor release.
 
-// CheckNodeAddr checks host:port (from a seed or a node's reply) and
-// returns it in net.JoinHostPort's form. An empty host is the host of
-// sender, as CLUSTER SLOTS and MOVED mean it.
+// ClusterSlots is the number of hash slots of a Redis Cluster.
+//
+// Deprecated: it is Redis's constant, 16384; the library no longer
+// exports it.
+const ClusterSlots = slots.ClusterSlots
+
+// MaxClusterSeeds bounds the seed list of one cluster member.
+//
+// Deprecated: ParseClusterURL applies the bound (64) and says so.
+const MaxClusterSeeds = maxClusterSeeds
+
+// MaxClusterNodes bounds how many distinct primaries one cluster member
+// may name.
+//
+// Deprecated: the library's cluster routing applies the bound (500).
+const MaxClusterNodes = slots.MaxClusterNodes
+
+// SlotRange is one range of a CLUSTER SLOTS reply.
+//
+// Deprecated: the library reads CLUSTER SLOTS itself; no replacement.
+type SlotRange = slots.Range
+
+// CheckNodeAddr checks a node's host:port and returns it in
+// net.JoinHostPort's form.
+//
+// Deprecated: use ClusterSpec.Dialable for an address a member may dial;
+// the library checks the addresses a cluster names itself.
 func CheckNodeAddr(hostport, sender string) (string, error) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", errors.New("not host:port")
-	}
-	if host == "" && sender != "" {
-		host, _, _ = net.SplitHostPort(sender)
-	}
-	return checkNodeHostPort(host, port)
+	return slots.CheckNodeAddr(hostport, sender)
 }
 
-func checkNodeHostPort(host, port string) (string, error) {
-	if !hostRE.MatchString(host) {
-		return "", errors.New("not a host name or IP address")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return "", errors.New("port is not 1..65535")
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p)), nil
-}
-
-// SlotRange is one range of CLUSTER SLOTS: its primary's address (checked
-// by CheckNodeAddr, not yet by Dialable) and node ID ("" when not given
-// or malformed).
-type SlotRange struct {
-	Lo, Hi int
-	Addr   string
-	ID     string
-}
-
-// ParseClusterSlots checks a CLUSTER SLOTS reply (as redigo gives it) from
-// the node at sender. Each entry is [lo, hi, [host, port, id, ...],
-// replicas...]; only the primary is kept. It refuses more ranges than
-// there are slots and more than MaxClusterNodes distinct primaries; the
-// reply's size in bytes is bounded by the connection's guard (Limits).
+// ParseClusterSlots checks a CLUSTER SLOTS reply from the node at sender.
+//
+// Deprecated: the library reads CLUSTER SLOTS itself; no replacement.
 func ParseClusterSlots(v any, sender string) ([]SlotRange, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: CLUSTER SLOTS: "+format, append([]any{ErrBadCluster}, args...)...)
-	}
-	entries, err := redis.Values(v, nil)
-	if err != nil {
-		return nil, bad("%v", err)
-	}
-	if len(entries) > ClusterSlots {
-		return nil, bad("%d ranges, more than there are slots", len(entries))
-	}
-	out := make([]SlotRange, 0, len(entries))
-	nodes := map[string]bool{}
-	for i, e := range entries {
-		f, err := redis.Values(e, nil)
-		if err != nil || len(f) < 3 {
-			return nil, bad("entry %d is not [start, end, primary, ...]", i)
-		}
-		lo, err1 := redis.Int(f[0], nil)
-		hi, err2 := redis.Int(f[1], nil)
-		if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi >= ClusterSlots {
-			return nil, bad("entry %d: not a slot range", i)
-		}
-		p, err := redis.Values(f[2], nil)
-		if err != nil || len(p) < 2 {
-			return nil, bad("entry %d: no primary [host, port, ...]", i)
-		}
-		host, err1 := redis.String(p[0], nil)
-		port, err2 := redis.Int(p[1], nil)
-		if err1 != nil || err2 != nil {
-			return nil, bad("entry %d: primary is not [host, port, ...]", i)
-		}
-		if host == "?" {
-			return nil, bad("slots %d-%d: the primary's endpoint is unknown (\"?\"): set cluster-announce-hostname or cluster-preferred-endpoint-type", lo, hi)
-		}
-		if host == "" {
-			host, _, _ = net.SplitHostPort(sender)
-		}
-		addr, err := checkNodeHostPort(host, strconv.Itoa(port))
-		if err != nil {
-			return nil, bad("slots %d-%d: primary %s: %v", lo, hi, strconv.Quote(short(host)), err)
-		}
-		if !nodes[addr] {
-			if len(nodes) >= MaxClusterNodes {
-				return nil, bad("more than %d primaries", MaxClusterNodes)
-			}
-			nodes[addr] = true
-		}
-		r := SlotRange{Lo: lo, Hi: hi, Addr: addr}
-		if len(p) >= 3 {
-			if id, err := redis.String(p[2], nil); err == nil && len(id) == 40 && strings.Trim(id, "0123456789abcdef") == "" {
-				r.ID = id
-			}
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return slots.ParseClusterSlots(v, sender)
 }
 
-// redirRE is a MOVED or ASK error reply: the kind, the slot, the node.
-var redirRE = regexp.MustCompile(`^(MOVED|ASK) ([0-9]{1,5}) (\S{1,300})$`)
-
-// ParseRedirect reads a MOVED or ASK error reply ("MOVED 3999
-// 127.0.0.1:6381"): ok is false for any other message. The node's address
-// is checked by CheckNodeAddr (an empty host is the sender's, as Redis 7
-// may send it); a malformed one is an error, not a redirection to follow.
+// ParseRedirect reads a MOVED or ASK error reply.
+//
+// Deprecated: the library follows redirections itself; no replacement.
 func ParseRedirect(msg, sender string) (ask bool, slot int, addr string, ok bool, err error) {
-	if !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ") {
-		return false, 0, "", false, nil
-	}
-	sm := redirRE.FindStringSubmatch(msg)
-	if sm == nil {
-		return false, 0, "", true, fmt.Errorf("%w: a malformed redirection (%d bytes, not quoted)", ErrBadCluster, len(msg))
-	}
-	slot, _ = strconv.Atoi(sm[2])
-	if slot >= ClusterSlots {
-		return false, 0, "", true, fmt.Errorf("%w: a redirection to slot %d", ErrBadCluster, slot)
-	}
-	addr, err = CheckNodeAddr(sm[3], sender)
-	if err != nil {
-		return false, 0, "", true, fmt.Errorf("%w: a redirection to %s: %w", ErrBadCluster, strconv.Quote(short(sm[3])), err)
-	}
-	return sm[1] == "ASK", slot, addr, true, nil
+	return slots.ParseRedirect(msg, sender)
 }
 
-// short cuts an untrusted string for an error message.
-func short(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// IsLoopback reports whether host:port is on this machine's loopback.
+//
+// Deprecated: use ClusterSpec.Dialable, which applies it; no replacement.
+func IsLoopback(addr string) bool { return isLoopback(addr) }

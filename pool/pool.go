@@ -20,7 +20,7 @@
 //
 // The connections of a *redis.Pool of the caller's own are not guarded: the
 // redlock client does not own them. Its reader goroutines recover a panic
-// of redigo's parser (a failed master, redlock.ErrPanic), but no recover
+// of redigo's parser (a failed master, a *redlock.NodeError), but no recover
 // stops a stack overflow, nor a panic on a goroutine redigo starts itself.
 // To guard them, dial through GuardConn with redis.DialContextFunc (see
 // the example of GuardConn).
@@ -58,38 +58,26 @@ type Addresser interface {
 }
 
 // Dialer is implemented by pools that can make a connection of their own to
-// their master, outside the pool: not counted against the pool's limits,
-// not given back to it, closed by the caller. The redlock client looks for
-// it to pipeline: it keeps one such connection per master for the commands
-// of all its goroutines, and one more while waiters wait for a release. A
-// *RedisPool implements it; a *redis.Pool does not, but the redlock client
-// dials through its DialContext (or Dial) field instead. A pool that wraps
-// a RedisPool (for metrics, say) passes the ability on by implementing Dial
-// too; without it, the redlock client borrows a pooled connection for each
-// command.
-//
-// Dial must honour ctx while it dials, and the connection it returns must
-// support redis.ConnWithTimeout. Implementations must be safe for
-// concurrent use.
+// their master, outside the pool (not counted against its limits, not given
+// back, closed by the caller). The redlock client pipelines through it: one
+// such connection per master for all its goroutines, one more while waiters
+// wait. A *RedisPool implements it; a pool that wraps one passes the
+// ability on by implementing Dial too. Dial must honour ctx while it dials,
+// the connection must support redis.ConnWithTimeout, and implementations
+// must be safe for concurrent use.
 type Dialer interface {
 	Dial(ctx context.Context) (redis.Conn, error)
 }
 
-// A ReadWaiter waits for the next reply on a connection to arrive
-// whole, without consuming it: a reader that stops waiting leaves the
-// connection as it was, so another reader can go on reading it where it
-// stands. (A read with a deadline cannot do that: redigo takes a read
-// that timed out as a broken connection.) The redlock client uses it to
-// read a lone master's reply in the caller's goroutine, and hand the
-// reading back to its reader goroutine when the caller stops waiting.
-//
-// WaitReadable returns nil once the whole reply has arrived, so that the
-// read that follows does not wait for the network (or the connection
-// failed: the next read reports how), and an error matching
-// os.ErrDeadlineExceeded at deadline or ctx's error when ctx ends first,
-// with nothing consumed (a part of the reply that arrived is kept for the
-// next read). It must not be called while another goroutine reads
-// the connection.
+// A ReadWaiter waits for the next reply on a connection to arrive whole,
+// without consuming it, so that a reader that stops waiting leaves the
+// connection as it was (redigo takes a read that timed out as a broken
+// connection). WaitReadable returns nil once the whole reply has arrived
+// (or the connection failed: the next read says how), and an error
+// matching os.ErrDeadlineExceeded at deadline or ctx's error, with nothing
+// consumed. It must not be called while another goroutine reads the
+// connection. The redlock client reads a lone master's reply with it
+// (docs/design.md, "A lone master's reply is read by its caller").
 type ReadWaiter interface {
 	WaitReadable(ctx context.Context, deadline time.Time) error
 }

@@ -26,12 +26,19 @@ import (
 // dialing with AUTH): guard such pools by dialing through pool.GuardConn
 // (redis.DialContextFunc; see its example).
 
-// ErrPanic is matched by the error of a master whose reply made the reply
+// errPanic is matched by the error of a master whose reply made the reply
 // parser panic (only on pools that package pool did not make).
-var ErrPanic = errors.New("redlock: the reply parser panicked")
+var errPanic = errors.New("redlock: the reply parser panicked")
 
-// panicError turns a recovered value into an error that matches ErrPanic.
-func panicError(p any) error { return fmt.Errorf("%w: %v", ErrPanic, p) }
+// ErrPanic is matched by the error of a master whose reply made the reply
+// parser panic.
+//
+// Deprecated: a failed master's error is a *NodeError whatever failed it;
+// match that. ErrPanic is removed in the next minor release.
+var ErrPanic = errPanic
+
+// panicError turns a recovered value into an error that matches errPanic.
+func panicError(p any) error { return fmt.Errorf("%w: %v", errPanic, p) }
 
 // receive is redis.ReceiveWithTimeout with the backstop: a panic of the
 // parser becomes an error, and the caller breaks the connection.

@@ -86,27 +86,16 @@ type master struct {
 	ordered bool // t is Ordered
 }
 
-// New returns a client for the masters behind pools, one pool per master.
-// The masters must be independent servers (not replicas of each other):
-// giving the same master twice would fake a quorum and is rejected, as are
-// an empty list and a nil pool. Two addresses of one server are found at
-// first contact, by the servers' run_ids: New does no network traffic, and
-// the first call that talks to the masters sends INFO server to each; once
-// two masters name the same run_id, every such call fails with an error
-// matching ErrInvalid that names both (docs/operations.md, "Two addresses,
-// one server"). Masters are named in errors by the pool's Addr method when
-// it has one (pool.Addresser), else by their position.
-//
-// A pool that can dial a connection of its own (pool.Dialer, as a
-// pool.RedisPool does, or a *redis.Pool through its DialContext or Dial
-// field) is pipelined (WithPipelining): the client dials one connection to
-// the master for the commands of all its goroutines, and one more while
-// waiters wait, outside the pool (its MaxActive does not count them), and
-// Close closes them. The connections a *redis.Pool dials are not guarded
-// against hostile replies unless its dial function uses pool.GuardConn.
-// Close ends a dial in progress through its context, so a *redis.Pool's
-// dial function must honour it, TLS handshake included (redigo's
-// DialUseTLS does not: docs/operations.md, "TLS").
+// New returns a client for the masters behind pools, one pool per master;
+// the masters must be independent servers. An empty list, a nil pool or a
+// master given twice is refused with ErrInvalid. New does no network
+// traffic: two addresses of one server are found at first contact (by
+// run_id), and every call then fails (docs/operations.md, "Two addresses,
+// one server"). A pool that can dial its own connections (pool.Dialer, a
+// *redis.Pool's dial function) is pipelined; guard that dial with
+// pool.GuardConn and let it honour its context, TLS handshake included
+// (docs/operations.md, "TLS"). How the client uses the pools:
+// docs/design.md, "Pipelining (the default) and the pooled path".
 func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(len(pools), opts)
 	if err != nil {
@@ -236,19 +225,13 @@ func withoutCredentials(addr string) string {
 	return addr[:start] + addr[at+1:]
 }
 
-// NewFromAddrs returns a client for the masters at addrs, each either
-// "host:port", a URL as pool.NewFromURL takes it, or a quorum member that
-// is a Redis Cluster, written cluster://HOST:PORT[+HOST:PORT...] with
-// some of its nodes as seeds (pool.ParseClusterURL). It makes one pool per
-// master, and per node of a cluster member (all configured by
-// WithPoolOptions: credentials, TLS and timeouts apply to every node of
-// a cluster), which Close closes.
-//
-// A cluster member's commands go to the node that owns the lock key's
-// slot, following MOVED, ASK and TRYAGAIN; it is pipelined (one
-// connection per node) whatever WithPipelining says. With any cluster
-// member, WithClusterSlots is on. See docs/operations.md, "Quorum members
-// that are Redis Clusters".
+// NewFromAddrs returns a client for the masters at addrs, each "host:port",
+// a URL as pool.NewFromURL takes it, or a quorum member that is a Redis
+// Cluster, cluster://HOST:PORT[+HOST:PORT...] with some of its nodes as
+// seeds. It makes one pool per master and per node of a cluster member,
+// configured by WithPoolOptions, which Close closes. With any cluster
+// member WithClusterSlots is on, and its commands follow the slot's owner
+// (docs/operations.md, "Quorum members that are Redis Clusters").
 func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(len(addrs), opts)
 	if err != nil {
@@ -359,26 +342,15 @@ func (c *Client) addWorker() bool {
 	return true
 }
 
-// Close stops new work, gives the commands still in flight at most one
-// per-master timeout to be answered, then fails what is still queued or
-// awaiting a reply on the pipelined connections with ErrClosed and closes
-// them; it does not wait for a slow master to answer a long queue. (On the
-// pooled path Close waits for each command in flight, and for the rollback
-// a late grant among them sends: a command whose master stops answering
-// while it is in flight holds Close up to one per-master timeout, at least
-// a second, past that command's deadline.) It closes Done, ends the waits
-// of Acquire calls (they return an error matching ErrClosed), stops the
-// watchdogs of auto-extended locks (they count as lost, with ErrClosed)
-// and the Observe of every election of the client, waits for every
-// goroutine the client started, and closes the pools NewFromAddrs made.
-// Locks not released before Close expire at their TTL, as do keys whose release or rollback a master missed and the client
-// was still retrying (docs/design.md, "Finishing what a master missed"):
-// Close drops those retries. A transport that has not completed a command
-// one per-master timeout after its own Close (it breaks Transport's
-// contract) does not hold Close up: the client then fails the command
-// itself, with an error matching ErrClosed, and ignores a later
-// completion. Close is idempotent; on a Client that New did not make it
-// returns an error matching ErrInvalid.
+// Close stops new work and ends all the client runs: the commands in
+// flight get at most one per-master timeout to be answered, then what is
+// left fails with ErrClosed; waiting Acquire calls return ErrClosed,
+// auto-extended locks count as lost (ErrClosed), elections' Observe loops
+// end, Done is closed, the pools NewFromAddrs made are closed, and Close
+// waits for every goroutine the client started. Locks not released, and
+// retries of releases a master missed, are dropped: their keys expire at
+// their TTL. Close is idempotent; on a Client New did not make it returns
+// ErrInvalid. Its bounds on each path: docs/design.md, "Closing a client".
 func (c *Client) Close() error {
 	if err := c.valid(); err != nil {
 		return err
@@ -463,24 +435,14 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 }
 
 // Acquire takes the lock on key, retrying until it succeeds or ctx ends,
-// or, with WithWait(d), until d is spent (there is no bound by default:
-// give ctx a deadline or use WithWait; TryAcquire tries once). Between attempts
-// it waits for the key's release to be announced by a master (see
-// docs/design.md), and at most a jittered exponential backoff or, once
-// that is at its maximum and the announcements reach this client, a
-// fallback poll of at most 2 s. An announcement is followed by an attempt
-// at once; with several masters, that attempt asks one master first, the
-// key's lead, and the others only once it granted, so that the waiters one
-// release woke in several clients are told apart by one command each, and
-// do not split the vote (before it, a random delay under a millisecond,
-// shorter for a waiter that has waited longer, unless it was the only
-// client waiting). When the
-// first refusal came before this client followed the key's announcements,
-// a release in between would go unheard: it then tries once more as soon
-// as every master confirmed the subscription (within a per-master
-// timeout). On failure the error matches ErrNotAcquired, and also
-// ctx.Err() when ctx ended; it is a *QuorumError that tells what each
-// master answered. No failed attempt leaves the key on any master.
+// or, with WithWait(d), until d is spent (no bound by default: give ctx a
+// deadline or use WithWait; TryAcquire tries once). Between attempts it
+// waits for a master to announce the key's release, with a jittered
+// backoff and a fallback poll as bounds; a woken attempt asks the key's
+// pilot first (docs/design.md, "Waiting without polling"). On failure the
+// error matches ErrNotAcquired, and ctx.Err() when ctx ended; it is a
+// *QuorumError that tells what each master answered. No failed attempt
+// leaves the key on any master.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/slots"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -122,7 +123,7 @@ func keySlot(key string) int {
 			}
 		}
 	}
-	return int(crc) % pool.ClusterSlots
+	return int(crc) % slots.ClusterSlots
 }
 
 // A seed whose CLUSTER SLOTS reply never ends (an array header of a

@@ -8,15 +8,11 @@ import (
 
 // Do acquires the lock on key (as Acquire does, with opts), runs fn while
 // holding it, and releases it when fn returns or panics. fn's context
-// carries the lock: LockFromContext returns it (for its fencing token, say).
-//
-// The lock is extended automatically while fn runs (WithAutoExtend; the
-// period defaults to a third of the TTL). fn's context is cancelled as soon
-// as the lock is lost, with the loss as its cause
-// (context.Cause(ctx)); fn must stop writing then. Do returns the
-// acquisition error, or fn's error joined with the loss when the lock was
-// lost while fn ran. Use WithMaxHold to cap how long a stuck fn can keep
-// the lock. No goroutine or timer of Do outlives it.
+// carries the lock (LockFromContext) and is cancelled, with the loss as its
+// cause, as soon as the lock is lost: fn must stop writing then. The lock
+// is extended automatically (WithAutoExtend; WithMaxHold caps a stuck fn).
+// Do returns the acquisition error, or fn's error joined with the loss
+// when the lock was lost while fn ran. Nothing of Do outlives it.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := c.check(ctx); err != nil {
 		return c.identWaitFailed(err, key)

@@ -30,7 +30,7 @@ import (
 // the key at its TTL and a candidate takes it then).
 //
 // An election's fencing commit also records the term beside the holder,
-// in the field layout.TermField(token) of the metadata hash, in the same
+// in the field "term:"+token of the metadata hash, in the same
 // script step that raises the counter (scripts.FenceCommitTerm); an
 // election always keeps that hash, an empty value too. Leader reads each
 // master in one script step (scripts.LeaderRead): the token that holds the
@@ -39,8 +39,8 @@ import (
 // masters holds with the same term recorded: that token's acquisition
 // chose the term and committed it to a quorum. The fencing counter alone
 // is never read for the term: it is raised a round trip after the grant,
-// and read beside the new holder it gave the old holder's term (issue 18;
-// docs/design.md, "Reading an election's leader"). Observe reads Leader
+// and read beside the new holder it gave the old holder's term
+// (docs/design.md, "Reading an election's leader"). Observe reads Leader
 // again and again.
 //
 // Election lives in package redlock, not a package of its own, because it
@@ -181,39 +181,16 @@ type Leader struct {
 	TTL time.Duration
 }
 
-// Leader reads who leads now: the value and term of the candidate that a
-// quorum of masters holds the key for, with the same term recorded for it
-// on each of them. It only reads: one read-only script per master, all
-// masters at once, which reads the holder's token, the term its fencing
-// commit recorded beside it and its value in one step, so a reported
-// (Value, Term) pair is always one a candidate was granted, never one
-// leader's value with another's term (docs/design.md, "Reading an
-// election's leader").
-//
-// On a closed client (Client.Close) it returns an error matching
-// ErrClosed, also when Close was called while it read: what it read then
-// may be a leader elected after the Close. It returns an error matching
-// ErrNoLeader when no quorum holds the key;
-// one matching ErrHandOver (which matches ErrNoLeader too) when a quorum
-// holds a new leader's key but fewer than a quorum have its term yet — a
-// hand-over is under way: Leader reads again a few times within ctx before
-// it says so; and another error when so many masters could not be read
-// that a leader might be hidden, each master's failure then in the error
-// as a *NodeError: whenever the masters that could not be read might
-// complete a quorum for a leader (with the masters that hold its token,
-// or, in a hand-over, that have its term), so neither "no leader" nor
-// "hand-over" is known. A master is read through its transport's Inspector
-// ability, within the per-master timeout (WithTimeout) and ctx; when
-// masters could not be read because ctx ended, the error matches
-// ctx.Err() too.
-//
-// A leader elected by an earlier version of this package, which recorded
-// no term, has none on the masters: Leader reports a hand-over until a
-// campaign of this version is elected.
-//
-// What it returns is a snapshot: the leader may be deposed the moment
-// after. Only a resource that checks the term can tell a current leader's
-// write from an old one.
+// Leader reads who leads now: the Value and Term of the candidate that a
+// quorum of masters holds the key for, with that term recorded on each of
+// them, so the pair is always one a candidate was granted. It only reads,
+// and what it returns is a snapshot: only a resource that checks the term
+// can tell a current leader's write from an old one. It returns ErrClosed
+// on a closed client; ErrNoLeader when no quorum holds the key; ErrHandOver
+// (which matches ErrNoLeader) while a new leader's term is not yet on a
+// quorum; and, when the masters it could not read might hide a leader, an
+// error with each one's *NodeError (and ctx.Err() when ctx ended). How it
+// reads and decides: docs/design.md, "Reading an election's leader".
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return Leader{}, err
@@ -484,16 +461,12 @@ func leaderIn(key string, reads []leaderRead, quorum int) (Leader, bool, error) 
 const maxObserved = 64
 
 // Observe reads the leader again and again until ctx ends or the client
-// closes, and sends each new one on the returned channel: in the order of
-// their terms, each term once, never an older one after a newer. It reads
-// every tenth of the TTL (at least 50 ms apart, at most a second), also
-// while the receiver is not receiving (it keeps the latest 64 leaders for
-// it). A leader that came and went between two readings is not sent, and
-// the gap in the terms shows it. One goroutine runs until ctx ends or
-// Client.Close is called, then closes the channel (dropping the leaders
-// it kept); Close waits for it, as for the client's other goroutines, and
-// a leader read after Close was called is not sent. On a closed client (or a nil ctx) the channel is
-// closed at once.
+// closes, and sends each new one on the returned channel, in the order of
+// their terms, each once. It reads every tenth of the TTL (50 ms to 1 s
+// apart), keeping the latest 64 leaders for a slow receiver; a leader
+// that came and went between readings is not sent (its term is missing).
+// The channel is closed when ctx ends or Client.Close is called (at once
+// on a closed client or a nil ctx); Close waits for its goroutine.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	if e.check(ctx) != nil || !e.c.addWorker() {

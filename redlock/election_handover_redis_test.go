@@ -218,7 +218,7 @@ func TestAttack18_EmptyValueTermAndNoTermOutsideElections(t *testing.T) {
 		// A release returns at a quorum: the last master may follow a moment later.
 		waitUntil(t, "nothing but the fencing counter after the resign", func() bool {
 			for _, ks := range rs.keysOn(t) {
-				if len(ks) != 1 || ks[0] != redlock.FenceKey("ev") {
+				if len(ks) != 1 || ks[0] != layout.FenceKey("ev") {
 					return false
 				}
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -31,7 +32,7 @@ func TestAttack18b_LeaderWithTamperedTermFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ld.Resign(context.Background())
-	field := layout.TermField(ld.Lock().Token())
+	field := keys.TermField(ld.Lock().Token())
 	meta := layout.MetaKey("tt")
 	waitUntil(t, "the term on every master", func() bool {
 		for _, s := range rs.servers {

@@ -158,9 +158,9 @@ type QuorumError struct {
 	// (a grant is rolled back).
 	Unanswered []int
 	// NotAsked holds the indices of masters the acquisition did not ask:
-	// a waiter woken by a release asks one master first (the lead, see
+	// a waiter woken by a release asks one master first (the pilot, see
 	// "Woken waiters" in docs/design.md) and the others only once it
-	// granted. When the lead refused (another holds the key there) or
+	// granted. When the pilot refused (another holds the key there) or
 	// failed, nothing was sent to them.
 	NotAsked []int
 
@@ -225,7 +225,7 @@ func (e *QuorumError) Error() string {
 		}
 	}
 	if len(e.NotAsked) > 0 {
-		b.WriteString("; not asked, as the lead master did not grant it: ")
+		b.WriteString("; not asked, as the pilot did not grant it: ")
 		e.writeMasters(&b, e.NotAsked, nil)
 	}
 	if len(e.Unanswered) > 0 {

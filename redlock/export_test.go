@@ -2,6 +2,16 @@ package redlock
 
 import "time"
 
+// BackoffFloor is the shortest delay bound WithBackoff accepts.
+const BackoffFloor = minBackoff
+
+// ErrParserPanic is matched by the error of a master whose reply made the
+// reply parser panic.
+var ErrParserPanic = errPanic
+
+// WithClock replaces the real clock (the option is unexported: a test hook).
+var WithClock = withClock
+
 // Backoff exposes the retry delay for tests.
 var Backoff = backoff
 
@@ -29,7 +39,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 func Finishing(c *Client) int {
 	c.fin.mu.Lock()
 	defer c.fin.mu.Unlock()
-	return c.fin.pending
+	return c.fin.outstanding
 }
 
 // ReleaseWait is how long c's releases wait for a master.

@@ -39,8 +39,10 @@ type fencing struct {
 }
 
 // FenceKey returns the name of the companion key that holds key's fencing
-// counter on each master: key with the suffix ":fence", in key's Redis
-// Cluster hash slot (key's own hash tag if it has one, else {key}).
+// counter on each master.
+//
+// Deprecated: use layout.FenceKey, which names every key a lock keeps on
+// a master. FenceKey is removed in the next minor release.
 func FenceKey(key string) string { return layout.FenceKey(key) }
 
 // WithFencing gives the lock a fencing token (Lock.Fence): a number that is

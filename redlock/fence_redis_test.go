@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -40,7 +41,7 @@ func TestRedis_FenceStrictlyIncreasesAcrossHolders(t *testing.T) {
 				// quorum holds at least the token.
 				atLeast := 0
 				for _, s := range rs.servers {
-					v, _ := redis.Uint64(s.Do("GET", redlock.FenceKey("k")))
+					v, _ := redis.Uint64(s.Do("GET", layout.FenceKey("k")))
 					if v >= last {
 						atLeast++
 					}
@@ -60,7 +61,7 @@ func TestRedis_FenceStrictlyIncreasesAcrossHolders(t *testing.T) {
 			}
 			// The counter key has no TTL: it must outlive every lock.
 			for i, s := range rs.servers {
-				if ttl, _ := redis.Int64(s.Do("PTTL", redlock.FenceKey("k"))); ttl != -1 {
+				if ttl, _ := redis.Int64(s.Do("PTTL", layout.FenceKey("k"))); ttl != -1 {
 					t.Errorf("master %d: counter PTTL %d, want -1 (none)", i, ttl)
 				}
 			}
@@ -229,10 +230,10 @@ func TestRedis_FenceCounterKeySharesTheSlot(t *testing.T) {
 				}
 				return n
 			}
-			if a, b := slot(key), slot(redlock.FenceKey(key)); a != b {
-				t.Errorf("%q in slot %d, its counter %q in %d", key, a, redlock.FenceKey(key), b)
+			if a, b := slot(key), slot(layout.FenceKey(key)); a != b {
+				t.Errorf("%q in slot %d, its counter %q in %d", key, a, layout.FenceKey(key), b)
 			}
-			if v, _ := redis.String(rs.servers[0].Do("GET", redlock.FenceKey(key))); v != strconv.FormatUint(l.Fence(), 10) {
+			if v, _ := redis.String(rs.servers[0].Do("GET", layout.FenceKey(key))); v != strconv.FormatUint(l.Fence(), 10) {
 				t.Errorf("counter %q, token %d", v, l.Fence())
 			}
 			_ = l.Release(ctx)

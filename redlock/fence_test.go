@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -17,7 +18,7 @@ import (
 
 func TestFence_tokenIsOneMoreThanLargestGrantedCounter(t *testing.T) {
 	fs := newFakes(t, 5)
-	fk := redlock.FenceKey("k")
+	fk := layout.FenceKey("k")
 	for i, c := range []uint64{7, 41, 3, 99, 12} {
 		fs.masters[i].Set(fk, strconv.FormatUint(c, 10), 0)
 	}
@@ -64,7 +65,7 @@ func TestFence_withoutFencingIsZeroAndTouchesNoCounter(t *testing.T) {
 		t.Errorf("Fence() = %d without WithFencing, want 0", l.Fence())
 	}
 	for i, m := range fs.masters {
-		if v, ok := m.Get(redlock.FenceKey("k")); ok {
+		if v, ok := m.Get(layout.FenceKey("k")); ok {
 			t.Errorf("master %d has a fence counter %q", i, v)
 		}
 	}
@@ -138,8 +139,8 @@ func TestFence_commitThatTakesTheValidityFails(t *testing.T) {
 
 func TestFence_counterOutOfRangeIsAFailedMaster(t *testing.T) {
 	fs := newFakes(t, 3)
-	fs.masters[0].Set(redlock.FenceKey("k"), "9007199254740992", 0) // 2^53
-	fs.masters[1].Set(redlock.FenceKey("k"), "not a number", 0)
+	fs.masters[0].Set(layout.FenceKey("k"), "9007199254740992", 0) // 2^53
+	fs.masters[1].Set(layout.FenceKey("k"), "not a number", 0)
 	_, err := fs.client.TryAcquire(context.Background(), "k", redlock.WithTTL(fakeTTL), redlock.WithFencing())
 	if !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("err = %v, want ErrNotAcquired", err)

@@ -23,10 +23,10 @@ import (
 //
 // What "did not confirm" is, is the transport's to say: every command it
 // completes with an error, and every release that never went out because
-// the round before it on that master was still pending. Pipelined, a
+// the round before it on that master was still unanswered. Pipelined, a
 // command waits on the master's one connection after its caller stopped
 // waiting, and a late answer means it ran: only a command that failed for
-// good — its connection broke (a stall, a reply out of step, a second
+// good — its connection broke (silence, a reply out of step, a second
 // EOF), the redial failed, the queue was full, an error reply — fails.
 // Pooled, every command that got no answer by its deadline fails (its
 // connection is discarded).
@@ -70,15 +70,15 @@ type finisher struct {
 	// Client.mu, never while holding one.
 	gate sync.Mutex
 
-	mu       sync.Mutex // guards the fields below, up to owners; taken before Client.mu
-	queue    finQueue   // by due time
-	masters  []finMaster
-	pending  int  // retries queued, held or in flight
-	running  bool // the goroutine runs
-	closed   bool
-	wake     chan struct{} // size 1: the queue's head changed
-	limit    int
-	min, max time.Duration
+	mu          sync.Mutex // guards the fields below, up to owners; taken before Client.mu
+	queue       finQueue   // by due time
+	masters     []finMaster
+	outstanding int  // retries queued, held or in flight
+	running     bool // the goroutine runs
+	closed      bool
+	wake        chan struct{} // size 1: the queue's head changed
+	limit       int
+	min, max    time.Duration
 
 	// owners maps each reentrant owner's chain (chainID) to its newest
 	// round, until that round's retries could no longer run. Under
@@ -170,7 +170,7 @@ func finishes(op opKind, r *round) bool {
 // caller holds Client.mu.
 func (f *finisher) newest(c *Client, id string, r *round, ttl time.Duration) *round {
 	now := time.Now()
-	// A command of r fails for good within the stall bound of a
+	// A command of r fails for good within the silence bound of a
 	// pipelined connection, or within a few per-master timeouts on the
 	// pooled path; its retries end a TTL later at the latest.
 	r.fin.until = now.Add(ttl + 12*c.timeout + time.Second)
@@ -272,10 +272,10 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 	e := &finEntry{r: r, i: i, op: op, until: until, err: err, confirm: confirm}
 	var a finActs
 	f.mu.Lock()
-	if f.pending >= f.limit && !f.closed {
+	if f.outstanding >= f.limit && !f.closed {
 		a.logs = append(a.logs, finLog{e, "too many pending retries"})
 	} else {
-		f.pending++
+		f.outstanding++
 		due := now.Add(f.min)
 		if !confirm {
 			// The master just failed: its first retry goes alone.
@@ -288,7 +288,7 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 	a.do(c)
 }
 
-// queueLocked queues e (counted in pending) to be sent at due, or drops
+// queueLocked queues e (counted in outstanding) to be sent at due, or drops
 // it: superseded, the client closed, or due past its time.
 func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs) {
 	why := ""
@@ -306,7 +306,7 @@ func (f *finisher) queueLocked(c *Client, e *finEntry, due time.Time, a *finActs
 		}
 	}
 	if why != "" {
-		f.pending--
+		f.outstanding--
 		if why != "-" {
 			a.logs = append(a.logs, finLog{e, why})
 		}
@@ -330,13 +330,13 @@ func (f *finisher) ended(c *Client, e *finEntry, err error, dropped, again bool)
 	at := time.Now() // when the retries held for this master go
 	switch {
 	case dropped:
-		f.pending--
+		f.outstanding--
 	case err == nil && again:
 		m.down, m.fails = false, 0
 		e.confirm = true
 		f.queueLocked(c, e, at.Add(f.min), &a)
 	case err == nil:
-		f.pending--
+		f.outstanding--
 		m.down, m.fails = false, 0
 	default:
 		e.err = err
@@ -431,7 +431,7 @@ func (f *finisher) close(c *Client) {
 		}
 		f.masters[i].held = nil
 	}
-	f.pending -= n
+	f.outstanding -= n
 	n -= confirms
 	f.closed, f.running = true, false
 	f.mu.Unlock()

@@ -137,7 +137,7 @@ func TestHostileMaster_plainPoolBackstop(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer c2.Close()
-					if _, err := c2.TryAcquire(ctxT(t), "k2"); !errors.Is(err, redlock.ErrPanic) {
+					if _, err := c2.TryAcquire(ctxT(t), "k2"); !errors.Is(err, redlock.ErrParserPanic) {
 						t.Fatalf("err = %v, want ErrPanic", err)
 					}
 				})

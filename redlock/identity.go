@@ -348,7 +348,7 @@ func probeAnswerResult(reply any, err error) probeResult {
 		var rpe ReplyError
 		var pe *pool.ProtocolError
 		var de *desyncError
-		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, ErrPanic) {
+		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, errPanic) {
 			// It answered: an error reply (an ACL without INFO), or bytes
 			// no server sends. Not identified, not asked again.
 			return probeResult{final: true}

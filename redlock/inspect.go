@@ -38,32 +38,15 @@ type MasterState struct {
 	Err error
 }
 
-// Inspect reads what each master holds for key: the lock's kind, its
-// holders with their tokens and remaining TTLs, a reentrant owner's count,
-// a read-write lock's readers, writer and waiting writer, a fair lock's
-// queue, the fencing counter and each holder's metadata (WithMetadata;
-// layout.State). It only reads, with plain commands (TIME, TYPE, PTTL,
-// GET, GETRANGE, STRLEN, HLEN, HGETALL, HSCAN, ZCARD, ZRANGE, EXISTS,
-// HMGET), in at most four round trips per master (three when no holder
-// has metadata), and asks all masters at once. It is meant for operators and tests (redlock status):
-// what it returns is a snapshot, and the lock may change while it is read.
-//
-// A master is read through its transport's Inspector ability (both
-// transports New makes have it); a transport without it is reported as
-// that master's error, matching errors.ErrUnsupported.
-//
-// Each round trip to a master waits at most the per-master timeout
-// (WithTimeout) and never past ctx's deadline; a cancelled ctx stops each
-// master's reading before its next round trip. A master's failure is
-// reported in its MasterState, never as Inspect's error, which is only for
-// a nil ctx, an empty key or a Client New did not make (ErrInvalid), and a
-// closed client (ErrClosed, also when Close comes while it reads; a round
-// trip to a master under way then still ends at its per-master timeout,
-// not at once).
-//
-// Every reply is untrusted: each must have the one shape its command
-// allows, and what is kept is bounded (layout.MaxEntries entries,
-// layout.MaxValue bytes per string) whatever a master sends.
+// Inspect reads what each master holds for key (layout.State: the lock's
+// kind, holders with tokens and remaining TTLs, readers and writer, a fair
+// lock's queue, the fencing counter, metadata), for operators and tests
+// (redlock status). It only reads, all masters at once, each within the
+// per-master timeout and ctx; the result is a snapshot. A master's failure
+// is in its MasterState (errors.ErrUnsupported when its transport is no
+// Inspector); Inspect's own error is ErrInvalid (nil ctx, empty key, a
+// Client New did not make) or ErrClosed. Replies are untrusted and what is
+// kept is bounded: docs/design.md, "What a master holds".
 func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 	if err := c.check(ctx); err != nil {
 		var we *identWaitError

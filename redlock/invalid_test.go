@@ -22,8 +22,8 @@ func TestOptions_rejectBelowMinimums(t *testing.T) {
 		{"auto-extend at the minimum", []redlock.LockOption{redlock.WithAutoExtend(redlock.MinAutoExtendPeriod)}, true},
 		{"default period of a TTL too short for it", []redlock.LockOption{redlock.WithTTL(3*redlock.MinAutoExtendPeriod - time.Millisecond), redlock.WithAutoExtend(0)}, false},
 		{"backoff 1ns, 1ns", []redlock.LockOption{redlock.WithBackoff(1, 1)}, false},
-		{"backoff min just below the minimum", []redlock.LockOption{redlock.WithBackoff(redlock.MinBackoff-1, time.Second)}, false},
-		{"backoff at the minimum", []redlock.LockOption{redlock.WithBackoff(redlock.MinBackoff, redlock.MinBackoff)}, true},
+		{"backoff min just below the minimum", []redlock.LockOption{redlock.WithBackoff(redlock.BackoffFloor-1, time.Second)}, false},
+		{"backoff at the minimum", []redlock.LockOption{redlock.WithBackoff(redlock.BackoffFloor, redlock.BackoffFloor)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fs.client

@@ -11,15 +11,15 @@ import (
 // send SET NX to every master at once, all but one would be refused
 // everywhere, at five commands each and the rollbacks of the masters they
 // did not await, and some would split the vote so that none won. Instead a
-// woken waiter's attempt asks one master first, the key's lead, and the
-// others only once the lead granted it: the lead decides among the woken
+// woken waiter's attempt asks one master first, the key's pilot, and the
+// others only once the pilot granted it: the pilot decides among the woken
 // waiters in one command each, the losers send nothing else, and the
 // winner asks the rest in one more round trip. Its validity still counts
 // from before its first write, so the longer round only shortens it
 // (docs/design.md, "Woken waiters").
 //
-// Every process must name the same lead for a key without talking to the
-// others: the lead is the master whose run_id (learned at first contact,
+// Every process must name the same pilot for a key without talking to the
+// others: the pilot is the master whose run_id (learned at first contact,
 // identity.go) hashes highest with the key (rendezvous hashing), so that
 // the order in which processes list their masters does not matter, and
 // keys spread over the masters. Until every run_id is known, the masters'
@@ -28,8 +28,8 @@ import (
 // hung does not fail every woken attempt: the attempt is made to every
 // master at once when each of them failed lately.
 
-// leadQuiet is how long a master that failed a command is not chosen to
-// lead, at least: see leadFor.
+// leadQuiet is how long a master that failed a command is not chosen as
+// pilot, at least: see leadFor.
 const leadQuiet = time.Second
 
 // leadFor returns the master a woken waiter's attempt on key asks first,

@@ -8,22 +8,14 @@ import (
 	"time"
 )
 
-// Lock is a lock held on a quorum of masters, as returned by
-// Client.Acquire, Client.AcquireRead, Client.AcquireWrite and
-// Client.AcquireMulti and their TryAcquire forms (and held by a Reentrant,
-// Reentrant.Lock; Client.Do takes and releases one around its function).
-// It is valid until Until(); past that moment another client may hold the
-// same key.
-//
-// A Lock is safe for concurrent use: Extend and Release calls are
-// serialised. Releasing twice is harmless: the second call, concurrent or
-// not, sends nothing and returns an error matching ErrNotHeld; so does
-// Extend after Release.
-//
-// A Lock that no acquisition returned (a nil *Lock, or the zero Lock) is
-// safe to call: Key, Token and Keys return "" or nil, Until the zero time,
-// Fence 0, Lost a closed channel; Extend, Release and Err return an error
-// matching ErrInvalid.
+// Lock is a lock held on a quorum of masters, returned by the Acquire
+// methods of Client (Reentrant.Lock and Client.Do hold one too). It is
+// valid until Until(): past that moment another client may hold the key.
+// A Lock is safe for concurrent use; releasing twice is harmless (a second
+// Release, like Extend after Release, sends nothing and returns
+// ErrNotHeld). A Lock no acquisition returned (nil or zero) is safe to
+// call: its getters return zero values and Lost a closed channel; Extend,
+// Release and Err return ErrInvalid.
 type Lock struct {
 	c     *Client
 	key   string
@@ -50,7 +42,7 @@ type Lock struct {
 
 	op sync.Mutex // serialises Extend and Release
 	// Expiry changes whose outcome on some master is not known
-	// (pending.go); guarded by op.
+	// (unsettled.go); guarded by op.
 	inFlight  []time.Duration
 	unsettled []unsettledRound
 
@@ -106,27 +98,15 @@ func (l *Lock) Until() time.Time {
 	return l.until
 }
 
-// Extend asks every master to set the lock's time to live to ttl, if it
-// still holds this lock's token. It succeeds when a quorum did so within
-// the new validity, which is then counted from the start of the call
-// (start + ttl − drift; shorter than before when ttl is).
-//
-// When no quorum confirms the extension in time, masters that did not
-// answer may still run it later, so the validity becomes the earlier of
-// the old one and start + ttl − drift (docs/safety.md): an extension to
-// a shorter TTL shortens the lock even when it fails.
-//
-// It returns an error matching ErrLockLost when the lock had already
-// expired by the local clock or was lost (Err; nothing is sent), when it
-// was lost while the round ran, when a quorum of masters no
-// longer holds its token, or no validity is left after the round; an
-// expired lock is never silently taken again. It returns an error
-// matching ErrNotExtended when too few masters answered while validity
-// is left. Errors of a round that was sent are *QuorumError.
-//
-// After Release (or while one runs) it sends nothing and returns an error
-// matching ErrNotHeld, not ErrLockLost. On a Lock no acquisition returned
-// (nil or zero) it returns an error matching ErrInvalid.
+// Extend sets the lock's time to live to ttl on every master that still
+// holds its token, and succeeds when a quorum did within the new validity
+// (start of the call + ttl − drift). An extension that fails may still run
+// on masters that did not answer, so it can shorten the lock
+// (docs/safety.md). It returns ErrLockLost when the lock expired or was
+// lost, before the call (nothing is sent) or during it, and is never
+// silently taken again; ErrNotExtended when too few masters answered while
+// validity is left; ErrNotHeld after Release; ErrInvalid on a Lock no
+// acquisition returned. Errors of a round that was sent are *QuorumError.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -271,24 +251,14 @@ func (l *Lock) checkHeld(what string, start time.Time) (time.Time, error) {
 	return until, nil
 }
 
-// Release deletes the lock on every master that still holds its token. It
-// returns nil once a quorum of masters are known not to hold the token
-// afterwards — those that deleted it, and, while the lock's validity
-// lasts, those that answer that they do not hold it where no command of
-// this lock that puts the token there can still run (masters that
-// refused the acquisition or were never asked): the key is then free for
-// others to take on a quorum (docs/safety.md). It returns an error
-// matching ErrNotHeld when the lock was no longer held: so many masters
-// did not hold it that no quorum could have (it had expired or been
-// taken), or its validity had ended and fewer than a quorum deleted it;
-// also when it was already released. It returns an error matching
-// ErrNotReleased when too few masters answered to tell either way.
-//
-// The release is sent even when ctx has already ended, so that a deferred
-// Release frees the lock; ctx bounds only how long the caller waits for
-// the answers. Each master's command is bounded by the per-master timeout.
-// On a Lock no acquisition returned (nil or zero) it returns an error
-// matching ErrInvalid.
+// Release deletes the lock on every master that still holds its token,
+// and returns nil once a quorum is known not to hold it afterwards: the key
+// is then free on a quorum (docs/design.md, "What a release confirms"). It
+// returns ErrNotHeld when the lock was no longer held (expired, taken or
+// already released), ErrNotReleased when too few masters answered to tell,
+// ErrInvalid on a Lock no acquisition returned. The release is sent even
+// when ctx has ended, so a deferred Release frees the lock: ctx bounds only
+// the wait for the answers, the per-master timeout each master's command.
 func (l *Lock) Release(ctx context.Context) (err error) {
 	if err := l.check(ctx); err != nil {
 		return err

@@ -11,17 +11,13 @@ import (
 // Multi-key locks: one script sets every key or none on each master
 // (internal/scripts/multi.lua).
 
-// AcquireMulti takes keys all at once: on each master either every key is
-// set or none is, so two clients locking overlapping sets can never hold
-// one part each and wait for the other (no lock ordering is needed). The
-// lock counts as held with a quorum of masters that set every key. With
-// WithClusterSlots the keys must share a Redis Cluster hash slot (give
-// them a common hash tag, such as {order:7}); keys that do not are
-// rejected. Lock.Keys returns them; Lock.Key the first.
-//
-// It waits like Acquire: until it gets every key or ctx ends, or for the
-// WithWait bound; TryAcquireMulti tries once. On failure the error
-// matches ErrNotAcquired.
+// AcquireMulti takes keys all at once: on each master every key is set or
+// none is, so clients locking overlapping sets never deadlock, and the
+// lock is held with a quorum of masters that set every key. With
+// WithClusterSlots the keys must share a hash slot (a common hash tag such
+// as {order:7}). Lock.Keys returns them, Lock.Key the first. It waits like
+// Acquire, until it gets every key or ctx ends, or for the WithWait bound;
+// TryAcquireMulti tries once. On failure the error matches ErrNotAcquired.
 func (c *Client) AcquireMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireMulti(ctx, keys, opts, false)
 }

@@ -25,25 +25,15 @@ import (
 // (logged at Info with the count) — an answer to a command sent after it
 // turned failing: not a late answer to one queued behind the failure.
 
-// Observer receives what a Client does. Its methods are called
-// synchronously, on the goroutine that decided the outcome — the caller's
-// for acquisitions, extensions and releases, a lock's watchdog for a loss
-// it detects, a transport's for a master's answer — so they must be quick
-// and must not block; they may be called concurrently. The events and
-// their slices are valid only during the call: copy what is kept. ctx is
-// the caller's context of the operation (context.Background() for what a
-// watchdog or a background retry does), for a trace to attach to.
-//
-// A method that blocks holds up what called it: an acquisition's,
-// extension's or release's result (OnExtend and OnRelease run with the
-// lock's operations held, so they must not call Extend or Release of the
-// same lock), and, for OnMasterAnswer, the master's further answers on a
-// pipelined connection. A panic in a method is recovered (the first one
-// logged at Error with WithLogger), so that a faulty observer crashes
-// nothing and strands no lock.
-//
-// Embed NopObserver in an implementation so that methods added to this
-// interface later have a default.
+// Observer receives what a Client does, for metrics and traces. Its
+// methods are called synchronously, possibly concurrently, on the
+// goroutine that decided the outcome, whose work waits for them: they must
+// be quick and must not block (OnExtend and OnRelease run with the lock's
+// operations held, so they must not call its Extend or Release). Events
+// and their slices are valid only during the call; ctx is the operation's
+// caller's (context.Background() for a watchdog or a background retry). A
+// panic in a method is recovered and logged (WithLogger). Embed NopObserver
+// so that methods added to this interface later have a default.
 type Observer interface {
 	// OnAcquire reports the end of an acquisition (Acquire, TryAcquire,
 	// Do, AcquireRead, AcquireWrite, AcquireMulti, and a Reentrant's
@@ -232,7 +222,7 @@ const (
 	// without it).
 	AnswerPending Answer = "pending"
 	// AnswerNotAsked means the master was not asked. A waiter woken by a
-	// release asks one master first (the round's lead) and the others
+	// release asks one master first (the round's pilot) and the others
 	// only once it granted; when it did not, they are not asked.
 	AnswerNotAsked Answer = "not asked"
 )

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/testhook"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -34,11 +35,17 @@ const (
 	// (also when it is the default, a third of the TTL): a watchdog then
 	// sends at most 100 extensions a second.
 	MinAutoExtendPeriod = 10 * time.Millisecond
-	// MinBackoff is the shortest delay bound WithBackoff accepts: a
-	// waiter then makes at most 1,000 attempts a second (each delay is
-	// drawn from [d/2, d]).
-	MinBackoff = 2 * time.Millisecond
+	// MinBackoff was the shortest delay bound WithBackoff accepts.
+	//
+	// Deprecated: WithBackoff's documentation states the bound (2 ms);
+	// MinBackoff is removed in the next minor release.
+	MinBackoff = minBackoff
 )
+
+// minBackoff is the shortest delay bound WithBackoff accepts: a waiter
+// then makes at most 1,000 attempts a second (each delay is drawn from
+// [d/2, d]).
+const minBackoff = 2 * time.Millisecond
 
 // expiryPrecision is added to the drift: Redis expires keys with up to one
 // millisecond of error, and the TTL is sent in whole milliseconds.
@@ -113,8 +120,12 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 // precision). The default is DefaultDriftFactor.
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
-// WithClock replaces the real clock, for tests. The default is clock.Real().
-func WithClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk } }
+// withClock replaces the real clock, for tests: redlock's own reach it
+// through export_test.go, those of the other modules through
+// internal/testhook. The default is clock.Real().
+func withClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk } }
+
+func init() { testhook.WithClock = withClock }
 
 // WithLogger receives the failures of single masters (a timeout, a
 // refused connection, an error reply) and lost locks. A master's failure
@@ -192,7 +203,7 @@ func WithWait(d time.Duration) LockOption {
 
 // WithBackoff sets the bounds of the delay between attempts: the n-th
 // delay is drawn from [d/2, d] with d = min(ceiling, floor×2ⁿ), so
-// competing clients fall out of step. floor must be at least MinBackoff
+// competing clients fall out of step. floor must be at least 2 ms
 // and ceiling at least floor. The defaults are DefaultBackoffMin and
 // DefaultBackoffMax.
 func WithBackoff(floor, ceiling time.Duration) LockOption {
@@ -240,8 +251,8 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	switch {
 	case lc.wait < 0:
 		return lc, fmt.Errorf("%w: wait must not be negative, got %v", ErrInvalid, lc.wait)
-	case lc.backoffMin < MinBackoff || lc.backoffMax < lc.backoffMin:
-		return lc, fmt.Errorf("%w: backoff needs %v <= min <= max, got min %v, max %v", ErrInvalid, MinBackoff, lc.backoffMin, lc.backoffMax)
+	case lc.backoffMin < minBackoff || lc.backoffMax < lc.backoffMin:
+		return lc, fmt.Errorf("%w: backoff needs %v <= min <= max, got min %v, max %v", ErrInvalid, minBackoff, lc.backoffMin, lc.backoffMax)
 	}
 	if c.clusterSlots && (lc.fair || lc.fencing) && !keys.SharesSlot(key) {
 		return lc, fmt.Errorf("%w: key %q has no hash tag and holds a '}', so its companion keys (fencing counter, fair queue) "+

@@ -13,17 +13,12 @@ import (
 // turns new readers away for a bounded time.
 
 // AcquireRead takes a read hold on key: any number of readers may hold it
-// at once, but no writer. A waiting writer has precedence: while one waits
-// (for a bounded time after its last attempt, so that a vanished writer
-// cannot block readers for long) new readers wait too. Every reader has
-// its own entry with its own expiry, on one Redis hash per key (so it
-// works on Redis Cluster nodes); only the reader itself can release or
-// extend its entry. The returned Lock behaves like any other: Extend,
-// Release, WithAutoExtend, Lost. Use the key only for read-write locks.
-//
-// It waits like Acquire: until it gets the hold or ctx ends, or for the
-// WithWait bound; TryAcquireRead tries once. On failure the error matches
-// ErrNotAcquired.
+// at once, but no writer, and while a writer waits new readers wait too.
+// Each reader's entry has its own expiry and only that reader can extend
+// or release it (docs/kinds.md). The returned Lock behaves like any other;
+// use the key only for read-write locks. It waits like Acquire, until it
+// gets the hold or ctx ends, or for the WithWait bound; TryAcquireRead
+// tries once. On failure the error matches ErrNotAcquired.
 func (c *Client) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquireRW(ctx, key, opts, false, false)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -38,7 +39,7 @@ import (
 // wakeChannel is the channel the release of key publishes on.
 func wakeChannel(key string) string { return layout.WakeChannel(key) }
 
-const wakePrefix = layout.WakePrefix
+const wakePrefix = keys.WakePrefix
 
 // lingerFor is how long a key's channel stays subscribed after its last
 // waiter left; maxLinger bounds the keys kept so per client.
@@ -81,7 +82,7 @@ type keyWaiters struct {
 	recent [8]announced // ring of releases recently announced
 	next   int
 	subs   int // clients waiting on the master of the latest notice, by that notice; 0: not told
-	// asked is the master the latest led attempt of a waiter of the key
+	// asked is the master the latest piloted attempt of a waiter of the key
 	// asked first (-1: none yet): its notice wakes a waiter (announce).
 	asked int
 	born  uint64    // waker.gen when the entry was made
@@ -90,7 +91,7 @@ type keyWaiters struct {
 }
 
 // announced is one release, how many masters have announced it, and
-// whether the key's lead master has (lead.go).
+// whether the key's pilot has (lead.go).
 type announced struct {
 	id       string
 	notices  int
@@ -99,18 +100,18 @@ type announced struct {
 
 // announce counts master from's notice of release id and reports whether
 // it should wake a waiter: the first notice does (the quickest hand-off).
-// A woken waiter asks the key's lead master first (lead.go), which may
+// A woken waiter asks the key's pilot first (lead.go), which may
 // not have run the release yet when another master's notice came first:
-// the lead's own notice wakes a waiter again. So does the notice of the
-// master asked, the lead a woken attempt asked first: the lead can change
+// the pilot's own notice wakes a waiter again. So does the notice of the
+// master asked, the pilot a woken attempt asked first: the pilot can change
 // between that attempt and the master's notice (leadFor passes over a
 // master that failed a command lately, and takes it back after
-// leadQuiet), and a notice judged by the lead of its own time only would
-// wake nobody from a master that refused the attempt as its lead. So does
+// leadQuiet), and a notice judged by the pilot of its own time only would
+// wake nobody from a master that refused the attempt as its pilot. So does
 // the notice that completes a quorum, for a waiter woken earlier whose attempt reached
 // masters that had not yet run the release: it failed there, and would
 // otherwise sleep through their notices of the same release. That holds
-// for a led attempt too: a lead that ran the release first grants it,
+// for a piloted attempt too: a pilot that ran the release first grants it,
 // and the others, asked next, may still hold the released token.
 func (k *keyWaiters) announce(id string, from, lead, asked, quorum int) bool {
 	for j := range k.recent {
@@ -234,7 +235,7 @@ func (w *waker) wait(keys []string, m mark, ahead bool) *waiting {
 	return wg
 }
 
-// asking records lead, the lead of key, as the master a woken attempt of
+// asking records lead, the pilot of key, as the master a woken attempt of
 // a single-key waiter asks first (keyWaiters.asked). A multi-key waiter
 // records nothing: it hears every notice of each of its keys (notify),
 // and the record of its first key is another waiter's.
@@ -466,7 +467,7 @@ func (w *waker) syncLocked() {
 // every master, whether announce says the notice wakes or not: a master
 // may refuse its attempt for another of its keys, still held there, and
 // that master's notice of that key's release may come neither first, nor
-// from that key's lead, nor complete a quorum (it ran the release after
+// from that key's pilot, nor complete a quorum (it ran the release after
 // the others): announce's three would all have been spent on attempts the
 // master refused, and the waiter would sleep until its timer. The masters
 // release its keys in orders of their own, so no one notice of a release
@@ -475,7 +476,7 @@ func (w *waker) syncLocked() {
 // nor passing the notice on, so the notice also counts as heard: a waiter
 // registering now tries again (mark).
 func (w *waker) notify(key, id string, from int) {
-	id, subs := layout.ParseNotice(id)
+	id, subs := keys.ParseNotice(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -489,7 +490,7 @@ func (w *waker) notify(key, id string, from int) {
 		w.gen++
 		kw.heard = w.gen
 	}
-	// The lead is worked out only for a key waited on here: leadFor takes
+	// The pilot is worked out only for a key waited on here: leadFor takes
 	// no lock of the waker's (lead.go).
 	if kw.announce(id, from, w.c.leadFor(key), kw.asked, w.c.quorum) {
 		kw.wakeFirst()

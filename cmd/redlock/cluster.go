@@ -24,6 +24,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/slots"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -31,7 +32,7 @@ import (
 const clusterScheme = pool.ClusterScheme
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
-const clusterSlots = pool.ClusterSlots
+const clusterSlots = slots.ClusterSlots
 
 // clusterMember is one quorum member that is a Redis Cluster. It is used
 // by one command at a time (not safe for concurrent use).
@@ -133,9 +134,9 @@ func (m *clusterMember) readSlots(ctx context.Context, timeout time.Duration, fr
 }
 
 // parseSlots checks a CLUSTER SLOTS reply from the node at sender
-// (pool.ParseClusterSlots).
+// (slots.ParseClusterSlots).
 func parseSlots(v any, sender string) ([]slotRange, error) {
-	rs, err := pool.ParseClusterSlots(v, sender)
+	rs, err := slots.ParseClusterSlots(v, sender)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +186,7 @@ func moved(err error, slot int) string {
 	if sm == nil || sm[1] != strconv.Itoa(slot) {
 		return ""
 	}
-	addr, err := pool.CheckNodeAddr(sm[2], "")
+	addr, err := slots.CheckNodeAddr(sm[2], "")
 	if err != nil {
 		return ""
 	}

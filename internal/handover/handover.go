@@ -1,5 +1,5 @@
 // Package handover drives leadership hand-overs for the tests of
-// Election.Leader (issue 18) in every module: candidates campaign again
+// Election.Leader in every module: candidates campaign again
 // and again, each with values it uses once, and the term each value won
 // is kept, so that the (value, term) pairs a reader was told can be
 // checked against the leaders' real ones.

@@ -1,4 +1,8 @@
-// Package keys names the companion keys that live beside a lock key.
+// Package keys spells what quorumlock keeps on a master beside a lock key:
+// the companion keys' names and suffixes, the fields of a read-write
+// lock's hash and an election's terms, the release channel and its
+// notices. Package layout documents the layout and names the keys for
+// users; the parts it is spelled from live here.
 package keys
 
 import "strings"

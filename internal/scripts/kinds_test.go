@@ -6,9 +6,9 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/layout"
 )
 
 // The seed's redis-cli transcript of a reentrant lock, replayed on the
@@ -102,7 +102,7 @@ func TestRW_readersWriterAndOwnEntries(t *testing.T) {
 	if rw(t, c, "k", "write", "w1", 30000, 500, "writer-1") != 1 {
 		t.Fatal("the waiting writer did not get the free lock")
 	}
-	if n, _ := redis.Int(c.Do("HEXISTS", "k", layout.IntentField)); n != 0 {
+	if n, _ := redis.Int(c.Do("HEXISTS", "k", keys.IntentField)); n != 0 {
 		t.Fatal("the intent outlived the writer's acquisition")
 	}
 	if rw(t, c, "k", "read", "r4", 30000) != 0 || rw(t, c, "k", "extend-write", "w1", 30000) != 1 {

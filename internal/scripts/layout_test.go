@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/layout"
 )
 
 // luaStrings returns the double-quoted string literals of a Lua source's
@@ -30,9 +30,9 @@ func luaStrings(src string) []string {
 // keys, companion keys, channels) reaches the scripts through KEYS[] and
 // ARGV[], made by package layout.
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
-	names := []string{layout.ReaderPrefix, layout.WriterPrefix, layout.IntentField, layout.IntentExpiryField}
-	spelled := append(slices.Clip(names), layout.TermPrefix, // the election's term field: fence_commit_term.lua, leader_read.lua
-		layout.NoticeSep) // release.lua's notice
+	names := []string{keys.ReaderPrefix, keys.WriterPrefix, keys.IntentField, keys.IntentExpiryField}
+	spelled := append(slices.Clip(names), keys.TermPrefix, // the election's term field: fence_commit_term.lua, leader_read.lua
+		keys.NoticeSep) // release.lua's notice
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
 		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop,
 		"string", // a key's type, as TYPE names it (leader_read.lua)
@@ -55,7 +55,7 @@ func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	}
 	// rw.lua cuts the prefixes by length: string.sub(f, 1, 2) and
 	// string.sub(f, 3).
-	if len(layout.ReaderPrefix) != 2 || len(layout.WriterPrefix) != 2 ||
+	if len(keys.ReaderPrefix) != 2 || len(keys.WriterPrefix) != 2 ||
 		!strings.Contains(scripts.RW.Source(), "string.sub(f, 1, 2)") || !strings.Contains(scripts.RW.Source(), "string.sub(f, 3)") {
 		t.Error("rw.lua and the layout disagree on the length of the holder prefixes")
 	}

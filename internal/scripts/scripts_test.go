@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
@@ -249,7 +250,7 @@ func TestFenceCommitTerm_recordsOnlyForHolder_andLeaderReadPairsThem(t *testing.
 	if commit("a", "7") != 1 {
 		t.Fatal("commit of the holder refused")
 	}
-	if term, _ := redis.String(c.Do("HGET", meta, layout.TermField("a"))); term != "7" {
+	if term, _ := redis.String(c.Do("HGET", meta, keys.TermField("a"))); term != "7" {
 		t.Fatalf("term = %q, want 7", term)
 	}
 	if ttl, _ := redis.Int64(c.Do("PTTL", meta)); ttl <= 0 || ttl > 5000 {
@@ -325,7 +326,7 @@ func TestRelease_noticeCountsTheSubscribers(t *testing.T) {
 		if !ok {
 			t.Fatalf("subscriber %d: no message", i)
 		}
-		if id, n := layout.ParseNotice(string(m.Data)); id != "01234567" || n != 2 {
+		if id, n := keys.ParseNotice(string(m.Data)); id != "01234567" || n != 2 {
 			t.Fatalf("subscriber %d: notice %q = %q, %d; want 01234567, 2", i, m.Data, id, n)
 		}
 	}

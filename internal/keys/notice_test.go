@@ -1,9 +1,9 @@
-package layout_test
+package keys_test
 
 import (
 	"testing"
 
-	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/internal/keys"
 )
 
 // A release notice names its release and, after NoticeSep, a short count;
@@ -26,7 +26,7 @@ func TestParseNotice(t *testing.T) {
 		{"", "", 0},
 		{"/", "/", 0},
 	} {
-		id, subs := layout.ParseNotice(tc.msg)
+		id, subs := keys.ParseNotice(tc.msg)
 		if id != tc.id || subs != tc.subs {
 			t.Errorf("ParseNotice(%q) = %q, %d; want %q, %d", tc.msg, id, subs, tc.id, tc.subs)
 		}

@@ -11,7 +11,7 @@ import (
 // still run there, and not necessarily in the order it was sent: a later
 // command on another connection can run first (the pooled path uses a
 // connection per command, the pipelined path a new one after it gave a
-// stalled one up, and a redis-server resumed from SIGSTOP reads its
+// silent one up, and a redis-server resumed from SIGSTOP reads its
 // sockets in no fixed order). When the earlier command had the shorter
 // TTL, the key expires on that master at the earlier command's TTL from
 // when it finally runs, which is after the later command was sent.

@@ -1,0 +1,81 @@
+package keys
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The spelling of what a master holds beside a lock key K: package layout
+// documents the layout and names the keys (layout.FenceKey ...); the
+// suffixes, fields and prefixes it is made of are spelled here, for the
+// library's own code and the scripts' tests.
+
+// Suffixes of the companion keys that live beside a lock key.
+const (
+	// FenceSuffix names the fencing counter of a lock key.
+	FenceSuffix = ":fence"
+	// QueueSuffix names a fair lock's queue (waiter ID -> arrival).
+	QueueSuffix = ":queue"
+	// QueueDeadlinesSuffix names a fair lock's entry deadlines (waiter ID
+	// -> expiry).
+	QueueDeadlinesSuffix = ":queue-deadlines"
+	// FenceSeenSuffix names the highest fencing token a resource has seen
+	// (package fence, the resource side).
+	FenceSeenSuffix = ":fence-seen"
+	// MetaSuffix names the hash of a lock's holder metadata (field: a
+	// holder's token or a reentrant owner's ID; value: its metadata).
+	MetaSuffix = ":meta"
+)
+
+// The fields of a read-write lock's hash.
+const (
+	// ReaderPrefix starts a reader's field; its token follows.
+	ReaderPrefix = "r:"
+	// WriterPrefix starts the writer's field; its token follows.
+	WriterPrefix = "w:"
+	// IntentField holds the waiter ID of a writer that readers keep out.
+	IntentField = "intent"
+	// IntentExpiryField holds when the intent expires (master Unix ms).
+	IntentExpiryField = "intent:exp"
+)
+
+// ReaderField returns the field of a read-write lock's hash that a reader
+// holding token owns.
+func ReaderField(token string) string { return ReaderPrefix + token }
+
+// WriterField returns the field of a read-write lock's hash that the writer
+// holding token owns.
+func WriterField(token string) string { return WriterPrefix + token }
+
+// TermPrefix starts the field of an election's metadata hash that holds
+// a holder's term (its fencing token, in decimal); the holder's token
+// follows. Tokens never contain ':'.
+const TermPrefix = "term:"
+
+// TermField returns the field of an election's metadata hash that holds
+// the term of the holder with token.
+func TermField(token string) string { return TermPrefix + token }
+
+// WakePrefix starts the channel a release of a key is announced on; the
+// key follows.
+const WakePrefix = "quorumlock:released:"
+
+// NoticeSep ends the release's ID in a plain lock's release notice; the
+// count of the channel's subscribers on the master follows.
+const NoticeSep = "/"
+
+// ParseNotice splits a release notice into the release's ID and the count
+// of subscribers it names (0 when it names none: another lock kind's
+// notice, or one that does not parse). The message comes from a master:
+// only a short decimal count after the last NoticeSep is taken.
+func ParseNotice(msg string) (id string, subs int) {
+	i := strings.LastIndex(msg, NoticeSep)
+	if i < 0 || len(msg)-i-len(NoticeSep) > 6 {
+		return msg, 0
+	}
+	n, err := strconv.Atoi(msg[i+len(NoticeSep):])
+	if err != nil || n < 0 {
+		return msg, 0
+	}
+	return msg[:i], n
+}
