@@ -323,6 +323,11 @@ func (c *Client) askRunIDs(idx []int) {
 		}
 		id.mu.Unlock()
 	}()
+	// The probe is a client's first traffic, which dials its masters: the
+	// round beat tells a dial that timed out in a stall of this process
+	// from one the master failed (mux.dialer), as it does for a round.
+	c.stalls.rounds.enter()
+	defer c.stalls.rounds.leave()
 	t := time.NewTimer(time.Until(deadline) + probeGrace)
 	defer t.Stop()
 	for range idx {

@@ -25,7 +25,7 @@ type stalls struct {
 	real   bool      // clk is clock.Real(): its timers' lateness is this process's
 	start  time.Time // the monotonic reference of mono: a step of the wall clock is no stall
 	last   atomic.Pointer[stallMark]
-	rounds *beat // beats while some round of the client waits for its masters (collect)
+	rounds *beat // beats while some round of the client waits for its masters (collect, askRunIDs)
 }
 
 // stallMark is one stall: when it ended and how long it lasted, at least.
