@@ -13,16 +13,17 @@ import (
 // transport. The two redigo entries go once the redigo transports have
 // left the package.
 var coreImports = map[string]string{
-	"github.com/quorumlock/quorumlock/transport":        "the seam every transport is reached through",
-	"github.com/quorumlock/quorumlock/clock":            "the Client's clock",
-	"github.com/quorumlock/quorumlock/layout":           "the key layout on the masters",
-	"github.com/quorumlock/quorumlock/internal/keys":    "key validation",
-	"github.com/quorumlock/quorumlock/internal/resp":    "RESP reply decoding",
-	"github.com/quorumlock/quorumlock/internal/scripts": "the lock's scripts",
-	"github.com/google/uuid":                            "tokens",
-	"github.com/hashicorp/go-multierror":                "errors of many masters",
-	"github.com/gomodule/redigo/redis":                  "the redigo transports, still in the package",
-	"github.com/quorumlock/quorumlock/pool":             "the redigo transports' pools, still in the package",
+	"github.com/quorumlock/quorumlock/transport":         "the seam every transport is reached through",
+	"github.com/quorumlock/quorumlock/clock":             "the Client's clock",
+	"github.com/quorumlock/quorumlock/layout":            "the key layout on the masters",
+	"github.com/quorumlock/quorumlock/internal/keys":     "key validation",
+	"github.com/quorumlock/quorumlock/internal/resp":     "RESP reply decoding",
+	"github.com/quorumlock/quorumlock/internal/scripts":  "the lock's scripts",
+	"github.com/quorumlock/quorumlock/internal/testhook": "test-only settings other modules' tests reach",
+	"github.com/google/uuid":                             "tokens",
+	"github.com/hashicorp/go-multierror":                 "errors of many masters",
+	"github.com/gomodule/redigo/redis":                   "the redigo transports, still in the package",
+	"github.com/quorumlock/quorumlock/pool":              "the redigo transports' pools, still in the package",
 }
 
 // transportImpls are packages of transport implementations and of the
