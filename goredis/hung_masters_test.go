@@ -98,14 +98,14 @@ func attack26bGoredis(ctxOn bool) func(t *testing.T, addrs []string, timeout tim
 	}
 }
 
-// TestAttack26b_hungMastersFailAtTheTimeout measures TryAcquire with 1
+// TestTryAcquire_hungMastersFailAtTheTimeout measures TryAcquire with 1
 // and 2 of 3 masters hung (SIGSTOP), 50 ms timeout, with and without
 // GOMAXPROCS spinning goroutines, on the core's pipelined transport and
 // on the adapter. With one hung, a round takes what the healthy two take
 // (early quorum); with two, it fails at about the timeout, not at
 // lateBound (1 s). The bounds are generous (a loaded 2-core machine);
 // ATTACK26B_MEASURE=1 logs the numbers.
-func TestAttack26b_hungMastersFailAtTheTimeout(t *testing.T) {
+func TestTryAcquire_hungMastersFailAtTheTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	run := 700 * time.Millisecond
 	if testing.Short() {
@@ -151,12 +151,12 @@ func TestAttack26b_hungMastersFailAtTheTimeout(t *testing.T) {
 	}
 }
 
-// TestAttack26b_firstRoundOnHungMasters times the round that meets two
+// TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout times the round that meets two
 // newly hung masters of three (its commands are sent to them: nothing is
 // down yet), with and without spinning goroutines: it must fail at about
 // the timeout. Each iteration stops the two masters, times one
 // TryAcquire, and lets them run again.
-func TestAttack26b_firstRoundOnHungMasters(t *testing.T) {
+func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	iters := 8
 	if testing.Short() {

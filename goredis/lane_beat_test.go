@@ -10,7 +10,7 @@ import (
 // gets the client's ReadTimeout, 5 s by default) does not fire every 5 ms
 // until they pass. (A timer left for a deadline far off is one firing,
 // not a beat.)
-func TestAttack26Lane_beatStopsWhenNothingWaits(t *testing.T) {
+func TestLane_beatStopsWhenNothingWaits(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s)
 	l := newTestLane(t, c)

@@ -27,7 +27,7 @@ func attack26Ctx(on bool) func(*redis.Options) {
 // by its deadline plus lateBound (the bound, on a process that runs, is
 // rarely used: generous slack for a loaded machine), sent or not as it
 // was, and the lane serves again once the master runs.
-func TestAttack26Lane_hungMasterFailsWithinTheBound(t *testing.T) {
+func TestLane_hungMasterFailsWithinTheBound(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", on), func(t *testing.T) {
 			s, l := connectedLane(t, attack26Ctx(on))
@@ -78,7 +78,7 @@ func TestAttack26Lane_hungMasterFailsWithinTheBound(t *testing.T) {
 // deadline (the command's deadline plus lateBound; go-redis does not stop
 // a read when the context is cancelled), else its ReadTimeout. Nothing
 // is left running (goleak, TestMain).
-func TestAttack26Lane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
+func TestLane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", on), func(t *testing.T) {
 			s := startServer(t)
@@ -125,7 +125,7 @@ func TestAttack26Lane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
 // (a late grant): the Client's rollback reaches it, and no key is left
 // held there, as real Redis shows (DBSIZE), whether the master ran again
 // within lateBound or after it.
-func TestAttack26Lane_lateGrantsAreRolledBack(t *testing.T) {
+func TestLane_lateGrantsAreRolledBack(t *testing.T) {
 	for _, pause := range []time.Duration{400 * time.Millisecond, 2500 * time.Millisecond} {
 		for _, on := range []bool{false, true} {
 			t.Run(fmt.Sprintf("pause=%v/ContextTimeoutEnabled=%v", pause, on), func(t *testing.T) {

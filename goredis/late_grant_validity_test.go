@@ -20,7 +20,7 @@ local start = t[1] * 1000000 + t[2]
 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1]) * 1000
 return 1`
 
-// TestAttack26b_grantReadThroughTheWaitDoesNotOverstateValidity: on each
+// TestLateGrant_readThroughTheWaitDoesNotOverstateValidity: on each
 // master a busy script (another connection) holds the server 40 ms; the
 // lane has a PING in flight behind it, so the acquisition's SET is handed
 // to go-redis only when that PING is answered, late in the round; a second
@@ -33,7 +33,7 @@ return 1`
 // read late: the test then checked nothing.)
 // A lock so granted must not outlive the keys: its Until is no later than
 // the second-latest key expiry (a quorum of 2 of 3) less the drift.
-func TestAttack26b_grantReadThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
+func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	const ttl = 2 * time.Second
 	var ts []redlock.Transport

@@ -18,7 +18,7 @@ import (
 // campaigns once) and no term it reads is lower than one it read before:
 // Leader reads the holder's token, its recorded term and its value in one
 // script step per master, which the go-redis Inspector runs as it is.
-func TestAttack18_LeaderDuringHandOver(t *testing.T) {
+func TestLeader_readsRealPairsDuringHandOver(t *testing.T) {
 	for _, n := range []int{1, 5} {
 		for _, proto := range []int{3, 2} {
 			t.Run(fmt.Sprintf("N=%d/RESP%d", n, proto), func(t *testing.T) {

@@ -23,7 +23,7 @@ type opaqueClient struct{ *redis.Client }
 // frozen (SIGSTOP) for shorter and longer than the per-master timeout: no
 // two holders are valid at once (checked against Until), fences only grow,
 // and every client closes within a bound.
-func TestAttack1_goredisAndRedigoExcludeUnderFrozenMasters(t *testing.T) {
+func TestExclusion_goredisAndRedigoClientsUnderFrozenMasters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
 	}

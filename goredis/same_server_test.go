@@ -15,7 +15,7 @@ import (
 // would count it twice toward a quorum: the client's run_id check at first
 // contact, INFO sent through the adapter as any command, refuses them, as
 // it does on the redigo paths, over RESP3 and RESP2.
-func TestAttack19_sameServerTwiceIsRefused(t *testing.T) {
+func TestIdentity_sameServerTwiceIsRefused(t *testing.T) {
 	for _, proto := range []int{3, 2} {
 		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
 			ms := startMasters(t, 2)

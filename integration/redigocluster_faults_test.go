@@ -35,7 +35,7 @@ func deadLoopbackAddr(t *testing.T) string {
 // call is granted too (a command never written to the dead seed goes to
 // the next seed, which sends it on with MOVED), later ones once the other
 // seeds told the slot map; Inspect reads it; nothing is left behind.
-func TestAttack17_firstSeedDown(t *testing.T) {
+func TestClusterMember_firstSeedDownStillGrants(t *testing.T) {
 	members := cluster.StartRedisClusters(t, 1, 2, cluster.WithBackend(cluster.Process))
 	// Two dead seeds first: each is passed over in turn.
 	spec := "cluster://" + deadLoopbackAddr(t) + "+" + deadLoopbackAddr(t) + "+" + strings.Join(members[0].Seeds(), "+")
@@ -72,7 +72,7 @@ func TestAttack17_firstSeedDown(t *testing.T) {
 // back and forth in every member (MOVED, ASK and, for the scripts of many
 // keys, TRYAGAIN): no two holders overlap, fencing tokens grow in the
 // order the holders entered, and a key is free at the end.
-func TestAttack17_kindsDuringMigration(t *testing.T) {
+func TestClusterMember_kindsExcludeDuringSlotMigration(t *testing.T) {
 	members, specs := redigoClusterMembers(t, 3, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -182,7 +182,7 @@ func TestAttack17_kindsDuringMigration(t *testing.T) {
 // member wholly down (every node stopped): the quorum of the other two
 // grants and releases, the down member's error names it, and Close is
 // prompt.
-func TestAttack17_mixedMembersOneClusterDown(t *testing.T) {
+func TestClusterMember_oneClusterDownOthersGrant(t *testing.T) {
 	members, specs := redigoClusterMembers(t, 2, 2)
 	single := cluster.Start(t, 1, cluster.WithBackend(cluster.Process))
 	all := append(slices.Clone(specs), single.Addrs()[0])

@@ -18,7 +18,7 @@ import (
 // leader read's script text (what a router that takes EVAL's first
 // argument for its key picks) paused in every member, an election on a
 // key another node owns is still read. Campaign (routed by key) works.
-func TestAttack18b_RedigoClusterLeaderRoutedByKey(t *testing.T) {
+func TestClusterMember_leaderReadRoutedByKey(t *testing.T) {
 	members, specs := redigoClusterMembers(t, 3, 3)
 	c := newRedigoClusterClient(t, specs)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

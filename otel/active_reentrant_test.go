@@ -12,7 +12,7 @@ import (
 // (as Lock.Extend does); the gauge must go on counting it past the first
 // hold's validity while the owner keeps taking it again, and drop it at
 // the last release.
-func TestAttack_active_reentrant_reentries_renew(t *testing.T) {
+func TestActive_reentrantReentriesRenewTheGauge(t *testing.T) {
 	h := newHarness(t, 3)
 	c := h.client(500 * time.Millisecond)
 	ctx := context.Background()

@@ -97,7 +97,7 @@ func TestObserver_active_extended_lost_released(t *testing.T) {
 
 // Many unreleased locks: the observer keeps at most WithMaxActiveLocks of
 // them, and none once their validity ended and the next event pruned them.
-func TestAttack_active_locks_memory_bounded(t *testing.T) {
+func TestActive_unreleasedLocksBoundedAndPruned(t *testing.T) {
 	const max = 50
 	h := newHarness(t, 3, otel.WithMaxActiveLocks(max))
 	c := h.client(500 * time.Millisecond)

@@ -12,7 +12,7 @@ import (
 
 // Without WithKeyAttribute no metric carries the key, however many keys;
 // the number of series stays bounded by kinds, outcomes and masters.
-func TestAttack_series_bounded_without_key_attribute(t *testing.T) {
+func TestMetrics_seriesBoundedWithoutKeyAttribute(t *testing.T) {
 	h := newHarness(t, 3)
 	c := h.client(500 * time.Millisecond)
 	for i := 0; i < 50; i++ {

@@ -69,7 +69,7 @@ func isTimeout(err error) bool {
 // ReceiveWithTimeout and DoContext still end at the time asked for, after
 // many commands whose deadlines were only noted (answered from bytes
 // already read), over TCP and over TLS.
-func TestAttack26Guard_stoppedMasterStillTimesOut(t *testing.T) {
+func TestGuard_stoppedMasterStillTimesOut(t *testing.T) {
 	for name, m := range attack26Masters(t) {
 		t.Run(name, func(t *testing.T) {
 			c := attack26Dial(t, m.p)
@@ -163,7 +163,7 @@ func attack26DialPaused(t *testing.T, m *struct {
 // hears the subscription and the message; a Receive asked to time out on
 // a stopped master does; and Close ends a Receive blocked under no
 // deadline, over TCP and TLS.
-func TestAttack26Guard_pubsubReaderAndWriter(t *testing.T) {
+func TestGuard_pubsubReaderAndWriter(t *testing.T) {
 	for name, m := range attack26Masters(t) {
 		t.Run(name, func(t *testing.T) {
 			c := attack26Dial(t, m.p)
@@ -261,7 +261,7 @@ func TestAttack26Guard_pubsubReaderAndWriter(t *testing.T) {
 // bufio.Reader returns bytes it holds whatever the deadline; the next
 // read of the socket then fails at once under that deadline instead of
 // waiting. redigo's Receive therefore behaves as over bufio alone.
-func TestAttack26Guard_pastDeadlineWithTheReplyStashed(t *testing.T) {
+func TestGuard_pastDeadlineWithTheReplyStashed(t *testing.T) {
 	g, rw, master := waiter(t)
 	go master.Write([]byte("+OK\r\n"))
 	if err := rw.WaitReadable(context.Background(), time.Now().Add(5*time.Second)); err != nil {
@@ -305,7 +305,7 @@ func TestAttack26Guard_pastDeadlineWithTheReplyStashed(t *testing.T) {
 // Closing the connection with a deadline noted but not yet set: reads
 // and writes fail with net.ErrClosed at once, and setting a deadline
 // afterwards does not make them wait.
-func TestAttack26Guard_closeWithALazyDeadlinePending(t *testing.T) {
+func TestGuard_closeWithALazyDeadlinePending(t *testing.T) {
 	g := attack26Silent(t)
 	_ = g.SetReadDeadline(time.Now().Add(time.Hour))
 	_ = g.SetWriteDeadline(time.Now().Add(time.Hour))
@@ -331,7 +331,7 @@ func TestAttack26Guard_closeWithALazyDeadlinePending(t *testing.T) {
 // Deadlines set from many goroutines while a reader reads and a writer
 // writes (-race): a deadline set last, now, ends the read every time,
 // whichever moment of the read it lands on.
-func TestAttack26Guard_concurrentDeadlines(t *testing.T) {
+func TestGuard_concurrentDeadlines(t *testing.T) {
 	g := attack26Silent(t)
 	for i := 0; i < 200; i++ {
 		_ = g.SetReadDeadline(time.Now().Add(time.Hour))

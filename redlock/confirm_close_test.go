@@ -16,12 +16,12 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// TestAttack28_closeWithAConfirmationQueued: Close while the confirming
+// TestConfirm_closeWithAConfirmationQueued: Close while the confirming
 // rollback of a failed attempt waits its turn returns at once, drops it
 // (it is never sent), leaves no retry pending and no goroutine. The
 // finisher's backoff is stretched to 2 s so that the confirmation is
 // surely queued when Close runs.
-func TestAttack28_closeWithAConfirmationQueued(t *testing.T) {
+func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
@@ -78,11 +78,11 @@ func TestAttack28_closeWithAConfirmationQueued(t *testing.T) {
 	})
 }
 
-// TestAttack28_closeWithAConfirmationInFlight: Close while the confirming
+// TestConfirm_closeWithAConfirmationInFlight: Close while the confirming
 // rollback was sent and its master does not answer (a proxy holds it)
 // returns within a few per-master timeouts, completes it, leaves no retry
 // pending and no goroutine.
-func TestAttack28_closeWithAConfirmationInFlight(t *testing.T) {
+func TestConfirm_closeWithAConfirmationInFlight(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)

@@ -16,7 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// TestAttack28_confirmFloodAfterAStoppedMaster: many failed attempts while
+// TestConfirm_floodAfterAStoppedMaster: many failed attempts while
 // one master of three is SIGSTOPped (their SETs wait in its buffers,
 // unanswered; another holder has every key on a second master, so each
 // attempt fails). After SIGCONT, every rollback there finds its answer
@@ -26,7 +26,7 @@ import (
 // rollback and at most one confirmation per attempt, plus the retries of
 // the rollbacks that timed out while it was stopped, which go one at a
 // time).
-func TestAttack28_confirmFloodAfterAStoppedMaster(t *testing.T) {
+func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		const n, workers = 60, 6

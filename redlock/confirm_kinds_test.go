@@ -47,7 +47,7 @@ func atk28Dump(t *testing.T, s *redistest.Server) string {
 	return strings.Join(out, "; ")
 }
 
-// TestAttack28_confirmKinds: each lock kind's failed attempt whose
+// TestConfirm_everyKindTakesBackOnlyTheLateGrant: each lock kind's failed attempt whose
 // acquisition was held unanswered and runs late, right after its
 // rollback found nothing there (the harmful order, every time). The
 // confirming rollback (its kind's own script) must take the late grant
@@ -57,8 +57,8 @@ func atk28Dump(t *testing.T, s *redistest.Server) string {
 // the waiter gave up, so it must not stay to hold others back. One
 // master behind a proxy; pooled path (the pipelined path's only
 // difference, a connection broken at its stall bound, is covered by
-// TestAttack28_reentrantConfirmSpareNextHold).
-func TestAttack28_confirmKinds(t *testing.T) {
+// TestConfirm_reentrantSparesNextHold).
+func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 	redistest.SkipShort(t)
 	type setup struct {
 		name  string

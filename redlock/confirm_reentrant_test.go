@@ -89,7 +89,7 @@ func atk28AfterRun(s *redistest.Server, before int, quit <-chan struct{}, f func
 	}()
 }
 
-// TestAttack28_reentrantConfirmSpareNextHold: a reentrant owner's first
+// TestConfirm_reentrantSparesNextHold: a reentrant owner's first
 // attempt fails because its acquisition got no answer (held in a proxy,
 // then dropped unrun); its rollback finds nothing, so it is to be
 // confirmed 20 ms later. The owner takes the lock again meanwhile — its
@@ -101,7 +101,7 @@ func atk28AfterRun(s *redistest.Server, before int, quit <-chan struct{}, f func
 // answered (for k up to the number a lone failed attempt sends: see the
 // "alone" case, which also proves the confirmation is sent then), and,
 // in "inflight", while the confirmation itself is held in the proxy.
-func TestAttack28_reentrantConfirmSpareNextHold(t *testing.T) {
+func TestConfirm_reentrantSparesNextHold(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		// alone: how many rollbacks a lone failed attempt sends, and what
@@ -117,7 +117,7 @@ func TestAttack28_reentrantConfirmSpareNextHold(t *testing.T) {
 	})
 }
 
-// atk28Reentrant runs one case of TestAttack28_reentrantConfirmSpareNextHold:
+// atk28Reentrant runs one case of TestConfirm_reentrantSparesNextHold:
 // the owner's next hold starts after the startAfter-th rollback was
 // answered (0: never), or, with inflight, once the startAfter-th rollback
 // reached the proxy, which holds it 80 ms before it runs. It returns the

@@ -15,7 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// TestAttack28_confirmOnlyAfterAnUnansweredSET: the confirming rollback
+// TestConfirm_onlyAfterAnUnansweredSET: the confirming rollback
 // costs a command, and is due only where the SET it undoes failed
 // unanswered and the rollback found nothing. It is not sent when the
 // master refused the SET (no rollback at all), when it granted it and the
@@ -26,7 +26,7 @@ import (
 // (the SET ran, it cannot run again). Master 0 is behind a proxy that
 // records every rollback of the key and whether the key held the
 // attempt's token just before it ran.
-func TestAttack28_confirmOnlyAfterAnUnansweredSET(t *testing.T) {
+func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		for _, tc := range []struct {

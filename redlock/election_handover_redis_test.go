@@ -25,7 +25,7 @@ import (
 // many times: every (value, term) it reads is a leader's real pair (each
 // value campaigns once), and no term it reads is lower than one it read
 // before.
-func TestAttack18_LeaderDuringHandOver(t *testing.T) {
+func TestLeader_readsRealPairsDuringHandOver(t *testing.T) {
 	for _, n := range []int{1, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) { leaderDuringHandOver(t, path, n) })
@@ -48,7 +48,7 @@ func leaderDuringHandOver(t *testing.T, path connPath, n int) {
 // term) read is a leader's real pair, terms never go back, Leader still
 // finds leaders while the master is frozen, and every call returns within
 // its ctx (with a generous allowance for a loaded machine).
-func TestAttack18_LeaderWithFrozenMaster(t *testing.T) {
+func TestLeader_withFrozenMinorityMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -194,7 +194,7 @@ func waitLong(t *testing.T, what string, cond func() bool) {
 // is kept for it), and a resign leaves nothing but the fencing counter; a
 // fair election's term is read too; a fenced lock with metadata that is
 // not an election records no term.
-func TestAttack18_EmptyValueTermAndNoTermOutsideElections(t *testing.T) {
+func TestElection_emptyValueKeepsTermNoTermOutsideElections(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

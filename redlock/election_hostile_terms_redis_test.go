@@ -21,7 +21,7 @@ import (
 // field was changed, adds no vote to a pair: Leader reports the leader
 // while a quorum still agrees on (token, term), and a hand-over (never a
 // pair) once fewer than a quorum do.
-func TestAttack18b_LeaderWithTamperedTermFields(t *testing.T) {
+func TestLeader_tamperedTermFieldsAddNoVote(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
@@ -87,7 +87,7 @@ func TestAttack18b_LeaderWithTamperedTermFields(t *testing.T) {
 // leaders (+eval +get +hget +pttl on the election's keys) reads the
 // leader on both paths; without +hget the refusal is the error, naming
 // the master, not "no leader".
-func TestAttack18b_LeaderWithDocumentedReaderACL(t *testing.T) {
+func TestLeader_documentedReaderACL(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -119,7 +119,7 @@ func TestAttack18b_LeaderWithDocumentedReaderACL(t *testing.T) {
 // Leader with a frozen majority returns within its ctx (generously
 // bounded) with an error that says too few masters were read, naming
 // them, and that its ctx ended; not ErrNoLeader.
-func TestAttack18b_LeaderFrozenMajority(t *testing.T) {
+func TestLeader_frozenMajorityFailsWithinCtx(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	e := newElection(t, rs.client(t, pipelinedPath, redlock.WithTimeout(5*time.Second)), "fm", redlock.WithTTL(10*time.Second))
@@ -162,7 +162,7 @@ func TestAttack18b_LeaderFrozenMajority(t *testing.T) {
 // metadata hash never holds more than the holder's value and term, and
 // nothing but the fencing counter (and a fair lock's own bookkeeping, if
 // it keeps any) is left once every candidate has resigned.
-func TestAttack18b_NoTermFieldsPileUp(t *testing.T) {
+func TestElection_noTermFieldsPileUp(t *testing.T) {
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
 			rs := startReal(t, 3)
@@ -233,7 +233,7 @@ func TestAttack18b_NoTermFieldsPileUp(t *testing.T) {
 // A campaigner with the lock user's documented ACL plus +pttl (holder
 // metadata, docs/operations.md) is elected, its commit records the term
 // (fence_commit_term.lua: hset, pttl, pexpire), and its Leader reads it.
-func TestAttack18b_CampaignWithDocumentedLockACL(t *testing.T) {
+func TestElection_campaignWithDocumentedLockACL(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

@@ -31,7 +31,7 @@ func (rs *realSet) keysOn(t *testing.T) [][]string {
 
 // Resign twice, and Resign after the leadership was lost: both say
 // ErrNotHeld, and a lost leader's Resign takes nothing from its successor.
-func TestAttack18_ResignTwiceAndAfterLoss(t *testing.T) {
+func TestElection_resignTwiceAndAfterLoss(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)
@@ -79,7 +79,7 @@ func TestAttack18_ResignTwiceAndAfterLoss(t *testing.T) {
 
 // A campaign whose ctx ends while it waits (fair and not) leaves nothing on
 // any master but the fencing counter: no queue entry, no metadata.
-func TestAttack18_CampaignCancelledLeavesNothing(t *testing.T) {
+func TestElection_campaignCancelledLeavesNothing(t *testing.T) {
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
 			rs := startReal(t, 3)
@@ -126,7 +126,7 @@ func TestAttack18_CampaignCancelledLeavesNothing(t *testing.T) {
 
 // Any bytes are metadata: NUL, invalid UTF-8, the maximum length; Inspect
 // and Leader give them back exactly; "" stores no hash at all.
-func TestAttack18_BinaryAndEmptyMetadata(t *testing.T) {
+func TestMetadata_binaryAndEmpty(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)
@@ -164,7 +164,7 @@ func TestAttack18_BinaryAndEmptyMetadata(t *testing.T) {
 // Someone else's value of another type at the metadata key: the
 // acquisition fails there with a clear error, and nothing of the lock is
 // left on that master (the script's SET is not undone by its later error).
-func TestAttack18_ForeignTypeAtMetaKey(t *testing.T) {
+func TestMetadata_foreignTypeAtMetaKeyLeavesNothing(t *testing.T) {
 	forEachN(t, func(t *testing.T, n int) {
 		rs := startReal(t, n)
 		c := rs.client(t, pipelinedPath)
@@ -199,7 +199,7 @@ func TestAttack18_ForeignTypeAtMetaKey(t *testing.T) {
 // A leader whose extensions fail on a majority (two of three masters
 // paused) learns of it before anyone else can be elected: its Lost is
 // closed before the next candidate wins, whose term is higher.
-func TestAttack18_MajorityPausedLeaderLosesFirst(t *testing.T) {
+func TestElection_majorityPausedLeaderLosesFirst(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	const ttl = time.Second
@@ -251,7 +251,7 @@ func TestAttack18_MajorityPausedLeaderLosesFirst(t *testing.T) {
 
 // Terms keep growing after every master crashed and came back with its
 // AOF, whether the leader had resigned before or held on through it.
-func TestAttack18_TermGrowsAcrossAOFRestartOfAll(t *testing.T) {
+func TestElection_termGrowsAcrossAOFRestartOfAll(t *testing.T) {
 	rs := startReal(t, 3, redistest.WithAOF())
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
@@ -293,7 +293,7 @@ func TestAttack18_TermGrowsAcrossAOFRestartOfAll(t *testing.T) {
 // refused by the other two (which another client holds) is rolled back:
 // the granting master keeps neither the lock nor its metadata (only a
 // fencing counter).
-func TestAttack18_MetadataGoneAfterRollbackEveryKind(t *testing.T) {
+func TestMetadata_goneAfterRollbackEveryKind(t *testing.T) {
 	ctx := ctxT(t)
 	opts := func(more ...redlock.LockOption) []redlock.LockOption {
 		return append([]redlock.LockOption{redlock.WithTTL(10 * time.Second), redlock.WithMetadata("loser")}, more...)
@@ -370,7 +370,7 @@ func TestAttack18_MetadataGoneAfterRollbackEveryKind(t *testing.T) {
 // ends): WithWait(0) would make Campaign retry without any pause, and a
 // fair candidate's bounded Acquire would leave its place in the queue at
 // each bound. NewElection refuses it, naming it.
-func TestAttack18_NewElectionRefusesWithWait(t *testing.T) {
+func TestElection_newElectionRefusesWithWait(t *testing.T) {
 	rs := startReal(t, 1)
 	c := rs.client(t, pipelinedPath)
 	for _, d := range []time.Duration{0, time.Second} {
@@ -384,7 +384,7 @@ func TestAttack18_NewElectionRefusesWithWait(t *testing.T) {
 // elected in the order they came, and WithMaxHold ends a term: the leader
 // learns it (ErrMaxHold) and the next candidate takes over with a higher
 // term.
-func TestAttack18_FairElectionAndMaxHold(t *testing.T) {
+func TestElection_fairOrderAndMaxHold(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	opts := []redlock.LockOption{redlock.WithFair(), redlock.WithTTL(time.Second), redlock.WithMaxHold(1500 * time.Millisecond)}

@@ -89,13 +89,13 @@ func durStats(ds []time.Duration) string {
 		s[len(s)*9/10].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }
 
-// TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad: two of three masters
+// TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad: two of three masters
 // stopped (SIGSTOP), so no round can reach its quorum: each TryAcquire
 // must fail at about the per-master timeout (50 ms), not wait out
 // lateBound (1 s) because this process's timers keep firing a few
 // milliseconds late under CPU load. Measured without load, with a busy
 // goroutine per P and with a busy-loop process per CPU.
-func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
+func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
@@ -152,12 +152,12 @@ func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 	})
 }
 
-// TestAttack25c_frozenMasterStaysDownUnderLoad: one master of three
+// TestMux_frozenMasterStaysDownUnderLoad: one master of three
 // frozen (it reads nothing more, as under SIGSTOP) while this process is
 // under CPU load. Once it is down, acquisitions must not be written to it
 // (TestMux_frozenMasterGetsNoAcquisitionsOnceDown without load); a beat
 // that is always a few ms behind (beat.behind) must not excuse it.
-func TestAttack25c_frozenMasterStaysDownUnderLoad(t *testing.T) {
+func TestMux_frozenMasterStaysDownUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
 		t.Run(string(load), func(t *testing.T) {
@@ -214,11 +214,11 @@ func TestAttack25c_frozenMasterStaysDownUnderLoad(t *testing.T) {
 	}
 }
 
-// TestAttack25c_oneMasterStoppedRoundTimes measures (logs) how long a
+// TestTryAcquire_oneStoppedMasterDoesNotSlowRounds measures (logs) how long a
 // TryAcquire and a Release take with one master of three stopped, with
 // and without load, both paths: the quorum is the two others', so the
 // stopped master must not slow the rounds down.
-func TestAttack25c_oneMasterStoppedRoundTimes(t *testing.T) {
+func TestTryAcquire_oneStoppedMasterDoesNotSlowRounds(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}

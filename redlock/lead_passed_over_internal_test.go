@@ -16,7 +16,7 @@ import (
 // judged with another master as the key's lead: neither the first, nor
 // the lead's, nor the quorum's, it wakes nobody, and the waiter sleeps
 // although every master is free.
-func TestAttack29_leadPassedOverBeforeItsNotice(t *testing.T) {
+func TestWake_leadPassedOverBeforeItsNotice(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {

@@ -62,7 +62,7 @@ func a27Waiting(t *testing.T, servers []*redistest.Server, fake *clock.Fake, key
 // woken by them (as it was before woken attempts were led: the notice
 // that completes a quorum woke a waiter), not sleep until its backoff
 // timer, which on this fake clock never fires.
-func TestAttack27_leadReleasedFirstOthersLater(t *testing.T) {
+func TestLead_leadReleasedFirstOthersLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestAttack27_leadReleasedFirstOthersLater(t *testing.T) {
 // The converse: a non-lead master runs the release first, the lead only
 // later; the first notice's led attempt is refused at the lead and asks
 // nobody else, and the lead's notice wakes the waiter again.
-func TestAttack27_othersReleasedFirstLeadLater(t *testing.T) {
+func TestLead_othersReleasedFirstLeadLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {

@@ -33,7 +33,7 @@ type a27Interval struct {
 // rolled back; the TTL is long enough that an expiry would not hide a
 // grant left behind). With a short TTL holders also sometimes vanish
 // without releasing.
-func TestAttack27_safetyWithMastersStopped(t *testing.T) {
+func TestLead_exclusionWithMastersStopped(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name string
@@ -190,7 +190,7 @@ func TestAttack27_safetyWithMastersStopped(t *testing.T) {
 // The caller's ctx ends while a led attempt waits for its stopped lead;
 // the lead then grants late: its grant is rolled back, no other master
 // is ever asked, and Close returns.
-func TestAttack27_ledAttemptCancelledWhileLeadStopped(t *testing.T) {
+func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
@@ -242,7 +242,7 @@ func TestAttack27_ledAttemptCancelledWhileLeadStopped(t *testing.T) {
 // Close while a led attempt waits for its stopped lead: Close and the
 // attempt return, the other masters are never asked, and nothing is
 // left on them once the lead runs again.
-func TestAttack27_closeDuringLedRound(t *testing.T) {
+func TestLead_closeDuringLedRound(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {

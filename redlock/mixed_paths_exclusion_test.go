@@ -64,7 +64,7 @@ func (e *exclusion) leave() {
 // longer than the per-master timeout: the holders never overlap while
 // their locks are valid, fencing tokens only grow, and the clients close
 // within a bound with nothing left running.
-func TestAttack1_mixedPathsExcludeUnderFrozenMasters(t *testing.T) {
+func TestExclusion_mixedPathsUnderFrozenMasters(t *testing.T) {
 	redistest.SkipShort(t)
 	kinds := []struct {
 		name    string

@@ -84,7 +84,7 @@ func attack26Stalling(t *testing.T) {
 // dialer dials at most dialTries times, the acquisition fails within a
 // bound, and the master is then counted down (the next acquisition fails
 // at once, "its last dial failed", without a dial).
-func TestAttack26Mux_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
+func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	d := &countingDialer{p: s.Pool()}
@@ -137,7 +137,7 @@ func TestAttack26Mux_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) 
 // Close while the dialer retries on a stopped master, the process
 // stalling: it returns within about one dial's timeout and leaves no
 // goroutine behind.
-func TestAttack26Mux_closeDuringTheDialRetries(t *testing.T) {
+func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	d := &countingDialer{p: s.Pool()}
@@ -192,7 +192,7 @@ func TestAttack26Mux_closeDuringTheDialRetries(t *testing.T) {
 // The commands that waited in the backlog through two dials that timed
 // out in a stall reach the master once each, in the order submitted,
 // on the third.
-func TestAttack26Mux_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
+func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	redistest.SkipShort(t)
 	withStall(t, nil)
 	s := redistest.StartOne(t)

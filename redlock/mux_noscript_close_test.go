@@ -45,7 +45,7 @@ func keysOn(t *testing.T, s *redistest.Server) []string {
 // the rollback (its script is cached): nothing to delete. Before, the
 // acquisition's EVAL fallback was submitted only then, behind the
 // rollback, and granted the key: a failed attempt left it until its TTL.
-func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
+func TestNoScript_fallbackDoesNotOvertakeTheRollback(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []redlock.LockOption
@@ -107,7 +107,7 @@ func TestAttack_noScriptFallbackDoesNotOvertakeTheRollback(t *testing.T) {
 // commands that fail are only those already on their way at the flush.
 // At the end every lock was released or expired: nothing is left but the
 // fencing counters.
-func TestAttack_scriptFlushUnderLoadRecovers(t *testing.T) {
+func TestNoScript_scriptFlushUnderLoadRecovers(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -273,7 +273,7 @@ func lockLoop(ctx context.Context, c *redlock.Client, h *holders, key string, tt
 // timeouts, nothing panics or races (-race; a WaitGroup Add concurrent with
 // Wait would panic), no goroutine is left (goleak in TestMain), and the
 // keys of locks Close cut short expire at their TTL.
-func TestAttack_closeRacesEveryCall(t *testing.T) {
+func TestClose_racesEveryCall(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
@@ -325,7 +325,7 @@ func TestAttack_closeRacesEveryCall(t *testing.T) {
 // hold a key at once; the frozen master's connection is broken and the
 // next one works (a fresh lock is granted on all three); whatever the
 // frozen master ran late is gone within its TTL.
-func TestAttack_frozenPastTheStallBound(t *testing.T) {
+func TestMux_frozenPastTheStallBound(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		addrs := make([]string, len(rs.servers))
@@ -386,7 +386,7 @@ func TestAttack_frozenPastTheStallBound(t *testing.T) {
 // 1224 keys until their TTL); the queue now keeps room for them. Nothing
 // is left after the TTL of what the master ran after a rollback failed
 // otherwise (a stall break, see "Ordering on each master").
-func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
+func TestMux_masterStopsReadingThenResumes(t *testing.T) {
 	var logBuf syncBuffer
 	srv := redistest.StartOne(t)
 	c := addrClient(t, pipelinedPath, []string{srv.Addr()}, redlock.WithPoolOptions(pool.WithWriteTimeout(10*time.Second)),
@@ -477,7 +477,7 @@ func TestAttack_masterStopsReadingThenResumes(t *testing.T) {
 // or retried (pooled). No two goroutines hold a key at once, every call
 // returns, and nothing is left once the TTL of locks whose release the
 // resets cost has passed.
-func TestAttack_prefixAnsweredThenReset(t *testing.T) {
+func TestResend_prefixAnsweredThenReset(t *testing.T) {
 	for _, ran := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ran=%v", ran), func(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) {
@@ -537,7 +537,7 @@ func TestAttack_prefixAnsweredThenReset(t *testing.T) {
 // dial, at its first command, while 16 callers wait in the backlog. Every
 // call returns within its context, the connection after works, and no key
 // is left once the TTL has passed.
-func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
+func TestMuxDial_deathDuringAndRightAfterDial(t *testing.T) {
 	real := redistest.StartOne(t)
 	var mu sync.Mutex
 	loads := map[*hostile.Conn]int{}
@@ -615,7 +615,7 @@ func TestAttack_deathDuringAndRightAfterDial(t *testing.T) {
 // (the real nil arrives for the rollback, which allows only 1 or 0), so no
 // later reply on that connection counts either. The holder keeps its key
 // on every master, and the contender gets the lock once it is released.
-func TestAttack_sameShapeStrayIsOneFalseVote(t *testing.T) {
+func TestMux_sameShapeStrayIsOneFalseVote(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		reals := redistest.Start(t, 3)
 		var injected atomic.Bool

@@ -22,7 +22,7 @@ import (
 // plain attempts on keys of their own whose ctx ends a moment after they
 // are sent (between enqueue and flush), and every master's connections
 // killed every 20 ms. Each shared lock stays exclusive; every key goes.
-func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
+func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := make([]string, len(servers))
@@ -186,10 +186,10 @@ func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 	noKeysLeft(t, servers)
 }
 
-// TestAttack25a_yieldCloseDuringBurst: Close while 48 goroutines keep the
+// TestMux_yieldCloseDuringBurst: Close while 48 goroutines keep the
 // writers' passes partly full on three masters. Every call returns, none
 // panics, nobody else's lock is taken over, and Close is bounded.
-func TestAttack25a_yieldCloseDuringBurst(t *testing.T) {
+func TestMux_yieldCloseDuringBurst(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := make([]string, len(servers))

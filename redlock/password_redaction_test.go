@@ -43,7 +43,7 @@ func leaks(text, pw string) string {
 // cuts short), a password a quoting function escapes, an array of it. The
 // password never shows, in any form, in the error (%v, %+v, %#v of it and
 // of each NodeError) or in the log (text and JSON).
-func TestAttack_passwordInRepliesNeverShows(t *testing.T) {
+func TestRedaction_passwordInRepliesNeverShows(t *testing.T) {
 	real := redistest.Start(t, 2)
 	const user = "locker"
 	for _, tc := range []struct {
@@ -126,7 +126,7 @@ func urlEscape(s string) string {
 // error text; the NodeError is still what it was: a silent master's is
 // ErrMasterTimeout, a hostile one's holds the *pool.ProtocolError (the
 // redaction used to hide both, on the pooled path the timeout too).
-func TestAttack_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
+func TestRedaction_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
 	silent := hostile.Silent(t)
 	huge := hostile.Start(t, hostile.Reply("$300000000000000\r\n"))
 	for _, pw := range []string{"e", "o", "1", "t"} {
@@ -159,7 +159,7 @@ func TestAttack_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
 // arrays nested without end, a flood of forged release notices. No crash,
 // the heap stays within a few MB, every acquisition on the healthy quorum
 // succeeds and the waiter is woken.
-func TestAttack_hostilePubSubPushes(t *testing.T) {
+func TestSubscribe_hostilePubSubPushes(t *testing.T) {
 	real := redistest.Start(t, 2)
 	msg := func(ch, data string) string { return "*3\r\n$7\r\nmessage\r\n" + hostile.Bulk(ch) + hostile.Bulk(data) }
 	big := strings.Repeat("d", pool.DefaultMaxBulk-64)

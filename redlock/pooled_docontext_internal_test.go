@@ -18,7 +18,7 @@ import (
 // reading; the connection must not go back to the pool usable, and
 // nothing may race with that goroutine. Cancellations are timed to land
 // anywhere around the round trip.
-func TestAttack30_doContextOnPooledConnectionThenReturned(t *testing.T) {
+func TestPooled_doContextConnectionNotReturnedUsable(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	for _, tc := range []struct {

@@ -17,7 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// TestAttack25c_pooledPileUpOnAStoppedMaster: one master of three stopped
+// TestPooled_connectionsBoundedOnAStoppedMaster: one master of three stopped
 // (SIGSTOP) while 32 goroutines lock and unlock keys of their own for
 // 2 s on the pooled path (timeout 50 ms), without load and with four busy
 // goroutines per P. A command to the stopped master holds its connection
@@ -28,8 +28,8 @@ import (
 // connections at most (9692045^: 304-308), Close 58-96 ms (95 ms); under
 // load 181-422 (92-160), about 0.3 per cycle (0.12), and Close 758-880 ms
 // (0-41 ms): beat.behind makes the stopped master not silent, so its
-// commands get lateBound — see TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind.
-func TestAttack25c_pooledPileUpOnAStoppedMaster(t *testing.T) {
+// commands get lateBound — see TestSilence_pooledHungMasterNotExcusedByAFewMsBehind.
+func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
 		t.Run(string(load), func(t *testing.T) {

@@ -26,7 +26,7 @@ import (
 //
 // These failed as of 9692045 (the silence was zeroed while the beat was
 // behind; it is now reduced by how far behind);
-// TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad shows what it cost
+// TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad shows what it cost
 // a caller.
 
 // setBehind makes b look overdue by late (armed, its timer not running),
@@ -42,7 +42,7 @@ func setBehind(t *testing.T, b *beat, late time.Duration) {
 	})
 }
 
-func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testing.T) {
+func TestSilence_pooledHungMasterNotExcusedByAFewMsBehind(t *testing.T) {
 	withStall(t, nil)
 	const timeout = 50 * time.Millisecond
 	p := newPooled("hung", nil, nil, timeout, clock.Real())
@@ -61,7 +61,7 @@ func TestAttack25c_pooledSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testi
 	}
 }
 
-func TestAttack25c_muxBlamedSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *testing.T) {
+func TestSilence_muxHungMasterNotExcusedByAFewMsBehind(t *testing.T) {
 	withStall(t, nil)
 	const timeout = 50 * time.Millisecond
 	mc := &muxConn{mx: &mux{timeout: timeout}, born: time.Now().Add(-10 * time.Second)}
@@ -93,7 +93,7 @@ func TestAttack25c_muxBlamedSilenceOfAHungMasterIsNotExcusedByAFewMsBehind(t *te
 // masters (stallIn). Both paths, one master of three stopped so that the
 // round waits for the timer; no goroutine is left after Close (goleak in
 // TestMain covers the beat timers of the closed transports).
-func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
+func TestStall_fakeClockRecordsNoStall(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
@@ -144,7 +144,7 @@ func TestAttack25c_fakeClockRecordsNoStall(t *testing.T) {
 // the process's roundBeat) leave no goroutine and no beat armed for
 // long: the pooled beats stop at Close, roundBeat stops ticking at its
 // next tick once no round waits.
-func TestAttack25c_beatsLeaveNothingAfterClose(t *testing.T) {
+func TestBeat_leavesNothingAfterClose(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}

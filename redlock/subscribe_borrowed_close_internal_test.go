@@ -32,7 +32,7 @@ func userRedisPool(addr string, wrap func(redis.Conn) redis.Conn, opts ...redis.
 // Close while a Set is in flight, many times: Close returns, the Set ends,
 // nothing races and the connection does not go back to the pool usable
 // mid-subscription.
-func TestAttack30_closeConcurrentWithSet(t *testing.T) {
+func TestSubscribeBorrowed_closeConcurrentWithSet(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp, p := borrowingFrom(t, s.Addr())
@@ -79,7 +79,7 @@ func TestAttack30_closeConcurrentWithSet(t *testing.T) {
 // Set with a ctx already ended, or that ends while it writes: Set fails or
 // succeeds, the subscription is then either live or broken (never a
 // connection read by two), and Close returns with the pool clean.
-func TestAttack30_setWithEndingCtx(t *testing.T) {
+func TestSubscribeBorrowed_setWithEndingCtx(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp, p := borrowingFrom(t, s.Addr())
@@ -130,7 +130,7 @@ func TestAttack30_setWithEndingCtx(t *testing.T) {
 
 // Close at once after Subscribe, before any Set (the reader may not have
 // begun to read yet).
-func TestAttack30_closeRightAfterSubscribe(t *testing.T) {
+func TestSubscribeBorrowed_closeRightAfterSubscribe(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp, p := borrowingFrom(t, s.Addr())
@@ -151,7 +151,7 @@ func TestAttack30_closeRightAfterSubscribe(t *testing.T) {
 // The master killed under a live subscription: the reader ends, Done
 // closes, Close gives the slot back (discarded), and once the master is
 // back a new subscription hears releases.
-func TestAttack30_masterKilledUnderSubscription(t *testing.T) {
+func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp, p := borrowingFrom(t, s.Addr())
@@ -188,7 +188,7 @@ func TestAttack30_masterKilledUnderSubscription(t *testing.T) {
 // deadline, does not break while idle for longer than it (before 7252de9
 // the user's pool's did), and its Close behind a stopped master returns and
 // discards the connection.
-func TestAttack30_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
+func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name string
@@ -244,7 +244,7 @@ func logged(inner func(redis.Conn) redis.Conn) func(redis.Conn) redis.Conn {
 	}
 }
 
-func TestAttack30_loggingConnPoolWorksAndBreaks(t *testing.T) {
+func TestSubscribeBorrowed_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp := userRedisPool(s.Addr(), nil)
@@ -294,7 +294,7 @@ func (w timeoutOnlyConn) DoWithTimeout(d time.Duration, cmd string, args ...any)
 // found by this attack on 7252de9). The subscription is refused
 // (ErrInvalid, as for a pool whose own connections lack the abilities);
 // were it accepted, Close must still return.
-func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
+func TestSubscribeBorrowed_unbreakableInnerConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name string
@@ -316,9 +316,9 @@ func TestAttack30_unbreakableInnerConnIsRefused(t *testing.T) {
 // A type check sees only the outermost connection: redis.NewLoggingConn
 // has every method and delegates, so a pool of the user's own that logs a
 // connection able to read with a timeout but not with a context passed
-// it, and Close then hung as in TestAttack30_unbreakableInnerConnIsRefused.
+// it, and Close then hung as in TestSubscribeBorrowed_unbreakableInnerConnIsRefused.
 // Now refused.
-func TestAttack30_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
+func TestSubscribeBorrowed_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp := userRedisPool(s.Addr(), nil)

@@ -20,7 +20,7 @@ import (
 // A hostile master on the borrowed path: whatever it sends, no panic
 // escapes, the subscription ends or Close ends it promptly, the pool gets
 // its slot back, and no goroutine is left.
-func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
+func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name     string
@@ -130,7 +130,7 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 
 // A master that reads nothing: a Set that cannot write ends with its ctx
 // (the borrowed connection is broken under the write), and Close returns.
-func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
+func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	redistest.SkipShort(t)
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	addr := hostile.Serve(t, func(c net.Conn, quit <-chan struct{}) { <-quit })

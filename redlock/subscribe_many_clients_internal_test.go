@@ -16,7 +16,7 @@ import (
 // Many Clients over pools of the user's own (borrowed subscriptions), with
 // waiters woken by releases, then closed with waiters still waiting: no
 // race, no hang, no connection left lent.
-func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
+func TestSubscribeBorrowed_manyClientsWakeThenClose(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	var rps []*redis.Pool
@@ -114,7 +114,7 @@ func TestAttack30_manyClientsWakeThenClose(t *testing.T) {
 // The timeoutOnlyConn case at the Client level: a waiter on a pool of the
 // user's own whose redis.Pool dials wrapped connections; Client.Close never
 // returned before such pools were refused a subscription.
-func TestAttack30_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T) {
+func TestSubscribeBorrowed_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })

@@ -38,7 +38,7 @@ func a27Empty(t *testing.T, servers []*redistest.Server, prefix string) {
 // client) holds the key, a waiter on a fake clock (only a notice can wake
 // it) waits, the holder releases; the waiter gets the lock, and once it
 // released nothing is left on any master but a fence counter.
-func TestAttack27_kindsThroughTheWakePath(t *testing.T) {
+func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 	redistest.SkipShort(t)
 	type acq func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error)
 	plain := func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
@@ -192,7 +192,7 @@ func TestAttack27_kindsThroughTheWakePath(t *testing.T) {
 // Readers in several clients (fake clocks) wait for a writer; its release
 // wakes them all in: the first reader's led attempt must not shut the
 // others out (readers share).
-func TestAttack27_wokenReadersAllGetIn(t *testing.T) {
+func TestWake_wokenReadersAllGetIn(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
@@ -262,7 +262,7 @@ func TestAttack27_wokenReadersAllGetIn(t *testing.T) {
 // A master publishes junk on a key's wake channel while a waiter (fake
 // clock) waits and the key is held: the waiter does not crash or get the
 // lock, and the real release still wakes it.
-func TestAttack27_hostileNotices(t *testing.T) {
+func TestWake_hostileNoticesIgnored(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {

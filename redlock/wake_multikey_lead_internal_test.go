@@ -111,7 +111,7 @@ func (m *a29Multi) wantLock(t *testing.T, why string) {
 //  3. a's lead runs b's release last: its notice of b is the third, not
 //     b's lead's: it wakes nobody, and the waiter sleeps (on a fake
 //     clock, forever; on a real one, until its backoff or fallback poll).
-func TestAttack29_multiKeyRefusedAtLeadForItsOtherKey(t *testing.T) {
+func TestWake_multiKeyRefusedAtLeadForItsOtherKey(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestAttack29_multiKeyRefusedAtLeadForItsOtherKey(t *testing.T) {
 // quick succession and the waiter's woken key is overwritten). Once
 // every master ran both releases, the waiter, on a fake clock, must have
 // been woken to an attempt that finds both keys free on a quorum.
-func TestAttack29_multiKeyRandomReleaseOrders(t *testing.T) {
+func TestWake_multiKeyRandomReleaseOrders(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 5)
 	for _, p := range leadPaths {

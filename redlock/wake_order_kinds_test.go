@@ -87,7 +87,7 @@ func collectReaders(t *testing.T, got <-chan *redlock.Lock, n int, what string) 
 // notices woke. Readers whose timers never fire can only be woken, so
 // those the notices did not reach would wait for their fallback poll (up
 // to 2 s) although the key is free for them.
-func TestAttack_RWWriterReleaseWakesEveryWaitingReader(t *testing.T) {
+func TestWake_writerReleaseWakesEveryWaitingReader(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -111,7 +111,7 @@ func TestAttack_RWWriterReleaseWakesEveryWaitingReader(t *testing.T) {
 // A writer that gives up withdraws its intent, which let new readers in
 // again: the readers it turned away must hear of it rather than sleep
 // until their fallback poll.
-func TestAttack_RWWriterThatGivesUpWakesReaders(t *testing.T) {
+func TestWake_writerThatGivesUpWakesReaders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -188,7 +188,7 @@ func pauser(t *testing.T, rs *realSet, frozen []time.Duration, running time.Dura
 // take and give back holds over and over, while one master at a time is
 // frozen: the owners never hold the lock at once, the per-holder chains
 // drain when the traffic stops, and a third owner can then take the lock.
-func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
+func TestReentrant_ownersExcludeUnderFrozenMasters(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		var mu sync.Mutex
@@ -285,7 +285,7 @@ func TestAttack_ReentrantOwnersUnderFrozenMasters(t *testing.T) {
 // past its deadline once its master is silent, and its rollback's; on
 // the pipelined path the connection's stall timeout, ten per-master
 // timeouts, fails what is pending), and every call returns.
-func TestAttack_CloseWithRoundsChainedOnAFrozenMaster(t *testing.T) {
+func TestClose_roundsChainedOnAFrozenMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		const timeout = 200 * time.Millisecond
 		rs := startReal(t, 3)
@@ -379,7 +379,7 @@ func TestAttack_CloseWithRoundsChainedOnAFrozenMaster(t *testing.T) {
 // ErrClosed at once rather than sleep until their next timer (a backoff,
 // a fallback poll of up to 2 s; here a fake clock that never fires), and
 // the pools get back every connection, a plain *redis.Pool included.
-func TestAttack_CloseEndsWaitingAcquires(t *testing.T) {
+func TestClose_endsWaitingAcquires(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		wrap func(*redis.Pool) pool.Pool
@@ -458,7 +458,7 @@ func TestAttack_CloseEndsWaitingAcquires(t *testing.T) {
 // poll, so it finds the key free at most that poll later: 2 s for a
 // 10 s TTL (it was the 250 ms backoff before the fallback poll), half
 // the TTL for a short one.
-func TestAttack_WaiterFindsAVanishedHoldersKeyWithinTheFallbackPoll(t *testing.T) {
+func TestWake_vanishedHoldersKeyFoundWithinTheFallbackPoll(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		for _, tc := range []struct {

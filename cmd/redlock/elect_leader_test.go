@@ -22,7 +22,7 @@ import (
 // command's own exit code is passed on and the leadership resigned, with
 // nothing left on the masters but the fencing counter; a too long --value
 // is refused with exit 64 before anything is sent.
-func TestAttack18_ElectLossExitCodesAndCleanup(t *testing.T) {
+func TestElect_lossExitCodesAndCleanup(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
 	onlyFence := func(key string) bool { // and the earlier keys' counters
@@ -87,7 +87,7 @@ func TestAttack18_ElectLossExitCodesAndCleanup(t *testing.T) {
 // leader --json: null and 75 without a leader; value, term and a positive
 // ttl_ms with one, as valid JSON even for a value that is not UTF-8; the
 // plain output escapes control bytes.
-func TestAttack18_LeaderJSON(t *testing.T) {
+func TestLeader_JSONOutput(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
 	code, out, _ := redlockRun(t, masters, "leader", "--json", "svc")
@@ -126,7 +126,7 @@ func TestAttack18_LeaderJSON(t *testing.T) {
 // Issue 18 from the shell: while candidates hand over again and again,
 // every answer of `redlock leader --json` is a leader's real (value, term)
 // pair, or null (between leaders, or a hand-over in progress).
-func TestAttack18_LeaderCLIPairsDuringHandOver(t *testing.T) {
+func TestLeader_CLIPairsDuringHandOver(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
