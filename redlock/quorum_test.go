@@ -2,7 +2,7 @@ package redlock_test
 
 // Unit tests of the quorum logic on in-memory fake masters and the fake
 // clock. Everything Redis itself does is tested against real redis-server
-// in redis_test.go.
+// in client_basics_redis_test.go.
 
 import (
 	"context"

@@ -3,7 +3,7 @@ package redlock_test
 // Quorum members that are Redis Clusters (cluster://SEED+SEED), with a
 // hostile node as the seed: what it says about other nodes (MOVED, ASK,
 // CLUSTER SLOTS) is untrusted bytes. Real clusters are tested in the
-// integration module (integration/redigocluster_test.go).
+// integration module (integration/redigocluster_redis_test.go).
 
 import (
 	"context"

@@ -40,7 +40,7 @@ func clockCluster(t *testing.T) *cluster.Cluster {
 // nothing aside for drift from a correct one: masters 0.5 % fast let a
 // 500 ms key go 2.5 ms early, less than the next client takes to notice
 // an expiry, so such a lock overlaps nobody here. The drift term is put to the test by
-// TestClockDrift_fastQuorumFreesKeyOnlyAfterValidity (clock_fastquorum_test.go).
+// TestClockDrift_fastQuorumFreesKeyOnlyAfterValidity (clock_fastquorum_redis_test.go).
 func TestClockDrift_withinAllowance(t *testing.T) {
 	c := clockCluster(t)
 	r := runNemesis(t, c, "2 of 5 masters 0.5% fast, drift factor 1%", nemesisConfig{
