@@ -3,8 +3,9 @@
 //
 //   - a test file whose tests start real Redis (a redis-server process or
 //     container, through internal/redistest, integration/cluster,
-//     examples/internal/throwaway or a helper of its own package that
-//     calls them) is named *_redis_test.go, so that the tier a file
+//     examples/internal/throwaway, a helper that runs redis-server by
+//     name, or a helper of its own package that calls them) is named
+//     *_redis_test.go, so that the tier a file
 //     belongs to shows in its name;
 //   - no test function is named after an attack round or a review rather
 //     than the behaviour it checks.
@@ -204,6 +205,9 @@ func read(t *testing.T, root string) *tree {
 				if !ok {
 					return true
 				}
+				if spawnsRedis(call, imports) {
+					dc.calls = append(dc.calls, ref{pkg: rootModule + "/internal/redistest", name: "Start"})
+				}
 				switch fn := call.Fun.(type) {
 				case *ast.Ident:
 					dc.calls = append(dc.calls, ref{pkg: pkg, name: fn.Name})
@@ -222,6 +226,26 @@ func read(t *testing.T, root string) *tree {
 		}
 	}
 	return tr
+}
+
+// spawnsRedis reports whether call looks redis-server up or runs it by
+// name (exec.LookPath, exec.Command or exec.CommandContext with the
+// literal "redis-server"): a package's own starter, which counts as one.
+func spawnsRedis(call *ast.CallExpr, imports map[string]string) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	x, ok := sel.X.(*ast.Ident)
+	if !ok || imports[x.Name] != "os/exec" {
+		return false
+	}
+	for _, a := range call.Args {
+		if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING && lit.Value == `"redis-server"` {
+			return true
+		}
+	}
+	return false
 }
 
 // startsRedis returns the keys of the functions that start real Redis.
@@ -291,14 +315,15 @@ func TestNames_testsNamedForBehaviourNotRound(t *testing.T) {
 
 // The check finds what it is for, in a planted tree (testdata/planted): a
 // file that starts Redis through a helper of its package's other file,
-// one that calls redistest directly, and not the _redis_test.go file, the
+// one that calls redistest directly, one that runs redis-server itself, and not the _redis_test.go file, the
 // file of helpers only, or the file whose tests start nothing.
 func TestNames_checkFindsPlantedFiles(t *testing.T) {
 	tr := read(t, filepath.Join("testdata", "planted"))
 	got := tr.misnamed()
 	want := map[string][]string{
-		"viahelper_test.go": {"TestViaHelper"},
-		"direct_test.go":    {"TestDirect", "ExampleDirect"},
+		"viahelper_test.go":  {"TestViaHelper"},
+		"direct_test.go":     {"TestDirect", "ExampleDirect"},
+		"ownstarter_test.go": {"TestOwnStarter"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("flagged %v, want %v", got, want)
