@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -217,15 +218,8 @@ func TestElection_noTermFieldsPileUp(t *testing.T) {
 			if most > 2 {
 				t.Errorf("the metadata hash held %d fields at once", most)
 			}
-			waitUntil(t, "no metadata hash after the last resign", func() bool {
-				for _, s := range rs.servers {
-					if n, _ := redis.Int(s.Do("EXISTS", meta)); n != 0 {
-						return false
-					}
-				}
-				return true
-			})
-			t.Logf("at most %d fields; keys left: %q", most, rs.keysOn(t))
+			leftover.None(t, rs.servers) // no metadata hash nor queue after the last resign
+			t.Logf("at most %d fields", most)
 		})
 	}
 }

@@ -10,24 +10,11 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
-
-// keysOn lists every key on every master.
-func (rs *realSet) keysOn(t *testing.T) [][]string {
-	t.Helper()
-	out := make([][]string, len(rs.servers))
-	for i, s := range rs.servers {
-		ks, err := redis.Strings(s.Do("KEYS", "*"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = ks
-	}
-	return out
-}
 
 // Resign twice, and Resign after the leadership was lost: both say
 // ErrNotHeld, and a lost leader's Resign takes nothing from its successor.
@@ -111,15 +98,7 @@ func TestElection_campaignCancelledLeavesNothing(t *testing.T) {
 			if err := leader.Resign(ctx); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "only the fencing counter stays", func() bool {
-				for _, ks := range rs.keysOn(t) {
-					if len(ks) != 1 || ks[0] != layout.FenceKey("el") {
-						t.Logf("keys: %q", ks)
-						return false
-					}
-				}
-				return true
-			})
+			leftover.None(t, rs.servers) // only the fencing counter stays
 		})
 	}
 }
@@ -349,19 +328,7 @@ func TestMetadata_goneAfterRollbackEveryKind(t *testing.T) {
 			if err := k.other(rs.client(t, pipelinedPath), "k"); !errors.Is(err, redlock.ErrNotAcquired) {
 				t.Fatalf("err = %v", err)
 			}
-			eventually(t, "the first master keeps nothing", func() bool {
-				ks, err := redis.Strings(rs.servers[0].Do("KEYS", "*"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, key := range ks {
-					if key != layout.FenceKey("k") {
-						t.Logf("left: %q", ks)
-						return false
-					}
-				}
-				return true
-			})
+			leftover.None(t, rs.servers[:1]) // the first master keeps nothing
 		})
 	}
 }

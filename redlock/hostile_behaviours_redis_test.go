@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -93,11 +94,7 @@ func TestHostileMaster_misbehaviourCostsOneVote(t *testing.T) {
 					}
 				}
 				lockAndWake(t, c, key)
-				for _, s := range real {
-					if n, err := s.Do("EXISTS", key); err != nil || n != int64(0) {
-						t.Errorf("key left on %s: EXISTS = %v, %v", s.Addr(), n, err)
-					}
-				}
+				leftover.None(t, real, key)
 
 				// Without a quorum of good masters the error names the bad
 				// one, and the real master keeps nothing.
@@ -107,12 +104,7 @@ func TestHostileMaster_misbehaviourCostsOneVote(t *testing.T) {
 				if !errors.Is(err, redlock.ErrNotAcquired) || !errors.As(err, &ne) || ne.Addr != bad {
 					t.Fatalf("err = %v, want ErrNotAcquired with the NodeError of %s", err, bad)
 				}
-				if !redistest.WaitFor(ctx, func() bool {
-					n, err := real[0].Do("EXISTS", key2)
-					return err == nil && n == int64(0)
-				}) {
-					t.Errorf("the failed attempt left %q on %s", key2, real[0].Addr())
-				}
+				leftover.None(t, real[:1], key2)
 			})
 		})
 	}

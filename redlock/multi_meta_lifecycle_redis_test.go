@@ -13,29 +13,10 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
-
-// nothingLeftWithin waits up to d until rs's masters hold no key but
-// fencing counters, then fails t for each key still there.
-func nothingLeftWithin(t *testing.T, rs *realSet, d time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	redistest.WaitFor(ctx, func() bool {
-		for _, s := range rs.servers {
-			for _, k := range keysOn(t, s) {
-				if !strings.HasSuffix(k, ":fence") {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	noKeysLeft(t, rs.servers)
-}
 
 // noPersistentKey fails t for any key without a TTL on rs's masters but
 // fencing counters: a metadata hash must never outlive its lock key.
@@ -85,7 +66,7 @@ func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
 			return true
 		})
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 10*time.Second)
+		leftover.Within(t, 10*time.Second, rs.servers)
 	})
 }
 
@@ -170,7 +151,7 @@ func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T)
 				if err := release(); err != nil {
 					t.Fatal(err)
 				}
-				nothingLeft(t, rs)
+				leftover.None(t, rs.servers)
 			})
 		}
 	})
@@ -239,7 +220,7 @@ func TestRedis_AcquireMulti_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetada
 		if err := ol.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		nothingLeft(t, rs)
+		leftover.None(t, rs.servers)
 	})
 }
 
@@ -275,7 +256,7 @@ func TestRedis_AcquireMulti_releaseWithAStoppedMasterLeavesNoMetadata(t *testing
 			t.Errorf("release with one master of three stopped: %v", relErr)
 		}
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 15*time.Second)
+		leftover.Within(t, 15*time.Second, rs.servers)
 	})
 }
 
@@ -301,6 +282,6 @@ func TestRedis_AcquireMulti_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) 
 			t.Fatal(err)
 		}
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 15*time.Second)
+		leftover.Within(t, 15*time.Second, rs.servers)
 	})
 }

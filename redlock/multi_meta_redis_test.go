@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -58,7 +59,7 @@ func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
 				if err := l.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				nothingLeft(t, rs)
+				leftover.None(t, rs.servers)
 			})
 		}
 	})
@@ -85,14 +86,6 @@ func TestRedis_AcquireMulti_rollbackLeavesNoMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		nothingLeft(t, rs)
+		leftover.None(t, rs.servers)
 	})
-}
-
-// nothingLeft waits until rs's masters hold no key but fencing counters
-// (a round returns at a quorum; the last master may still be running its
-// command), then fails t for each key still there.
-func nothingLeft(t *testing.T, rs *realSet) {
-	t.Helper()
-	nothingLeftWithin(t, rs, 5*time.Second)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/pool"
@@ -186,14 +187,8 @@ func TestNoScript_scriptFlushUnderLoadRecovers(t *testing.T) {
 				t.Fatalf("%s: Release after the flush: %v", key, err)
 			}
 		}
-		time.Sleep(2100 * time.Millisecond) // keys of releases that failed expire
-		for i, s := range rs.servers {
-			for _, k := range keysOn(t, s) {
-				if !strings.HasSuffix(k, ":fence") {
-					t.Errorf("master %d: key %q left behind", i, k)
-				}
-			}
-		}
+		// keys of releases that failed expire at their TTL (2 s)
+		leftover.Within(t, 2*time.Second+leftover.Bound, rs.servers)
 	})
 }
 
@@ -221,19 +216,6 @@ func (h *holders) leave(key string) {
 	h.mu.Lock()
 	h.n[key]--
 	h.mu.Unlock()
-}
-
-// noKeysLeft fails t for any key on the masters but fencing counters.
-func noKeysLeft(t *testing.T, servers []*redistest.Server) {
-	t.Helper()
-	for i, s := range servers {
-		for _, k := range keysOn(t, s) {
-			if !strings.HasSuffix(k, ":fence") {
-				pttl, _ := redis.Int64(s.Do("PTTL", k))
-				t.Errorf("master %d: key %q left behind (PTTL %d ms)", i, k, pttl)
-			}
-		}
-	}
 }
 
 // lockLoop takes, extends and releases locks on keys until stop closes or
@@ -315,8 +297,7 @@ func TestClose_racesEveryCall(t *testing.T) {
 				t.Errorf("two holders of one key at once, %d times", n)
 			}
 		}
-		time.Sleep(1100 * time.Millisecond) // the TTL of what Close cut short
-		noKeysLeft(t, rs.servers)
+		leftover.Within(t, time.Second+leftover.Bound, rs.servers) // the TTL of what Close cut short
 	})
 }
 
@@ -372,8 +353,7 @@ func TestMux_frozenPastTheStallBound(t *testing.T) {
 			return all
 		})
 		c.Close()
-		time.Sleep(ttl + 100*time.Millisecond)
-		noKeysLeft(t, rs.servers)
+		leftover.Within(t, ttl+leftover.Bound, rs.servers)
 	})
 }
 
@@ -466,8 +446,7 @@ func TestMux_masterStopsReadingThenResumes(t *testing.T) {
 	}
 	left := len(keysOn(t, srv))
 	t.Logf("keys on the master right after Close: %d", left)
-	time.Sleep(ttl + 200*time.Millisecond)
-	noKeysLeft(t, []*redistest.Server{srv})
+	leftover.Within(t, ttl+leftover.Bound, []*redistest.Server{srv})
 }
 
 // A master answers a prefix of what a connection carries and then resets
@@ -524,9 +503,7 @@ func TestResend_prefixAnsweredThenReset(t *testing.T) {
 					t.Errorf("only %d connections: the resets did not happen", fm.Accepted())
 				}
 				c.Close()
-				time.Sleep(ttl + 100*time.Millisecond)
-				servers := reals
-				noKeysLeft(t, servers)
+				leftover.Within(t, ttl+leftover.Bound, reals)
 			})
 		})
 	}
@@ -603,8 +580,7 @@ func TestMuxDial_deathDuringAndRightAfterDial(t *testing.T) {
 	if ks := keysOn(t, real); len(ks) > 0 {
 		t.Logf("keys right after Close: %q", ks)
 	}
-	time.Sleep(ttl + 100*time.Millisecond)
-	noKeysLeft(t, []*redistest.Server{real})
+	leftover.Within(t, ttl+leftover.Bound, []*redistest.Server{real})
 }
 
 // A hostile master (1 of 3) injects a stray "+OK" ahead of its real reply
@@ -678,10 +654,6 @@ func TestMux_sameShapeStrayIsOneFalseVote(t *testing.T) {
 		}
 		contender.Close()
 		holder.Close()
-		for _, s := range reals {
-			if ks := keysOn(t, s); len(ks) > 0 {
-				t.Errorf("%s: keys left: %q", s.Addr(), ks)
-			}
-		}
+		leftover.None(t, reals)
 	})
 }

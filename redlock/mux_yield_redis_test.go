@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -173,17 +174,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 	// Every failed attempt is rolled back, every unconfirmed release
 	// retried: nothing stays (the own keys' TTL is a minute, the shared
 	// ones' 10 s).
-	wctx, cancel := context.WithTimeout(ctx, 8*time.Second)
-	defer cancel()
-	left := func() int {
-		n := 0
-		for _, s := range servers {
-			n += len(keysOn(t, s))
-		}
-		return n
-	}
-	redistest.WaitFor(wctx, func() bool { return left() == 0 })
-	noKeysLeft(t, servers)
+	leftover.None(t, servers)
 }
 
 // TestMux_yieldCloseDuringBurst: Close while 48 goroutines keep the
@@ -248,6 +239,5 @@ func TestMux_yieldCloseDuringBurst(t *testing.T) {
 			t.Errorf("rep %d: %d overlapping holds", rep, n)
 		}
 	}
-	time.Sleep(1100 * time.Millisecond) // the TTL of what Close cut short
-	noKeysLeft(t, servers)
+	leftover.Within(t, time.Second+leftover.Bound, servers) // the TTL of what Close cut short
 }

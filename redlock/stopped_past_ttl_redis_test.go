@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -212,16 +211,7 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 	if len(holds) == 0 {
 		t.Errorf("the child never got the key: %q", other)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for i, s := range servers {
-		if !redistest.WaitFor(wctx, func() bool {
-			n, err := redis.Int(s.Do("EXISTS", a25cKey))
-			return err == nil && n == 0
-		}) {
-			t.Errorf("master %d still holds the key", i)
-		}
-	}
+	leftover.None(t, servers, a25cKey)
 	return across + afterStop
 }
 

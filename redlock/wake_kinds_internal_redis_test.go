@@ -11,28 +11,9 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
-
-// a27Empty fails unless no master holds a key beginning with prefix.
-func a27Empty(t *testing.T, servers []*redistest.Server, prefix string) {
-	t.Helper()
-	ok := redistest.WaitFor(ctx5s(t), func() bool {
-		for _, s := range servers {
-			ks, err := redis.Strings(s.Do("KEYS", prefix+"*"))
-			if err != nil || len(ks) != 0 {
-				return false
-			}
-		}
-		return true
-	})
-	if !ok {
-		for i, s := range servers {
-			ks, _ := redis.Strings(s.Do("KEYS", prefix+"*"))
-			t.Errorf("master %d keeps %v", i, ks)
-		}
-	}
-}
 
 // Each lock kind through the wake path on five masters: a holder (another
 // client) holds the key, a waiter on a fake clock (only a notice can wake
@@ -52,7 +33,6 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 		name   string
 		holder acq
 		waiter acq
-		keep   string // a key suffix allowed to stay
 	}{
 		{"fenced", plain, func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			l, err := c.Acquire(ctx, key, append(opts, WithFencing())...)
@@ -63,10 +43,10 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 				return nil, fmt.Errorf("no fencing token")
 			}
 			return func() error { return l.Release(context.Background()) }, nil
-		}, ":fence"},
+		}},
 		{"meta", plain, func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			return plain(ctx, c, key, append(opts, WithMetadata("hello"))...)
-		}, ""},
+		}},
 		{"reentrant", plain, func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			r, err := c.NewReentrant(key, "owner-1", opts...)
 			if err != nil {
@@ -84,17 +64,17 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 				}
 				return r.Release(context.Background())
 			}, nil
-		}, ""},
+		}},
 		{"multi", plain, func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			l, err := c.AcquireMulti(ctx, []string{key + ":b", key}, opts...)
 			if err != nil {
 				return nil, err
 			}
 			return func() error { return l.Release(context.Background()) }, nil
-		}, ""},
+		}},
 		{"fair", plain, func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			return plain(ctx, c, key, append(opts, WithFair())...)
-		}, ""},
+		}},
 		{"write-after-write", func(ctx context.Context, c *Client, key string, opts ...LockOption) (func() error, error) {
 			l, err := c.AcquireWrite(ctx, key, opts...)
 			if err != nil {
@@ -107,7 +87,7 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 				return nil, err
 			}
 			return func() error { return l.Release(context.Background()) }, nil
-		}, ""},
+		}},
 	} {
 		for _, p := range leadPaths {
 			t.Run(tc.name+"/"+p.name, func(t *testing.T) {
@@ -159,31 +139,8 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 					cancel()
 					t.Fatalf("the release woke nobody: %v", <-got)
 				}
-				ok := redistest.WaitFor(ctx5s(t), func() bool {
-					for _, s := range servers {
-						ks, _ := redis.Strings(s.Do("KEYS", key+"*"))
-						for _, k := range ks {
-							if tc.keep == "" || !strings.HasSuffix(k, tc.keep) {
-								return false
-							}
-						}
-					}
-					return true
-				})
-				if !ok {
-					for i, s := range servers {
-						ks, _ := redis.Strings(s.Do("KEYS", key+"*"))
-						for _, k := range ks {
-							kind, _ := redis.String(s.Do("TYPE", k))
-							ttl, _ := redis.Int64(s.Do("PTTL", k))
-							var v any
-							if kind == "hash" {
-								v, _ = redis.StringMap(s.Do("HGETALL", k))
-							}
-							t.Errorf("master %d keeps %s (%s, PTTL %d ms): %v", i, k, kind, ttl, v)
-						}
-					}
-				}
+				// every key of the lock: the multi-key lock's second too
+				leftover.None(t, servers, key, key+":b")
 			})
 		}
 	}
@@ -254,7 +211,7 @@ func TestWake_wokenReadersAllGetIn(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			a27Empty(t, servers, key)
+			leftover.None(t, servers, key)
 		})
 	}
 }

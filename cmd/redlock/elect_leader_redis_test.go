@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/internal/handover"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -25,21 +24,6 @@ import (
 func TestElect_lossExitCodesAndCleanup(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
-	onlyFence := func(key string) bool { // and the earlier keys' counters
-		for _, s := range servers {
-			ks, err := redis.Strings(s.Do("KEYS", "*"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range ks {
-				if k != layout.FenceKey(key) && k != layout.FenceKey("svc") {
-					t.Logf("left on %s: %q", s.Addr(), ks)
-					return false
-				}
-			}
-		}
-		return true
-	}
 
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	done := make(chan [2]any, 1)
@@ -69,19 +53,19 @@ func TestElect_lossExitCodesAndCleanup(t *testing.T) {
 	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid == 0 || processAlive(pid) {
 		t.Errorf("the deposed leader's command (pid %d) is still running", pid)
 	}
-	waitFor(t, func() bool { return onlyFence("svc") })
+	leftover.None(t, servers)
 
 	code, _, errOut := redlockRun(t, masters, "elect", "--value", "node-b", "svc", "--", "sh", "-c", "exit 3")
 	if code != 3 {
 		t.Fatalf("command exit 3: redlock exit %d; %s", code, errOut)
 	}
-	waitFor(t, func() bool { return onlyFence("svc") })
+	leftover.None(t, servers)
 
 	code, _, errOut = redlockRun(t, masters, "elect", "--value", strings.Repeat("x", layout.MaxMeta+1), "other", "--", "true")
 	if code != exitUsage || !strings.Contains(errOut, "metadata") {
 		t.Fatalf("too long --value: exit %d; %s", code, errOut)
 	}
-	waitFor(t, func() bool { return onlyFence("other") })
+	leftover.None(t, servers)
 }
 
 // leader --json: null and 75 without a leader; value, term and a positive
