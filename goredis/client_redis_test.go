@@ -201,8 +201,17 @@ func startMonitor(t *testing.T, addr string) *monitor {
 func (ms *masterSet) checkHooksSawEverything(t *testing.T) {
 	t.Helper()
 	// MONITOR shows a command once it ran; the last ones may still be on
-	// their way.
-	time.Sleep(100 * time.Millisecond)
+	// their way: wait (bounded) until the counts agree, then report.
+	poll(5*time.Second, func() bool {
+		for i := range ms.servers {
+			for _, name := range []string{"set", "evalsha", "eval", "script|load"} {
+				if ms.hooks[i].get(name) != ms.commandCalls(t, i, name) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	for i := range ms.servers {
 		total := 0
 		for _, name := range []string{"set", "evalsha", "eval", "script|load"} {
@@ -219,14 +228,18 @@ func (ms *masterSet) checkHooksSawEverything(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds, failing t if it does not within
+// 10 s: for state that settles asynchronously, never a fixed sleep.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	waitForWithin(t, 10*time.Second, what, cond)
+}
+
+// waitForWithin is waitFor with a bound of d.
+func waitForWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(d, cond) {
+		t.Fatalf("not within %v: %s", d, what)
 	}
 }
 
@@ -621,13 +634,9 @@ func TestNew_frozenMasterCostsOneVote(t *testing.T) {
 			return false
 		}
 		defer l.Release(ctx)
-		ok := false
-		waitOK := time.Now().Add(2 * time.Second)
-		for time.Now().Before(waitOK) && !ok {
-			ok = ms.admin[2].Get(context.Background(), "thawed").Val() == l.Token()
-			time.Sleep(5 * time.Millisecond)
-		}
-		return ok
+		return poll(2*time.Second, func() bool {
+			return ms.admin[2].Get(context.Background(), "thawed").Val() == l.Token()
+		})
 	})
 }
 

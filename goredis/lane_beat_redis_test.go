@@ -21,17 +21,11 @@ func TestLane_beatStopsWhenNothingWaits(t *testing.T) {
 			t.Fatal(res.err)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	if !poll(2*time.Second, func() bool {
 		l.mu.Lock()
-		beating := !l.timerAt.IsZero() && time.Until(l.timerAt) < time.Second
-		l.mu.Unlock()
-		if !beating {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watchdog still beats 2 s after every command was answered (deadlines 5 s away)")
-		}
-		time.Sleep(5 * time.Millisecond)
+		defer l.mu.Unlock()
+		return l.timerAt.IsZero() || time.Until(l.timerAt) >= time.Second
+	}) {
+		t.Fatal("the watchdog still beats 2 s after every command was answered (deadlines 5 s away)")
 	}
 }

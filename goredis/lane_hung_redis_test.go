@@ -43,7 +43,7 @@ func TestLane_hungMasterFailsWithinTheBound(t *testing.T) {
 				r, ch := cmd(d, "SET", fmt.Sprint("k", i), "1", "NX", "PX", 10000)
 				all = append(all, sent{time.Now(), ch})
 				l.send(r)
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(30 * time.Millisecond) // the subject: commands sent at different moments of the hang
 			}
 			for i, x := range all {
 				res := wait(t, x.ch)
@@ -56,19 +56,12 @@ func TestLane_hungMasterFailsWithinTheBound(t *testing.T) {
 				}
 			}
 			s.cont()
-			ok := false
-			for try := 0; try < 50 && !ok; try++ {
+			waitFor(t, "the lane serves again after the master ran", func() bool {
 				r, ch := cmd(5*time.Second, "PING")
 				l.send(r)
 				res := wait(t, ch)
-				ok = res.err == nil && res.v == "PONG"
-				if !ok {
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-			if !ok {
-				t.Fatal("the lane did not serve again after the master ran")
-			}
+				return res.err == nil && res.v == "PONG"
+			})
 		})
 	}
 }
@@ -93,16 +86,7 @@ func TestLane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
 			const d = 100 * time.Millisecond
 			r, ch = cmd(d, "SET", "k", "1", "NX", "PX", 10000)
 			l.send(r)
-			for {
-				l.mu.Lock()
-				// r's own batch: the PING's may still be finishing.
-				taken := len(l.inflight) == 1 && l.inflight[0] == r
-				l.mu.Unlock()
-				if taken {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			taken(t, l, r, true) // r's own batch: the PING's may still be finishing
 			start := time.Now()
 			l.close()
 			el := time.Since(start)
@@ -156,35 +140,26 @@ func TestLane_lateGrantsAreRolledBack(t *testing.T) {
 						t.Fatal("acquired with two masters of three stopped")
 					}
 				}
-				time.Sleep(pause)
+				time.Sleep(pause) // the subject: masters hung for this long
 				servers[0].cont()
 				servers[1].cont()
 				var checks []*redis.Client
 				for _, s := range servers {
 					checks = append(checks, newClient(t, s))
 				}
-				deadline := time.Now().Add(15 * time.Second)
-				for {
-					held := 0
+				held := func() int {
+					n := 0
 					for _, cl := range checks {
-						n, err := cl.DBSize(ctx).Result()
+						k, err := cl.DBSize(ctx).Result()
 						if err != nil {
 							t.Fatal(err)
 						}
-						held += int(n)
+						n += int(k)
 					}
-					if held == 0 {
-						return
-					}
-					if time.Now().After(deadline) {
-						for i, cl := range checks {
-							keys, _ := cl.Keys(ctx, "*").Result()
-							t.Logf("master %d holds %v", i, keys)
-						}
-						t.Fatalf("%d keys still held 15 s after the masters ran again (TTL 30 s)", held)
-					}
-					time.Sleep(100 * time.Millisecond)
+					return n
 				}
+				// within 15 s of the masters running again (TTL 30 s)
+				waitForWithin(t, 15*time.Second, "no key held once the masters ran again", func() bool { return held() == 0 })
 			})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,8 +231,28 @@ func indexOf(s, sub string) int {
 func busy(t *testing.T, l *lane, d time.Duration) chan result {
 	r, ch := cmd(10*time.Second, "BLPOP", "nothing:"+t.Name(), fmt.Sprintf("%.3f", d.Seconds()))
 	l.send(r)
-	time.Sleep(d / 4) // the writer took it
+	taken(t, l, r, false)
 	return ch
+}
+
+// taken waits until the lane's writer has taken r into the batch it runs
+// (with alone, as that batch's only command: an earlier batch may still
+// be finishing).
+func taken(t *testing.T, l *lane, r *req, alone bool) {
+	t.Helper()
+	waitFor(t, "the lane's writer took the command", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if alone {
+			return len(l.inflight) == 1 && l.inflight[0] == r
+		}
+		for _, x := range l.inflight {
+			if x == r {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func TestLane_noscript(t *testing.T) {
@@ -303,7 +324,7 @@ func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 	start := time.Now()
 	first, firstCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(first)
-	time.Sleep(20 * time.Millisecond) // in flight
+	taken(t, l, first, false)
 	queued, queuedCh := cmd(150*time.Millisecond, "SET", "b", "1", "NX", "PX", 10000)
 	l.send(queued)
 
@@ -342,7 +363,7 @@ func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 // watchdog's late firing would have.
 func freeze(l *lane, d time.Duration) {
 	l.mu.Lock()
-	time.Sleep(d)
+	time.Sleep(d) // the subject: a process that does not run for d
 	l.stallLocked(d, time.Now())
 	l.mu.Unlock()
 }
@@ -389,7 +410,8 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 	start := time.Now()
 	late, lateCh := cmd(300*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(late)
-	time.Sleep(20 * time.Millisecond) // in flight
+	taken(t, l, late, false)
+	time.Sleep(20 * time.Millisecond) // the subject: the master wakes 20 ms past the command's deadline
 	freeze(l, 300*time.Millisecond)   // due 300 ms later
 	s.cont()                          // past the deadline, before the stall's end
 	if res := wait(t, lateCh); res.err != nil || res.v != "OK" {
@@ -448,14 +470,7 @@ func TestLane_silence(t *testing.T) {
 	s, l := connectedLane(t)
 	quiet := func(what string) { // the batch ends just after its replies are settled
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for l.silence() != 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("silence %v stayed above 0 %s", l.silence(), what)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, "silence is 0 "+what, func() bool { return l.silence() == 0 })
 	}
 	quiet("with nothing in flight")
 
@@ -468,7 +483,7 @@ func TestLane_silence(t *testing.T) {
 	}()
 	hung, hungCh := cmd(5*time.Second, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(hung)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the subject: silence grows with the time the master is frozen
 	if got := l.silence(); got < 150*time.Millisecond || got > 5*time.Second {
 		t.Fatalf("silence after 200ms on a frozen master: %v", got)
 	}
@@ -513,15 +528,7 @@ func TestLane_boundedQueueAndClose(t *testing.T) {
 	first, firstCh := cmd(time.Minute, "PING")
 	l.send(first)
 	chans = append(chans, firstCh)
-	for {
-		l.mu.Lock()
-		taken := len(l.inflight) == 1 && l.inflight[0] == first
-		l.mu.Unlock()
-		if taken {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	taken(t, l, first, true)
 	for i := 0; i < laneQueue; i++ {
 		r, ch := cmd(time.Minute, "PING")
 		l.send(r)
@@ -574,7 +581,9 @@ func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
 	noResend, noResendCh := cmd(5*time.Second, "RPUSH", "after", "2")
 	l.send(noResend)
 	wait(t, b)
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the master blocks on the second BLPOP", func() bool {
+		return strings.Contains(admin.Info(context.Background(), "clients").Val(), "blocked_clients:1\r")
+	})
 	// Kill the lane's connection: the master runs nothing more of it.
 	n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
 	if err != nil || n == 0 {
@@ -619,7 +628,7 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 			start := time.Now()
 			slow, slowCh := cmd(5*time.Second, "EVAL", attack26bBusy, 0, 150)
 			l.send(slow)
-			time.Sleep(5 * time.Millisecond)
+			taken(t, l, slow, false)
 			late, lateCh := cmd(budget, "SET", "a", "1", "NX", "PX", 10000)
 			l.send(late)
 			sideDone := make(chan error, 1)

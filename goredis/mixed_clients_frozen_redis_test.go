@@ -166,7 +166,7 @@ func TestExclusion_goredisAndRedigoClientsUnderFrozenMasters(t *testing.T) {
 						}
 						mu.Unlock()
 						if entered {
-							time.Sleep(2 * time.Millisecond)
+							time.Sleep(2 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 							mu.Lock()
 							if inside--; inside == 0 {
 								validUntil = time.Time{}

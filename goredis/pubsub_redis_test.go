@@ -38,13 +38,7 @@ func (n *notices) list() []string {
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitForWithin(t, 5*time.Second, what, f)
 }
 
 // subs returns a WaitGroup for subscriptions' goroutines, waited for by

@@ -157,7 +157,7 @@ func TestNew_releaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 					if err := l.Release(context.Background()); err != nil {
 						t.Error(err)
 					}
-					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					if !poll(10*time.Second, func() bool {
 						held := int64(0)
 						for _, a := range ms.admin {
 							n, err := a.Exists(context.Background(), key).Result()
@@ -166,13 +166,9 @@ func TestNew_releaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 							}
 							held += n
 						}
-						if held == 0 {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Error("not every master ran the release")
-							break
-						}
+						return held == 0
+					}) {
+						t.Error("not every master ran the release")
 					}
 					released = time.Now()
 				}

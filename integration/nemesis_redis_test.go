@@ -486,7 +486,7 @@ func increment(p interface {
 	if err != nil && !errors.Is(err, redis.ErrNil) {
 		return err
 	}
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // the subject: a read-modify-write window a second holder would fall into
 	_, err = conn.Do("SET", counter, strconv.FormatInt(v+1, 10))
 	return err
 }

@@ -59,7 +59,7 @@ func TestRedigoCluster_coordinatedFailover(t *testing.T) {
 				if inside.Add(1) != 1 {
 					overlaps.Add(1)
 				}
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 				inside.Add(-1)
 				_ = l.Release(ctx)
 			}

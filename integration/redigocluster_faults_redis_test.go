@@ -126,7 +126,7 @@ func TestClusterMember_kindsExcludeDuringSlotMigration(t *testing.T) {
 						lastFence = l.Fence()
 					}
 					mu.Unlock()
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 					mu.Lock()
 					inside[k]--
 					mu.Unlock()

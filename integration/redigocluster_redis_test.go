@@ -108,7 +108,7 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 					if inside[k].Add(1) != 1 {
 						overlaps.Add(1)
 					}
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 					if time.Now().After(l.Until()) {
 						t.Errorf("held past validity: the overlap check does not hold")
 					}

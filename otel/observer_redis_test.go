@@ -121,13 +121,7 @@ func (h *harness) value(name string, want ...attribute.KeyValue) int64 {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.Eventually(t, 10*time.Second, what, cond)
 }
 
 func outcome(o redlock.AcquireOutcome) attribute.KeyValue {

@@ -507,7 +507,7 @@ func TestRedis_ConcurrentClientsExcludeEachOther(t *testing.T) {
 					if h := holders.Add(1); h > maxHolders.Load() {
 						maxHolders.Store(h)
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // the subject: a hold long enough for an overlap to show
 					holders.Add(-1)
 					if err := l.Release(context.Background()); err != nil {
 						t.Error(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/internal/leftover"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -182,13 +183,7 @@ func TestLeader_withFrozenMinorityMaster(t *testing.T) {
 // with a frozen master is slow).
 func waitLong(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Eventually(t, 30*time.Second, what, cond)
 }
 
 // An election with an empty value keeps its term too (the metadata hash

@@ -185,7 +185,7 @@ func TestElection_noTermFieldsPileUp(t *testing.T) {
 						if ld, err = e.Campaign(ctx, strings.Repeat("x", w+i)); err != nil {
 							return
 						}
-						time.Sleep(2 * time.Millisecond)
+						time.Sleep(2 * time.Millisecond) // the subject: a term held a moment before the hand-over
 						if err = ld.Resign(ctx); err != nil {
 							return
 						}

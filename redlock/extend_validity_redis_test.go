@@ -689,9 +689,9 @@ func TestRedis_Lock_storm(t *testing.T) {
 		// short TTLs they carry run when the masters resume).
 		for _, idx := range [][]int{{1}, {2}, {1, 2}, {0}, {0, 2}} {
 			resume := pauseMasters(t, rs, idx...)
-			time.Sleep(time.Duration(100+rand.N(900)) * time.Millisecond)
+			time.Sleep(time.Duration(100+rand.N(900)) * time.Millisecond) // the subject: a random spell of the schedule
 			resume()
-			time.Sleep(time.Duration(rand.N(500)) * time.Millisecond)
+			time.Sleep(time.Duration(rand.N(500)) * time.Millisecond) // the subject: a random spell of the schedule
 		}
 		var rel sync.WaitGroup
 		errs := make([]error, 2)

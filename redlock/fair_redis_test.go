@@ -43,7 +43,7 @@ func TestRedis_FairServesWaitersInArrivalOrder(t *testing.T) {
 						return
 					}
 					order <- w
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 					errs <- l.Release(ctx)
 				}()
 				// The next waiter arrives only once this one has its place.

@@ -90,8 +90,8 @@ func durStats(ds []time.Duration) string {
 }
 
 // TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad: two of three masters
-// stopped (SIGSTOP), so no round can reach its quorum: each TryAcquire
-// must fail at about the per-master timeout (50 ms), not wait out
+// stopped (SIGSTOP), so no round can reach its quorum: TryAcquire (the
+// median round) must fail at about the per-master timeout (50 ms), not wait out
 // lateBound (1 s) because this process's timers keep firing a few
 // milliseconds late under CPU load. Measured without load, with a busy
 // goroutine per P and with a busy-loop process per CPU.
@@ -103,11 +103,16 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		c := addrClient(t, path, addrs, redlock.WithTimeout(timeout))
 		ctx := context.Background()
-		warm, err := c.TryAcquire(ctx, "a25c:warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = warm.Release(ctx)
+		// Warm up: connections dialed, scripts loaded (a 50 ms round on
+		// a busy machine may fail: try for a while).
+		redistest.Eventually(t, 10*time.Second, "an acquisition with every master up", func() bool {
+			warm, err := c.TryAcquire(ctx, "a25c:warm")
+			if err != nil {
+				return false
+			}
+			_ = warm.Release(ctx)
+			return true
+		})
 		for _, s := range servers[1:] {
 			if err := s.Pause(); err != nil {
 				t.Fatal(err)
@@ -123,7 +128,7 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			}
 		}
 		defer resume()
-		worst := map[attack25cLoad]time.Duration{}
+		median := map[attack25cLoad]time.Duration{}
 		for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
 			stop := load.start(t)
 			var ds []time.Duration
@@ -139,14 +144,19 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			}
 			stop()
 			t.Logf("%s, load %s: failed TryAcquire took %s", path, load, durStats(ds))
-			worst[load] = slices.Max(ds)
+			sorted := slices.Clone(ds)
+			slices.Sort(sorted)
+			median[load] = sorted[len(sorted)/2]
 		}
 		resume()
-		for load, d := range worst {
-			// 10 timeouts leaves a generous margin for a loaded machine
-			// with the race detector; lateBound is 1 s.
-			if d > 10*timeout {
-				t.Errorf("%s, load %s: a round with its quorum's masters hung took %v (timeout %v, lateBound 1s)", path, load, d, timeout)
+		for load, d := range median {
+			// A round that waits out lateBound (1 s) rather than the
+			// timeout does so every time: the median shows it, where the
+			// slowest round of a machine busy with other programs (its
+			// scheduler, not this process's timers) would not tell the
+			// two apart. 8 timeouts leave a margin for -race and load.
+			if d > 8*timeout {
+				t.Errorf("%s, load %s: the median round with its quorum's masters hung took %v (timeout %v, lateBound 1s)", path, load, d, timeout)
 			}
 		}
 	})

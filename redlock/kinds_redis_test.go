@@ -531,7 +531,7 @@ func TestRedis_MultiOverlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
 					if holdingB.Add(1) != 1 {
 						t.Error("two holders of b at once")
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // the subject: a hold long enough for an overlap to show
 					holdingB.Add(-1)
 					if err := l.Release(ctx); err != nil {
 						t.Error(err)

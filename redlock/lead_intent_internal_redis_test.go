@@ -113,7 +113,7 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 		if holdingReaders.Load() != 0 {
 			overlaps.Add(1)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the subject: a hold long enough for an overlap to show
 		writing.Store(false)
 		// A release that a master did not confirm in the per-master
 		// timeout (50 ms; a full run of the package under load missed

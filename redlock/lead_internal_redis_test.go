@@ -427,21 +427,21 @@ func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
 			var phase atomic.Int32 // 0 healthy, 1 a non-lead stopped, 2 the lead stopped, 3 all running again
 			got := make([][4]int, clients)
 			ct := contend(cs, key, func(i int) { got[i][phase.Load()]++ })
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(700 * time.Millisecond) // the subject: a phase of the schedule
 			healthySets := make([]int, len(servers))
 			for i, s := range servers {
 				healthySets[i] = setCalls(t, s) - before[i]
 			}
 			phase.Store(1)
 			_ = servers[other].Pause()
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // the subject: a phase of the schedule
 			_ = servers[other].Resume()
 			phase.Store(2)
 			_ = servers[lead].Pause()
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // the subject: a phase of the schedule
 			_ = servers[lead].Resume()
 			phase.Store(3)
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(700 * time.Millisecond) // the subject: a phase of the schedule
 			if n := ct.stop(); n != 0 {
 				t.Fatalf("%d times two contenders held the lock at once", n)
 			}
@@ -529,7 +529,7 @@ func (s *stallingSend) Send(cmd *Command) {
 		case s.hit <- struct{}{}:
 		default:
 		}
-		time.Sleep(s.stall)
+		time.Sleep(s.stall) // the subject: a send stalled this long
 		s.Transport.Send(cmd)
 		select {
 		case s.sent <- struct{}{}:

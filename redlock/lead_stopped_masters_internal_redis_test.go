@@ -83,9 +83,9 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 						until := l.Until()
 						vanish := tc.ttl < time.Second && rand.IntN(10) == 0
 						if vanish {
-							time.Sleep(tc.ttl + 20*time.Millisecond)
+							time.Sleep(tc.ttl + 20*time.Millisecond) // the subject: a holder that vanishes past its TTL
 						} else {
-							time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+							time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // the subject: a random hold
 						}
 						rel := time.Now()
 						end := until
@@ -116,7 +116,7 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 			pauses, leadPauses := 0, 0
 			end := time.Now().Add(5 * time.Second)
 			for time.Now().Before(end) {
-				time.Sleep(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+				time.Sleep(time.Duration(50+rand.IntN(250)) * time.Millisecond) // the subject: a random spell between pauses
 				m := rand.IntN(len(servers))
 				if rand.IntN(2) == 0 {
 					m = lead0
@@ -131,7 +131,7 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 					stopped[i] = true
 				}
 				pauses++
-				time.Sleep(time.Duration(20+rand.IntN(380)) * time.Millisecond)
+				time.Sleep(time.Duration(20+rand.IntN(380)) * time.Millisecond) // the subject: a random pause
 				resumeAll()
 			}
 			cancel()

@@ -59,11 +59,7 @@ func inspectMeta(t *testing.T, c *redlock.Client, key, tok string) []string {
 // quorum answered, and the other masters run its command a moment later.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if !redistest.WaitFor(ctx, cond) {
-		t.Fatal(what)
-	}
+	redistest.Eventually(t, 2*time.Second, what, cond)
 }
 
 func all(vals []string, want string) bool {

@@ -112,7 +112,7 @@ func TestExclusion_mixedPathsUnderFrozenMasters(t *testing.T) {
 								continue
 							}
 							if ex.enter(t, who, l, kind.fenced) {
-								time.Sleep(2 * time.Millisecond)
+								time.Sleep(2 * time.Millisecond) // the subject: a hold long enough for an overlap to show
 								ex.leave()
 							}
 							_ = l.Release(ctx)

@@ -275,7 +275,7 @@ func TestClose_racesEveryCall(t *testing.T) {
 					lockLoop(ctx, c, &h, fmt.Sprintf("c%d", g%16), time.Second, stop)
 				}()
 			}
-			time.Sleep(time.Duration(50+100*rep) * time.Millisecond)
+			time.Sleep(time.Duration(50+100*rep) * time.Millisecond) // the subject: Close lands at a different moment each rep
 			start := time.Now()
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
@@ -328,15 +328,15 @@ func TestMux_frozenPastTheStallBound(t *testing.T) {
 				failed.Add(int64(lockLoop(ctx, c, &h, fmt.Sprintf("f%d", g%4), ttl, stop)))
 			}()
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the subject: traffic before the freeze
 		if err := rs.servers[0].Pause(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond) // the subject: frozen past the 1 s stall bound
 		if err := rs.servers[0].Resume(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the subject: traffic after the thaw
 		close(stop)
 		wg.Wait()
 		t.Logf("calls that failed: %d", failed.Load())

@@ -136,7 +136,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 						} else if err2 := re.Release(ctx); err2 != nil {
 							unconfirmed.Add(1)
 						}
-						time.Sleep(100 * time.Microsecond)
+						time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 						reHeld.Add(-1)
 						if err := re.Release(ctx); err != nil {
 							unconfirmed.Add(1)
@@ -152,7 +152,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 					errs <- fmt.Errorf("goroutine %d (kind %d), cycle %d: %w", g, g%6, i, err)
 					return
 				}
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 				done()
 				if err := l.Release(ctx); err != nil {
 					unconfirmed.Add(1)
@@ -219,7 +219,7 @@ func TestMux_yieldCloseDuringBurst(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(20+30*rep) * time.Millisecond)
+		time.Sleep(time.Duration(20+30*rep) * time.Millisecond) // the subject: Close lands at a different moment each rep
 		start := time.Now()
 		if err := c.Close(); err != nil {
 			t.Fatal(err)

@@ -305,7 +305,7 @@ func TestObserve_releaseHeldDuration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // the subject: the time held, which Release reports
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ type slowAnswers struct {
 
 func (s slowAnswers) OnMasterAnswer(_ context.Context, e redlock.MasterAnswer) {
 	if e.Index == 0 {
-		time.Sleep(s.d)
+		time.Sleep(s.d) // the subject: an observer that blocks this long
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -339,13 +340,7 @@ func (h *tagHandler) Handle(ctx context.Context, r slog.Record) error {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.Eventually(t, 10*time.Second, "the condition", cond)
 }
 
 // Issue 16: the events name the lock (ID, the same from its acquisition

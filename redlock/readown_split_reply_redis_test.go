@@ -304,7 +304,7 @@ func TestReadOwn_mixedKindsUnderDisruption(t *testing.T) {
 				return fmt.Errorf("%s goroutine %d, cycle %d: %w", k.name, g, i, err)
 			}
 			done := hold(k.name)
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 			done()
 			if err := l.Release(ctx); err != nil {
 				releaseErrs.Add(1) // unconfirmed: the key goes at its TTL

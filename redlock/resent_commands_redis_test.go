@@ -275,7 +275,7 @@ func TestResend_ranThenResetUnderLoad(t *testing.T) {
 						if held[k].Add(1) > 1 {
 							overlaps.Add(1)
 						}
-						time.Sleep(200 * time.Microsecond)
+						time.Sleep(200 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 						held[k].Add(-1)
 						if err := l.Release(ctx); err != nil {
 							unconfirmed.Add(1)

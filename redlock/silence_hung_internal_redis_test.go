@@ -71,11 +71,7 @@ func TestSilence_muxHungMasterNotExcusedByAFewMsBehind(t *testing.T) {
 	}
 	// roundBeat (5 ms period) overdue by 8 ms; first let a tick left
 	// pending by an earlier test's round disarm it.
-	for deadline := time.Now().Add(2 * time.Second); roundBeat.armed.Load(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("roundBeat stays armed")
-		}
-	}
+	redistest.Eventually(t, 2*time.Second, "roundBeat disarmed", func() bool { return !roundBeat.armed.Load() })
 	setBehind(t, roundBeat, 8*time.Millisecond)
 	if s := mc.blamed(timeout); s < 9*time.Second {
 		t.Errorf("blamed silence %v of a master silent for 10 s while the process is 8 ms behind on its timers "+
@@ -175,12 +171,8 @@ func TestBeat_leavesNothingAfterClose(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for roundBeat.armed.Load() || roundBeat.users.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("roundBeat still armed (%d users) with no round waiting", roundBeat.users.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, 2*time.Second, "roundBeat disarmed, with no user, once no round waits", func() bool {
+		return !roundBeat.armed.Load() && roundBeat.users.Load() == 0
+	})
 	goleak.VerifyNone(t, ignore)
 }

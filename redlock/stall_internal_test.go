@@ -3,6 +3,8 @@ package redlock
 import (
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 // withStall runs f with lastStall set to m, restoring it after.
@@ -83,13 +85,7 @@ func TestBeat_stopsTickingWithNoUser(t *testing.T) {
 	defer b.stop()
 	b.enter()
 	b.leave()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.armed.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the beat still ticks with no user")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, 5*time.Second, "the beat stops ticking with no user", func() bool { return !b.armed.Load() })
 	if d := b.overdue(); d != 0 {
 		t.Fatalf("a stopped beat is overdue by %v", d)
 	}

@@ -46,13 +46,13 @@ func handoverRatesOf(t *testing.T, servers []*redistest.Server, key string, stop
 	defer ct.stop()
 	count := func(d time.Duration) float64 {
 		from, start := got.Load(), time.Now()
-		time.Sleep(d)
+		time.Sleep(d) // the subject: the hand-over rate over a window
 		return float64(got.Load()-from) / time.Since(start).Seconds()
 	}
 	time.Sleep(100 * time.Millisecond) // subscriptions and leads settle
 	up = count(window)
 	paused(t, servers[stopped])
-	time.Sleep(settle)
+	time.Sleep(settle) // the subject: the master stopped for a spell before the rate is read
 	down = count(window)
 	if err := servers[stopped].Resume(); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func contend(cs []*Client, key string, held func(i int)) *contention {
 					ct.overlaps.Add(1)
 				}
 				held(i)
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 				holders.Add(-1)
 				_ = l.Release(context.Background())
 			}
@@ -186,7 +186,7 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 	}
 	paused(t, s)
 	first := pooledSend(p, "pooled:down:1", true, timeout)
-	time.Sleep(2 * timeout)
+	time.Sleep(2 * timeout) // the subject: the master silent for two timeouts
 	sent := time.Now()
 	o := <-pooledSend(p, "pooled:down:2", true, timeout)
 	if !errors.Is(o.err, ErrMasterTimeout) || o.info.Sent || o.at.Sub(sent) > timeout/2 {

@@ -56,7 +56,7 @@ func TestSubscribeBorrowed_closeConcurrentWithSet(t *testing.T) {
 			}
 		}()
 		if i%3 != 0 {
-			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
+			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond) // the subject: Close lands at a different moment each time
 		}
 		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		wg.Wait()

@@ -355,7 +355,7 @@ func TestWake_readersAfterWriterAfterReaders(t *testing.T) {
 			go func() {
 				l, err := w.AcquireWrite(ctx, "rw", redlock.WithTTL(time.Minute))
 				if err == nil {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // the subject: a hold
 					err = l.Release(context.Background())
 				}
 				wrote <- err
@@ -479,7 +479,7 @@ func TestWake_cancelAsNoticeArrives(t *testing.T) {
 				go func() { l, err := w.Acquire(ctx, "k", redlock.WithTTL(ttl)); rb <- res{l, err, time.Now()} }()
 				time.Sleep(800 * time.Millisecond) // both on the fallback poll
 				go func() {
-					time.Sleep(time.Duration(round) * 150 * time.Microsecond)
+					time.Sleep(time.Duration(round) * 150 * time.Microsecond) // the subject: the cancel lands at a different moment each round
 					acancel()
 				}()
 				released := time.Now()

@@ -191,7 +191,7 @@ func TestWake_multiKeyRandomReleaseOrders(t *testing.T) {
 					}
 					order = append(order, fmt.Sprintf("%s@%d", name, st.m))
 					if d := rng.IntN(4); d > 0 {
-						time.Sleep(time.Duration(d) * time.Millisecond)
+						time.Sleep(time.Duration(d) * time.Millisecond) // the subject: releases a random few ms apart
 					}
 				}
 				select {

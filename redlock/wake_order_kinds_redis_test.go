@@ -60,7 +60,7 @@ func waitForWaiters(t *testing.T, rs *realSet, fake *clock.Fake, key string, sub
 			return false
 		}
 		steady++
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the subject: the count holds steady for 100 ms
 		return steady >= 5
 	})
 }
@@ -234,7 +234,7 @@ func TestReentrant_ownersExcludeUnderFrozenMasters(t *testing.T) {
 						}
 						inside[owner]++
 						mu.Unlock()
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // the subject: a hold long enough for an overlap to show
 						mu.Lock()
 						inside[owner]--
 						mu.Unlock()
@@ -350,7 +350,7 @@ func TestClose_roundsChainedOnAFrozenMaster(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // the subject: traffic on the frozen master before Close
 		start := time.Now()
 		c.Close()
 		took := time.Since(start)
@@ -424,7 +424,7 @@ func TestClose_endsWaitingAcquires(t *testing.T) {
 					}()
 				}
 				waitUntil(t, "every waiter waits", func() bool { return fake.Pending() == waiters })
-				time.Sleep(time.Duration(try) * 30 * time.Millisecond)
+				time.Sleep(time.Duration(try) * 30 * time.Millisecond) // the subject: Close lands at a different moment each try
 				closed := make(chan struct{})
 				go func() { c.Close(); close(closed) }()
 				select {

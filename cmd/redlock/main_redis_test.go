@@ -175,13 +175,7 @@ func processAlive(pid int) bool {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Eventually(t, 10*time.Second, "the condition", cond)
 }
 
 func TestUsageErrors(t *testing.T) {

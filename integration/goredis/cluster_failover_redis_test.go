@@ -67,7 +67,7 @@ func contend(t *testing.T, c *redlock.Client, key string, ttl time.Duration, wor
 					k.lastFence = l.Fence()
 					k.mu.Unlock()
 					v := k.counter.Load()
-					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // the subject: a random hold
 					k.counter.Store(v + 1)
 					k.holds.Add(1)
 					if time.Now().After(l.Until()) {

@@ -90,7 +90,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 					mu.Unlock()
 					// An update only the lock guards: read, wait, write.
 					v := atomic.LoadInt64(&counter)
-					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // the subject: a random hold
 					atomic.StoreInt64(&counter, v+1)
 					holds.Add(1)
 					if time.Now().After(l.Until()) {
@@ -132,7 +132,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 			if err := owner.Pause(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
+			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond) // the subject: a random spell between faults
 			if err := owner.Resume(); err != nil {
 				t.Fatal(err)
 			}
