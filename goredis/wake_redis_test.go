@@ -92,7 +92,7 @@ func carries(cmds []redis.Cmder, key string) bool {
 // channel not yet subscribed (the waiter subscribes, then tries once
 // more) and with it still subscribed from an earlier wait (the notice,
 // which finds no waiter, is counted as heard). The counterpart of the
-// core's TestRedis_ReleaseBetweenRefusalAndSubscriptionIsHeard, through
+// core's TestRelease_betweenRefusalAndSubscriptionIsHeard, through
 // go-redis's PubSub.
 func TestNew_releaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 	for _, n := range []int{1, 5} {

@@ -26,7 +26,7 @@ func heapAndGoroutines() (uint64, int) {
 	return m.HeapAlloc, runtime.NumGoroutine()
 }
 
-func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
+func TestBounds_memoryFlatOver100kDistinctKeys(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		c := rs.client(t, path)
@@ -81,7 +81,7 @@ func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
 	})
 }
 
-func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
+func TestWake_waitersLeaveNothingBehind(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		holder := rs.client(t, path)

@@ -99,7 +99,7 @@ func forEachN(t *testing.T, f func(t *testing.T, n int)) {
 	}
 }
 
-func TestRedis_AcquireExtendRelease(t *testing.T) {
+func TestClient_acquireExtendRelease(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -181,7 +181,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestRedis_SecondClientIsRefused(t *testing.T) {
+func TestClient_secondClientIsRefused(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -217,7 +217,7 @@ func TestRedis_SecondClientIsRefused(t *testing.T) {
 	})
 }
 
-func TestRedis_ForeignTokenCannotReleaseOrExtend(t *testing.T) {
+func TestClient_foreignTokenCannotReleaseOrExtend(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -255,7 +255,7 @@ func TestRedis_ForeignTokenCannotReleaseOrExtend(t *testing.T) {
 	})
 }
 
-func TestRedis_VanishedHolderFreesAtTTL(t *testing.T) {
+func TestClient_vanishedHolderFreesAtTTL(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -284,7 +284,7 @@ func TestRedis_VanishedHolderFreesAtTTL(t *testing.T) {
 	})
 }
 
-func TestRedis_FailedAcquireLeavesNoKey(t *testing.T) {
+func TestClient_failedAcquireLeavesNoKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			if n == 1 {
@@ -313,7 +313,7 @@ func TestRedis_FailedAcquireLeavesNoKey(t *testing.T) {
 	})
 }
 
-func TestRedis_CancelledCtxLeavesNoKey(t *testing.T) {
+func TestClient_cancelledCtxLeavesNoKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		c := rs.client(t, path)
@@ -348,7 +348,7 @@ func TestRedis_CancelledCtxLeavesNoKey(t *testing.T) {
 	})
 }
 
-func TestRedis_PausedMasterDoesNotSlowLocking(t *testing.T) {
+func TestClient_pausedMasterDoesNotSlowLocking(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		// A per-master timeout of 2s: were the client to wait for the paused
 		// master, each call would take at least 2s. The quorum of the four
@@ -393,7 +393,7 @@ func TestRedis_PausedMasterDoesNotSlowLocking(t *testing.T) {
 	})
 }
 
-func TestRedis_MinorityDownMajorityDown(t *testing.T) {
+func TestClient_minorityDownMajorityDown(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		c := rs.client(t, path)
@@ -441,7 +441,7 @@ func TestRedis_MinorityDownMajorityDown(t *testing.T) {
 	})
 }
 
-func TestRedis_ScriptCacheFlushed(t *testing.T) {
+func TestClient_scriptCacheFlushed(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -464,7 +464,7 @@ func TestRedis_ScriptCacheFlushed(t *testing.T) {
 	})
 }
 
-func TestRedis_ExpiredLockIsLostNotRetaken(t *testing.T) {
+func TestClient_expiredLockIsLostNotRetaken(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -487,7 +487,7 @@ func TestRedis_ExpiredLockIsLostNotRetaken(t *testing.T) {
 	})
 }
 
-func TestRedis_ConcurrentClientsExcludeEachOther(t *testing.T) {
+func TestClient_concurrentClientsExcludeEachOther(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		const workers, rounds = 6, 15
@@ -527,7 +527,7 @@ func TestRedis_ConcurrentClientsExcludeEachOther(t *testing.T) {
 	})
 }
 
-func TestRedis_LockIsSafeForConcurrentUse(t *testing.T) {
+func TestClient_lockIsSafeForConcurrentUse(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -562,7 +562,7 @@ func TestRedis_LockIsSafeForConcurrentUse(t *testing.T) {
 	})
 }
 
-func TestRedis_NewFromAddrs(t *testing.T) {
+func TestClient_newFromAddrs(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), "redis://" + servers[1].Addr() + "/0", "redis://" + servers[2].Addr()}
 	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
@@ -588,7 +588,7 @@ func TestRedis_NewFromAddrs(t *testing.T) {
 	}
 }
 
-func TestRedis_LoggerReceivesMasterFailures(t *testing.T) {
+func TestClient_loggerReceivesMasterFailures(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		var buf syncBuffer
@@ -629,7 +629,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestRedis_MasterRestartDoesNotFailStaleConnections(t *testing.T) {
+func TestClient_masterRestartDoesNotFailStaleConnections(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		c := rs.client(t, path)

@@ -87,7 +87,7 @@ func watchOverlap(t *testing.T, ctx context.Context, other *redlock.Client, l *r
 // ended before the pooled workers got a connection) must not be overtaken
 // on a master by a later Extend: else the short TTL lands last, and the
 // later Extend's validity is a lie.
-func TestRedis_Lock_Extend_pooledLateShortExtendAfterLongerOne(t *testing.T) {
+func TestLockExtend_pooledLateShortExtendAfterLongerOne(t *testing.T) {
 	rs := startReal(t, 3)
 	gated := make([]pool.Pool, 3)
 	gp := make([]*gatedPool, 3)
@@ -378,7 +378,7 @@ func waitGivenUp(t *testing.T, path connPath, c *redlock.Client, want int) {
 // pipelined one on a new connection once the stalled one was given up
 // (after a second). Either way two masters end with the short
 // TTL, so the later Extend must not have promised more than it.
-func TestRedis_Lock_Extend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
+func TestLockExtend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c, proxies := proxiedClient(t, rs, testOptions(path, []redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))
@@ -415,7 +415,7 @@ func TestRedis_Lock_Extend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
 // round was sent, so it does not limit that round. (Pipelined: the late
 // reply still reaches the round; the pooled path's worker gives up at the
 // per-master timeout, and that master stays limited.)
-func TestRedis_Lock_Extend_lateAnswerSettlesInFlight(t *testing.T) {
+func TestLockExtend_lateAnswerSettlesInFlight(t *testing.T) {
 	rs := startReal(t, 3)
 	c, proxies := proxiedClient(t, rs, []redlock.Option{redlock.WithTimeout(300 * time.Millisecond), redlock.WithPipelining(true)})
 	ctx := ctxT(t)
@@ -443,7 +443,7 @@ func TestRedis_Lock_Extend_lateAnswerSettlesInFlight(t *testing.T) {
 
 // After Release another client may take the key at once: the released
 // lock's Until must not still lie in the future then.
-func TestRedis_Lock_Release_untilEndsWhenReleased(t *testing.T) {
+func TestLockRelease_untilEndsWhenReleased(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -475,7 +475,7 @@ func TestRedis_Lock_Release_untilEndsWhenReleased(t *testing.T) {
 // A lock lost to its maximum hold time is lost for good: Extend does not
 // bring it back (it would outlive the cap, with Lost closed), and Until
 // does not claim validity past the loss.
-func TestRedis_Lock_maxHold_extendAfterLossFails(t *testing.T) {
+func TestMaxHold_extendAfterLossFails(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -556,7 +556,7 @@ func TestLock_Extend_confirmedAfterWatcherDeclaredLoss(t *testing.T) {
 // held in the sockets of two frozen masters fails, the masters run it
 // when they resume, and a second client that then takes the key (in the
 // kind's conflicting mode) finds the first lock's validity already over.
-func TestRedis_Extend_unconfirmedShorterTTLEveryKind(t *testing.T) {
+func TestExtend_unconfirmedShorterTTLEveryKind(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		type acquireFunc func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error)
 		plain := func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {
@@ -628,7 +628,7 @@ func TestRedis_Extend_unconfirmedShorterTTLEveryKind(t *testing.T) {
 // and resume, and another client keeps trying to take the key; then two
 // Releases race. Nothing may panic or hang, and whenever the other client
 // holds the key the first lock's Until must already be over.
-func TestRedis_Lock_storm(t *testing.T) {
+func TestLock_storm(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(100*time.Millisecond))
@@ -731,7 +731,7 @@ func TestRedis_Lock_storm(t *testing.T) {
 // TTL held back on two masters, the hold lost when that shorter validity
 // ran out, the owner taking the lock anew: when the held command arrives
 // it shortens the new hold, whose Until must allow for it.
-func TestRedis_Reentrant_newHoldAfterLossAllowsForOldCommandsInFlight(t *testing.T) {
+func TestReentrant_newHoldAfterLossAllowsForOldCommandsInFlight(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c, proxies := proxiedClient(t, rs, testOptions(path, []redlock.Option{redlock.WithTimeout(100 * time.Millisecond)}))

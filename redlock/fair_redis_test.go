@@ -21,7 +21,7 @@ func queueLen(t *testing.T, rs *realSet, key string) int {
 	return n
 }
 
-func TestRedis_FairServesWaitersInArrivalOrder(t *testing.T) {
+func TestFair_servesWaitersInArrivalOrder(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -65,7 +65,7 @@ func TestRedis_FairServesWaitersInArrivalOrder(t *testing.T) {
 	})
 }
 
-func TestRedis_FairVanishedWaiterDoesNotBlockTheQueue(t *testing.T) {
+func TestFair_vanishedWaiterDoesNotBlockTheQueue(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -113,7 +113,7 @@ func TestRedis_FairVanishedWaiterDoesNotBlockTheQueue(t *testing.T) {
 	})
 }
 
-func TestRedis_FairWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+func TestFair_waiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := context.Background()
@@ -138,7 +138,7 @@ func TestRedis_FairWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	})
 }
 
-func TestRedis_FairTryAcquirePollingWinsOnceFree(t *testing.T) {
+func TestFair_tryAcquirePollingWinsOnceFree(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := context.Background()
@@ -176,7 +176,7 @@ func TestRedis_FairTryAcquirePollingWinsOnceFree(t *testing.T) {
 	})
 }
 
-func TestRedis_FairSingleAttemptLeavesTheQueue(t *testing.T) {
+func TestFair_singleAttemptLeavesTheQueue(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		for _, tc := range []struct {
 			name string

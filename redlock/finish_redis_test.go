@@ -95,7 +95,7 @@ func pauseMaster(t *testing.T, rs *realSet, i int) (resume func()) {
 // TTL. (Pipelined, both commands wait on the master's connection and run
 // when it resumes; pooled, the extension's connection timed out and the
 // release could get no connection.)
-func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
+func TestRelease_missedByAMasterIsFinished(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		c := rs.client(t, path)
@@ -120,7 +120,7 @@ func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
 
 // A failed acquisition whose SET reached a frozen master but whose
 // rollback could not: once the master answers, the key goes.
-func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
+func TestFinish_rollbackMissedByAMasterIsFinished(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		for i := 0; i < 2; i++ {
@@ -150,7 +150,7 @@ func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
 // bound; a release submitted after that cannot reach the master (the
 // redial gets no answer) and fails at once. It is sent again once the
 // master answers.
-func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
+func TestRelease_afterStallBrokenConnectionIsFinished(t *testing.T) {
 	rs := startDB1(t, 3)
 	c := rs.client(t, pipelinedPath, redlock.WithTimeout(200*time.Millisecond)) // stall bound 2 s
 	ctx := ctxT(t)
@@ -179,7 +179,7 @@ func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
 // background retry of its release must never run after the owner's next
 // acquisition on that master: it would delete the new hold. The retry of
 // a release that master 2 missed is dropped once the owner acquires again.
-func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
+func TestFinish_neverDeletesTheOwnersNextHold(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -228,7 +228,7 @@ func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
 }
 
 // Close with retries pending returns promptly and leaves no goroutine.
-func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
+func TestFinish_closeStopsPendingFinishes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		ignore := goleak.IgnoreCurrent()
@@ -266,7 +266,7 @@ func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
 
 // At most a bounded number of retries wait per client: beyond it, new
 // ones are refused with a log line (the key then expires at its TTL).
-func TestRedis_FinishesAreBounded(t *testing.T) {
+func TestFinish_boundedInNumber(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		var logs syncBuffer
@@ -298,7 +298,7 @@ func TestRedis_FinishesAreBounded(t *testing.T) {
 // A rollback is retried only where the acquisition's command may have
 // reached the master: a SET that never left (the master refuses
 // connections) leaves nothing to roll back there.
-func TestRedis_RollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
+func TestFinish_rollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		for _, s := range rs.servers[:2] {
@@ -337,7 +337,7 @@ func (p *countingPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // once it answers, the ones held back go at once. (Pooled path: on the
 // pipelined path the retries share the master's connection, and a failed
 // dial holds further ones back for a while.)
-func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
+func TestFinish_holdsBackWhileAMasterIsDown(t *testing.T) {
 	rs := startDB1(t, 3)
 	counted := &countingPool{RedisPool: rs.pools[2].(*pool.RedisPool)}
 	rs.pools[2] = counted
@@ -378,7 +378,7 @@ func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
 // The record of each reentrant owner's newest round (for superseding its
 // retries) is dropped once no retry of that round can run: the client's
 // bookkeeping stays bounded by the owners active within about a TTL.
-func TestRedis_FinishOwnersAreSwept(t *testing.T) {
+func TestFinish_ownersAreSwept(t *testing.T) {
 	rs := startReal(t, 1)
 	c := rs.client(t, pipelinedPath, redlock.WithTimeout(50*time.Millisecond))
 	ctx := ctxT(t)

@@ -156,7 +156,7 @@ func TestLead_othersReleasedFirstLeadLater(t *testing.T) {
 // master's notice, which is neither the first, nor b's lead's, nor the
 // quorum's (a multi-key waiter hears every notice of its keys). Before,
 // it slept on (a fake clock; a clean-clone CI run here:
-// TestRedis_UserPoolsPipelineEveryKind, its multi-key wake).
+// TestUserPool_pipelinesEveryKind, its multi-key wake).
 func TestLead_wokenMultiKeyLockHearsItsFirstKeysLeadLast(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {

@@ -16,7 +16,7 @@ func forN1N5(t *testing.T, f func(t *testing.T, n int)) {
 	}
 }
 
-func TestRedis_WatchdogKeepsLockThroughFiveTTLs(t *testing.T) {
+func TestWatchdog_keepsLockThroughFiveTTLs(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -49,7 +49,7 @@ func TestRedis_WatchdogKeepsLockThroughFiveTTLs(t *testing.T) {
 	})
 }
 
-func TestRedis_DoCancelsFnWhenAMajorityDies(t *testing.T) {
+func TestLifetime_doCancelsFnWhenAMajorityDies(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)

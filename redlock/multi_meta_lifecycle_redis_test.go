@@ -49,7 +49,7 @@ func absentOn(rs *realSet, keys ...string) bool {
 
 // A multi-key lock never released leaves nothing once its TTL ran out: each
 // key's metadata goes with its key.
-func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
+func TestMultiMeta_metadataExpiresWithItsKeys(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -74,7 +74,7 @@ func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
 // keys (as a plain lock, a read lock or a reentrant lock, each with its
 // own metadata) writes nothing, leaves the other holder's metadata and its
 // TTL as they were, and after the other holder's release nothing is left.
-func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T) {
+func TestMultiMeta_refusedByAnotherHolderKeepsItsMetadata(t *testing.T) {
 	type holder struct {
 		name    string
 		acquire func(t *testing.T, c *redlock.Client, key string) (tok string, release func() error)
@@ -161,7 +161,7 @@ func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T)
 // client took it, with its own metadata) is released: its other keys and
 // their metadata go, the new holder's key and metadata stay untouched, with
 // the new holder's TTL; after the new holder's release nothing is left.
-func TestRedis_AcquireMulti_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetadata(t *testing.T) {
+func TestMultiMeta_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -227,7 +227,7 @@ func TestRedis_AcquireMulti_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetada
 // A master stopped (SIGSTOP) while a multi-key lock with metadata is
 // released, and resumed afterwards, ends with nothing left: neither a
 // lock key nor a metadata hash, and no key without a TTL meanwhile.
-func TestRedis_AcquireMulti_releaseWithAStoppedMasterLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_releaseWithAStoppedMasterLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -262,7 +262,7 @@ func TestRedis_AcquireMulti_releaseWithAStoppedMasterLeavesNoMetadata(t *testing
 
 // A multi-key lock with metadata taken while one master is stopped (it
 // runs the grant late, once resumed) and then released leaves nothing.
-func TestRedis_AcquireMulti_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)

@@ -16,7 +16,7 @@ var multiMetaKeys = []string{"{mm}:a", "{mm}:b", "{mm}:c"}
 // every master, each key's metadata hash names the holder, with a TTL that
 // follows that key's across an extension; Inspect of any key shows it; the
 // release leaves nothing behind on any master.
-func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
+func TestMultiMeta_metadataOnEveryKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		for _, n := range []int{1, 3} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
@@ -68,7 +68,7 @@ func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
 // A multi-key attempt that a minority granted is rolled back there with
 // the metadata of every key: once the key that refused it is gone, the
 // masters hold nothing.
-func TestRedis_AcquireMulti_rollbackLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_rollbackLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)

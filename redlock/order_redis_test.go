@@ -21,7 +21,7 @@ import (
 // earlier attempt must not reach a master after the next attempt's grant
 // there: it would delete that grant, and another owner could then win a
 // quorum while the first still holds its lock (issue 13, 2).
-func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
+func TestReentrant_lateRollbackKeepsNextAttempt(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -123,7 +123,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 // A fenced acquisition whose commit round cannot start because the client
 // is closing is rolled back like any failed attempt: Close leaves no lock
 // on any master but those of acquisitions that returned a Lock.
-func TestRedis_CloseDuringFenceCommitLeavesNoKey(t *testing.T) {
+func TestOrder_closeDuringFenceCommitLeavesNoKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

@@ -179,7 +179,7 @@ func TestWake_multiKeyWaiterAbsorbsNoticeRegistered(t *testing.T) {
 
 // TestWake_multiKeyWaiterAbsorbsNoticeInWindow: the release of
 // k falls between the plain waiter's refused first attempt and its
-// registration (the window of TestRedis_ReleaseBetweenRefusalAndSubscriptionIsHeard),
+// registration (the window of TestRelease_betweenRefusalAndSubscriptionIsHeard),
 // while a multi-key waiter on {k, l} of the same client keeps k's channel
 // live. Every notice of the release wakes the multi-key waiter (the only
 // one registered), which fails on l; the plain waiter then registers
@@ -237,7 +237,7 @@ func TestWake_multiKeyAbsorbRealClock(t *testing.T) {
 // plain waiter registers. There is nobody to pass the notice on to, so
 // the key just lingers; heard was not raised (the notice had woken
 // somebody), so the plain waiter registers "quiet" and sleeps though k is
-// free. (TestRedis_WokenWaiterThatGivesUpPassesTheNoticeOn covers only a
+// free. (TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn covers only a
 // next waiter already registered.)
 func TestWake_wokenWaiterGivesUpInTheWindow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {

@@ -37,7 +37,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 // A waiter on a fake clock whose backoff never fires acquires the key as
 // soon as the holder releases it: only the release notice can wake it.
-func TestRedis_ReleaseWakesWaiterWithoutBackoff(t *testing.T) {
+func TestRelease_wakesWaiterWithoutBackoff(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -55,7 +55,7 @@ func TestRedis_ReleaseWakesWaiterWithoutBackoff(t *testing.T) {
 
 // Many waiters on many keys share one subscriber connection per master,
 // and the last waiter of a key unsubscribes it.
-func TestRedis_WaitersShareOneSubscriberPerMaster(t *testing.T) {
+func TestWake_waitersShareOneSubscriberPerMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		holder := rs.client(t, path)
@@ -112,7 +112,7 @@ func (pp plainPool) GetContext(ctx context.Context) (redis.Conn, error) { return
 // Close returns promptly after waiters used a pool that is not a dialer (a
 // plain *redis.Pool, or a pool of the user's own): the subscriber's
 // connection is not closed under its reader (issue 13, 3).
-func TestRedis_CloseAfterWaitersWithPlainPools(t *testing.T) {
+func TestWake_closeAfterWaitersWithPlainPools(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		wrap func(*redis.Pool) pool.Pool
@@ -177,7 +177,7 @@ func TestRedis_CloseAfterWaitersWithPlainPools(t *testing.T) {
 // Every release of a reentrant owner wakes a waiter, not only its first:
 // releases are told apart by an id of their own, not by the owner, which
 // all of them share.
-func TestRedis_ReentrantOwnersLaterReleaseWakes(t *testing.T) {
+func TestReentrant_ownersLaterReleaseWakes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -265,7 +265,7 @@ func cmdCalls(t *testing.T, rs *realSet, i int, cmd string) int {
 // Waiters whose subscriptions are live poll a held key only at the
 // fallback poll (seconds), not at every backoff (≤ 250 ms): the release's
 // notice wakes them (issue 14).
-func TestRedis_WaitersWithLiveSubscriptionsPollRarely(t *testing.T) {
+func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		waiters := 300
 		if s := os.Getenv("QUORUMLOCK_TEST_WAITERS"); s != "" {
@@ -325,7 +325,7 @@ func TestRedis_WaitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 // A waiter woken by a release that then gives up without the lock passes
 // the notice on to the next waiter of the key, which would otherwise sleep
 // until its fallback poll (here: never, on a fake clock).
-func TestRedis_WokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
+func TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1) // one master: one wake per release
 		ctx := ctxT(t)
@@ -398,7 +398,7 @@ func (b *backoffCounter) NewTimer(d time.Duration) clock.Timer {
 // backoff never fires, still gets the lock. Both with the key's channel
 // not yet subscribed (the waiter subscribes, then tries once more) and
 // with it still subscribed from an earlier wait (the notice is counted).
-func TestRedis_ReleaseBetweenRefusalAndSubscriptionIsHeard(t *testing.T) {
+func TestRelease_betweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			for _, warm := range []bool{false, true} {

@@ -52,7 +52,7 @@ var wrongKindAttempts = []struct {
 	}},
 }
 
-func TestRedis_wrongKindIsARefusalWithNoRollback(t *testing.T) {
+func TestWrongKind_isARefusalWithNoRollback(t *testing.T) {
 	for _, tc := range wrongKindAttempts {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) {
@@ -149,7 +149,7 @@ func TestRedis_wrongKindIsARefusalWithNoRollback(t *testing.T) {
 // there, and the owner's next attempt, once the other kind's key is gone,
 // takes the lock on every master. N=3, both paths: master 0 holds a plain
 // lock's string, master 1 grants, master 2 is stopped.
-func TestRedis_wrongKindBesideAStoppedMaster(t *testing.T) {
+func TestWrongKind_besideAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
