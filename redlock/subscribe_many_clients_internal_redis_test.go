@@ -64,7 +64,15 @@ func TestSubscribeBorrowed_manyClientsWakeThenClose(t *testing.T) {
 				}(cs[i])
 			}
 		}
-		time.Sleep(300 * time.Millisecond) // the waiters subscribe
+		// the waiters subscribe: each waiting client, one subscription a master
+		redistest.Eventually(t, 10*time.Second, "every waiting client subscribed on every master", func() bool {
+			for _, s := range servers {
+				if a27NumSub(t, s, wakeChannel(key)) < clients-1 {
+					return false
+				}
+			}
+			return true
+		})
 		if err := holder.Release(ctx5s(t)); err != nil {
 			t.Fatal(err)
 		}

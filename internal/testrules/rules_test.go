@@ -1,5 +1,5 @@
 // Package testrules_test checks the naming rules of the repository's tests
-// (docs/testing.md, "Naming"), across every module:
+// (docs/testing.md, "Tiers, names"), across every module:
 //
 //   - a test file whose tests start real Redis (a redis-server process or
 //     container, through internal/redistest, integration/cluster,
@@ -294,7 +294,7 @@ func report(t *testing.T, bad map[string][]string) {
 	}
 	sort.Strings(files)
 	for _, f := range files {
-		t.Errorf("%s: %s start real Redis: name the file *_redis_test.go (docs/testing.md, \"Naming\")",
+		t.Errorf("%s: %s start real Redis: name the file *_redis_test.go (docs/testing.md, \"Tiers, names\")",
 			f, strings.Join(bad[f], ", "))
 	}
 }
@@ -309,7 +309,7 @@ func TestNames_filesThatStartRedisEndInRedisTest(t *testing.T) {
 func TestNames_testsNamedForBehaviourNotRound(t *testing.T) {
 	for _, d := range read(t, findRoot(t)).decls {
 		if d.test && roundName.MatchString(d.name) {
-			t.Errorf("%s: %s is named after when it was written: name it Unit_behaviour (docs/testing.md, \"Naming\")",
+			t.Errorf("%s: %s is named after when it was written or what it runs on: name it Unit_behaviour (docs/testing.md, \"Tiers, names\")",
 				d.file, d.name)
 		}
 	}
