@@ -173,7 +173,7 @@ func TestKleppmannPause_staleHolderIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Holder 1 pauses: its lock expires on the masters.
-			time.Sleep(time.Until(l1.Until()) + 100*time.Millisecond)
+			time.Sleep(time.Until(l1.Until()) + 100*time.Millisecond) // the subject: the first lock's validity runs out
 
 			l2, err := c2.Acquire(ctx, "file", redlock.WithTTL(10*time.Second), redlock.WithFencing())
 			if err != nil {

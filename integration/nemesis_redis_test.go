@@ -243,7 +243,7 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 					completed.Add(1)
 				}
 				if cfg.holdToExpiry {
-					time.Sleep(time.Until(until))
+					time.Sleep(time.Until(until)) // the subject: the fault's spell
 				}
 				if rel := time.Now(); rel.Before(end) {
 					end = rel
@@ -262,7 +262,7 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 				}
 				if stale && ctx.Err() == nil {
 					// Paused past the validity; wakes and writes.
-					time.Sleep(time.Until(until) + 300*time.Millisecond)
+					time.Sleep(time.Until(until) + 300*time.Millisecond) // the subject: the fault's spell, and the TTL past it
 					write(l.Fence(), true, until)
 				}
 				_ = l.Release(context.Background())

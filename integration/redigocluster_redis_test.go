@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -127,11 +128,11 @@ func TestRedigoCluster_movedDuringMigration(t *testing.T) {
 				t.Fatal(err)
 			}
 			moves++
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the subject: contention between slot moves
 		}
 	}
 	before := granted.Load()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the subject: contention once the slots stay
 	stopContenders()
 	t.Logf("%d slot moves in each member; %d locks granted, %d attempts refused, %d overlaps", moves, granted.Load(), refused.Load(), overlaps.Load())
 	if overlaps.Load() != 0 {
@@ -197,20 +198,17 @@ func TestRedigoCluster_askMidMigration(t *testing.T) {
 			t.Fatalf("%s: acquire mid-migration: %v", kind, err)
 		}
 		// The key is on the importing node of every member.
-		for i := 0; i < 200; i++ {
-			n := 0
+		n := 0
+		if !redistest.Within(2*time.Second, func() bool {
+			n = 0
 			for _, dst := range dsts {
 				if v, _ := askingGet(dst, key); v == l.Token() {
 					n++
 				}
 			}
-			if n == len(dsts) {
-				break
-			}
-			if i == 199 {
-				t.Fatalf("%s: the token is on %d of %d importing nodes", kind, n, len(dsts))
-			}
-			time.Sleep(10 * time.Millisecond)
+			return n == len(dsts)
+		}) {
+			t.Fatalf("%s: the token is on %d of %d importing nodes", kind, n, len(dsts))
 		}
 		if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("%s: second acquirer mid-migration: %v, want ErrNotAcquired", kind, err)
@@ -230,19 +228,13 @@ func TestRedigoCluster_askMidMigration(t *testing.T) {
 		// Release returns once a quorum answered: the last member's
 		// release may land a moment later. It must land.
 		for _, dst := range dsts {
-			for i := 0; ; i++ {
-				v, err := askingGet(dst, key)
-				if v == "" && err == nil {
-					if i > 0 {
-						t.Logf("%s: the release landed on %s after %d polls", kind, dst.Addr(), i)
-					}
-					break
-				}
-				if i == 300 {
-					t.Errorf("%s: after release the importing node %s has %q (%v)", kind, dst.Addr(), v, err)
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
+			var v string
+			var err error
+			if !redistest.Within(3*time.Second, func() bool {
+				v, err = askingGet(dst, key)
+				return v == "" && err == nil
+			}) {
+				t.Errorf("%s: after release the importing node %s has %q (%v)", kind, dst.Addr(), v, err)
 			}
 		}
 	}
@@ -361,10 +353,9 @@ func TestRedigoCluster_pausedNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j := 0; j < 100 && conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) != 3; j++ {
-			time.Sleep(10 * time.Millisecond)
-		}
-		ok := conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) == 3
+		ok := redistest.Within(time.Second, func() bool {
+			return conformance.Count(conformance.ClusterHolders(t, members, ks[0]), l.Token()) == 3
+		})
 		_ = l.Release(ctx)
 		if ok {
 			break

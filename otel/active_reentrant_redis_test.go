@@ -26,7 +26,7 @@ func TestActive_reentrantReentriesRenewTheGauge(t *testing.T) {
 	}
 	first := re.Lock().Until()
 	for time.Now().Before(first.Add(500 * time.Millisecond)) {
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)      // the subject: re-entries spaced past the first hold's validity
 		if err := re.Acquire(ctx); err != nil { // renews the validity to ttl
 			t.Fatal(err)
 		}

@@ -325,7 +325,7 @@ func TestObserver_loss_by_cause_with_key_attribute(t *testing.T) {
 	if got := h.value("quorumlock.locks.active"); got != 2 {
 		t.Errorf("active locks: %d, want 2", got)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // the subject: the lock's validity runs out
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after the validity: %v", err)
 	}

@@ -473,7 +473,7 @@ func TestClient_expiredLockIsLostNotRetaken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Until(l.Until()) + 100*time.Millisecond)
+		time.Sleep(time.Until(l.Until()) + 100*time.Millisecond) // the subject: the lock's validity runs out
 		if err := l.Extend(ctx, 5*time.Second); !errors.Is(err, redlock.ErrLockLost) {
 			t.Fatalf("Extend of an expired lock: %v, want ErrLockLost", err)
 		}

@@ -169,7 +169,7 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 		re := atk28FailedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-28", path)
 		if startAfter == 0 {
 			// Alone: every rollback and the confirmation go out.
-			time.Sleep(atk28Held + 500*time.Millisecond)
+			time.Sleep(atk28Held + 500*time.Millisecond) // the subject: past the held acquisition and its confirmation's due time
 			mu.Lock()
 			answers = append([]string(nil), seen...)
 			mu.Unlock()
@@ -188,7 +188,7 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 		}
 		// Past every retry and confirmation of the failed attempt (the
 		// held acquisition is dropped unrun at atk28Held).
-		time.Sleep(atk28Held + 300*time.Millisecond)
+		time.Sleep(atk28Held + 300*time.Millisecond) // the subject: past every retry and confirmation of the failed attempt
 		n, err := redis.Int(s.Do("EXISTS", key))
 		if err != nil {
 			t.Fatal(err)

@@ -113,7 +113,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 				if tc.heldRB {
 					wait += atk28Held
 				}
-				time.Sleep(wait)
+				time.Sleep(wait) // the subject: the proxy holds the reply this long
 				mu.Lock()
 				got := fmt.Sprint(rbs)
 				mu.Unlock()

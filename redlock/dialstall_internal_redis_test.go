@@ -39,7 +39,7 @@ func (d *flakyDialer) GetContext(ctx context.Context) (redis.Conn, error) {
 
 func (d *flakyDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	if d.dials.Add(1) <= max(d.fails, 1) {
-		time.Sleep(d.pause)
+		time.Sleep(d.pause) // the subject: a dial stalled this long
 		if d.stall {
 			now := time.Now()
 			noteStall(now.Add(-20*time.Millisecond), now)

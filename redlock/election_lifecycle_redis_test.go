@@ -207,7 +207,7 @@ func TestElection_majorityPausedLeaderLosesFirst(t *testing.T) {
 	case <-time.After(3 * ttl):
 		t.Fatal("the leader did not learn it lost the majority")
 	}
-	time.Sleep(ttl)
+	time.Sleep(ttl) // the subject: a TTL passes with the majority paused
 	for _, s := range rs.servers[1:] {
 		if err := s.Resume(); err != nil {
 			t.Fatal(err)
@@ -364,7 +364,15 @@ func TestElection_fairOrderAndMaxHold(t *testing.T) {
 		t.Fatalf("Leader = %+v, %v", got, err)
 	}
 	won := make(chan *redlock.Leadership, 2)
-	for _, v := range []string{"b", "c"} {
+	queued := func(i int) int {
+		k, _ := redis.Int(rs.servers[i].Do("ZCARD", layout.QueueKey("fair")))
+		return k
+	}
+	base := make([]int, len(rs.servers))
+	for i := range rs.servers {
+		base[i] = queued(i)
+	}
+	for n, v := range []string{"b", "c"} {
 		e := newElection(t, rs.client(t, pipelinedPath), "fair", opts...)
 		go func() {
 			ld, err := e.Campaign(ctx, v)
@@ -373,7 +381,16 @@ func TestElection_fairOrderAndMaxHold(t *testing.T) {
 			}
 			won <- ld
 		}()
-		time.Sleep(200 * time.Millisecond) // b queues before c
+		// b queues before c: its entry in the fair queue on a quorum
+		redistest.Eventually(t, 10*time.Second, v+" queued", func() bool {
+			in := 0
+			for i := range rs.servers {
+				if queued(i) >= base[i]+n+1 {
+					in++
+				}
+			}
+			return in >= 2
+		})
 	}
 	select {
 	case <-a.Lost():

@@ -263,7 +263,7 @@ func TestReentrant_lostLockStartsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		until := a.Lock().Until()
-		time.Sleep(time.Until(until) + 50*time.Millisecond)
+		time.Sleep(time.Until(until) + 50*time.Millisecond) // the subject: the hold's validity runs out
 		// Taking it again finds the validity gone: the hold is lost, and the
 		// owner starts over with a first hold.
 		if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrLockLost) {

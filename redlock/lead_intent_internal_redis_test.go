@@ -81,7 +81,7 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 						overlaps.Add(1)
 					}
 					reads.Add(1)
-					time.Sleep(200*time.Microsecond + rand.N(1800*time.Microsecond))
+					time.Sleep(200*time.Microsecond + rand.N(1800*time.Microsecond)) // the subject: a random hold
 					holdingReaders.Add(-1)
 					_ = l.Release(context.Background())
 				}

@@ -392,7 +392,7 @@ func TestObserve_panickingOnAcquireStrandsNoLock(t *testing.T) {
 		return nil
 	}()
 	if panicked != nil {
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond) // the subject: the TTL of the lock nobody holds passes
 		t.Fatalf("Acquire panicked with the observer's panic %v; the masters still hold the lock nobody has after its TTL: %q",
 			panicked, rs.values(t, "k"))
 	}

@@ -173,7 +173,7 @@ func TestObserver_Loss_expired_is_logged_and_reported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(650 * time.Millisecond)
+	time.Sleep(650 * time.Millisecond) // the subject: the lock's validity runs out
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after the validity: %v", err)
 	}
@@ -366,7 +366,7 @@ func TestObserver_events_carry_lock_ID_and_validity(t *testing.T) {
 	if err := a.Extend(ctx, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(650 * time.Millisecond)
+	time.Sleep(650 * time.Millisecond) // the subject: the lock's validity runs out
 	if err := b.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after the validity: %v", err)
 	}

@@ -38,7 +38,7 @@ func (c starvedConn) DoWithTimeout(timeout time.Duration, cmd string, args ...an
 	if err := c.Flush(); err != nil {
 		return nil, err
 	}
-	time.Sleep(c.late)
+	time.Sleep(c.late) // the subject: a reply read this late
 	// What is left of the caller's bound: a read whose deadline has
 	// passed fails at once, reply or not (as Go's poller does).
 	left := timeout - time.Since(start)

@@ -283,7 +283,7 @@ func TestSecurity_subscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) 
 		}()
 		// Long enough for the subscribers to be refused, restarted and
 		// refused again.
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond) // the subject: the lock's TTL passes
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

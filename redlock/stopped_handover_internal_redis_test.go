@@ -208,7 +208,7 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 	<-release
 	// Every command in flight has ended, their master silent until the
 	// end: after an idle spell, two acquisitions sent together both go.
-	time.Sleep(3 * timeout)
+	time.Sleep(3 * timeout) // the subject: an idle spell of three timeouts
 	a, b := pooledSend(p, "pooled:down:4", true, timeout), pooledSend(p, "pooled:down:5", true, timeout)
 	for _, ch := range []<-chan pooledOutcome{a, b} {
 		if o := <-ch; o.err != nil || !o.info.Sent {

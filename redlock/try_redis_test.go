@@ -187,7 +187,7 @@ func TestAcquire_waitsPastItsTTLUntilCtxEnds(t *testing.T) {
 					}
 					got <- err
 				}()
-				time.Sleep(2 * ttl)
+				time.Sleep(2 * ttl) // the subject: twice the TTL passes while the call waits
 				if err := hold(ctx); err != nil {
 					t.Fatal(err)
 				}

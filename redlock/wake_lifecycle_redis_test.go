@@ -475,7 +475,7 @@ func TestWake_cancelAsNoticeArrives(t *testing.T) {
 				}
 				ra, rb := make(chan res, 1), make(chan res, 1)
 				go func() { l, err := w.Acquire(actx, "k", redlock.WithTTL(ttl)); ra <- res{l, err, time.Now()} }()
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // the subject: a waits before b arrives
 				go func() { l, err := w.Acquire(ctx, "k", redlock.WithTTL(ttl)); rb <- res{l, err, time.Now()} }()
 				time.Sleep(800 * time.Millisecond) // both on the fallback poll
 				go func() {
@@ -544,7 +544,7 @@ func TestWake_closeWithFrozenMasterEndsWaiters(t *testing.T) {
 		}
 		// Each waiter, its first attempt failed (master 0 timed out), waits
 		// on its timer or polls for its subscription's acknowledgement.
-		time.Sleep(2 * realTimeout)
+		time.Sleep(2 * realTimeout) // the subject: each waiter's first attempt times out (2 timeouts)
 		closed := make(chan error, 1)
 		start := time.Now()
 		go func() { closed <- w.Close() }()

@@ -304,7 +304,7 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 		time.Sleep(2 * time.Second) // the backoffs climb to their maximum
 		const window = 4 * time.Second
 		before, cpu := cmdCalls(t, rs, 0, "set"), cpuTime()
-		time.Sleep(window)
+		time.Sleep(window) // the subject: the window between refusal and subscription
 		rate := float64(cmdCalls(t, rs, 0, "set")-before) / window.Seconds()
 		t.Logf("%d waiters on a held key: %.0f SET/s to one master, %.2f cores of client CPU",
 			waiters, rate, (cpuTime()-cpu).Seconds()/window.Seconds())

@@ -57,7 +57,7 @@ func TestElect_runsWhileLeaderAndLeaderNamesIt(t *testing.T) {
 			_, out, _ := redlockRun(t, masters, "elect", "--value", "node-b", "--ttl", "30s", "svc", "--", "sh", "-c", `echo "$QUORUMLOCK_TERM"`)
 			second <- out
 		}()
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the subject: the second candidate must not run for a while
 		select {
 		case out := <-second:
 			t.Fatalf("N=%d: the second candidate ran while the first led: %q", n, out)

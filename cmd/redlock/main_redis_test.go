@@ -108,7 +108,7 @@ func TestExec_notAcquiredDoesNotRunTheCommand(t *testing.T) {
 	}
 	// With a wait, it runs once the holder is gone.
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the subject: the holder goes only after exec began waiting
 		_ = l.Release(context.Background())
 	}()
 	if code, _, errOut := redlockRun(t, masters, "exec", "--wait", "10s", "job", "--", "touch", marker); code != 0 {

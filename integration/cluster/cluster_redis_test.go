@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -149,11 +150,8 @@ func TestStart_missingImageSaysHowToBuildOne(t *testing.T) {
 
 func waitPing(m *cluster.Master) error {
 	var err error
-	for i := 0; i < 200; i++ {
-		if _, err = m.Do("PING"); err == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	if redistest.Within(4*time.Second, func() bool { _, err = m.Do("PING"); return err == nil }) {
+		return nil
 	}
 	return err
 }

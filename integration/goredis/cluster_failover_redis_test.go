@@ -248,7 +248,7 @@ func testFailoverAmnesia(t *testing.T, mitigated bool) {
 		if _, err := b.TryAcquire(ctx, key, redlock.WithTTL(ttl)); err == nil {
 			t.Fatal("b acquired with two members frozen")
 		}
-		time.Sleep(time.Until(frozen.Add(ttl)))
+		time.Sleep(time.Until(frozen.Add(ttl))) // the subject: the frozen holder's TTL passes
 	}
 	for m, rc := range members[:2] {
 		np, err := rc.Failover(ctx, slot, cluster.FailoverTakeover)

@@ -141,7 +141,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 			if err := owner.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(ttl + 200*time.Millisecond)
+			time.Sleep(ttl + 200*time.Millisecond) // the subject: the TTL of what the fault cut short passes
 			if err := owner.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +166,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 				if err := owner.Pause(); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(ttl + 200*time.Millisecond)
+				time.Sleep(ttl + 200*time.Millisecond) // the subject: the TTL of what the fault cut short passes
 				err = takeover()
 				if rerr := owner.Resume(); err == nil {
 					err = rerr
@@ -175,7 +175,7 @@ func TestNew_clusterMembers_nemesis(t *testing.T) {
 				if err := owner.Kill(); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(ttl + 200*time.Millisecond)
+				time.Sleep(ttl + 200*time.Millisecond) // the subject: the TTL of what the fault cut short passes
 				err = takeover()
 				if serr := owner.Start(); err == nil {
 					err = serr

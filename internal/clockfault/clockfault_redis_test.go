@@ -54,7 +54,7 @@ func measuredRate(t *testing.T, s *redistest.Server, over time.Duration) float64
 		return local, server
 	}
 	m0, w0 := read()
-	time.Sleep(over)
+	time.Sleep(over) // the subject: real time past the key's TTL on the fast clock
 	m1, w1 := read()
 	return float64(w1.Sub(w0)) / float64(m1.Sub(m0))
 }
