@@ -78,7 +78,7 @@ func watchOverlap(t *testing.T, ctx context.Context, other *redlock.Client, l *r
 		if !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("second client: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the subject: the second client polls every 20 ms
 	}
 	return false
 }

@@ -188,7 +188,7 @@ func TestObserve_lossMajorityKilledDuringAutoExtend(t *testing.T) {
 		t.Fatal("not lost with 2 of 3 masters killed")
 	}
 	lostErr := l.Err()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the subject: no second loss is reported
 	_ = l.Release(context.Background())
 	_, ext, rel, loss, states := rec.snapshot()
 	if len(loss) != 1 {
@@ -262,7 +262,7 @@ func TestObserve_masterStateKilledAndRestartedOnce(t *testing.T) {
 		for i := 0; i < 10; i++ { // no flapping after it is up
 			cycle()
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the subject: no further state report comes
 		failed := rec.failedAnswers(2)
 		_, _, _, _, states := rec.snapshot()
 		if len(states) != 2 || states[0].State != redlock.MasterFailing || states[1].State != redlock.MasterUp ||

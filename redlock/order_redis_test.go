@@ -98,7 +98,7 @@ func TestReentrant_lateRollbackKeepsNextAttempt(t *testing.T) {
 			t.Fatal("the owner did not get the lock")
 		}
 		// Give attempt 1's rollback time to run on master 2.
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the subject: attempt 1's rollback had time to run, and must not take the new hold
 		if vals := rs.hget(t, key, "owner-a"); count(vals, "1") < 2 {
 			t.Fatalf("owner-a holds the lock, but only these masters know it: %q", vals)
 		}

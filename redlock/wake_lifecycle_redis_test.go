@@ -138,7 +138,7 @@ func TestWake_lingerExpiresAndNothingLeaks(t *testing.T) {
 		if l := redlock.Lingering(c); l != keys {
 			t.Errorf("%d keys linger, want %d", l, keys)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the subject: nothing unsubscribes within 0.5 s (linger 1 s)
 		if !allSub(1)() {
 			t.Errorf("a key was unsubscribed within 0.5 s of its last waiter leaving (linger 1 s)")
 		}
