@@ -113,7 +113,7 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 						t.Errorf("Err = %v, want a refusal: %v", got, tc.refusal)
 					}
 				} else {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // the subject: the forged acknowledgements had time to be read
 				}
 				if sub.Live("other1") {
 					t.Error("a forged acknowledgement made a channel live")
