@@ -57,7 +57,11 @@ func TestLifetime_doCancelsFnWhenAMajorityDies(t *testing.T) {
 			period := ttl / 3
 			c := rs.client(t, path, redlock.WithTimeout(timeout))
 			var killedAt, cancelledAt time.Time
-			err := c.Do(context.Background(), "job", func(ctx context.Context) error {
+			// Bounded: a Do that cannot get the lock on a busy machine
+			// fails the test here rather than wait for it without end.
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := c.Do(dctx, "job", func(ctx context.Context) error {
 				killedAt = time.Now()
 				for i := 0; i < n/2+1; i++ {
 					if err := rs.servers[i].Kill(); err != nil {
