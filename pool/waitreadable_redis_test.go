@@ -79,7 +79,7 @@ func TestWaitReadable_firstBytesArePassedOn(t *testing.T) {
 	g, rw, master := waiter(t)
 	go func() {
 		master.Write([]byte("$5\r\nhe"))
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the subject: the reply arrives in two parts
 		master.Write([]byte("llo\r\n"))
 	}()
 	if err := rw.WaitReadable(context.Background(), time.Now().Add(5*time.Second)); err != nil {
@@ -237,7 +237,7 @@ func TestReplyPeeker_seesAReplyWaitingUnread(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the ECHO's reply never showed as waiting")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls, bounded by the deadline above
 	}
 	v, err := redis.String(redis.ReceiveWithTimeout(c, 5*time.Second))
 	if err != nil || v != "quorum" {

@@ -164,7 +164,7 @@ func TestCluster_tryAgainForeverHonoursCtxAndClose(t *testing.T) {
 	ctxAndCloseHonoured(t, a, "{again}:lock", "TRYAGAIN tries")
 	n := seen.Load()
 	t.Logf("%d tries before Close", n)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the subject: no try comes after Close
 	if m := seen.Load(); m != n {
 		t.Errorf("the node still got tries after Close: %d then %d", n, m)
 	}

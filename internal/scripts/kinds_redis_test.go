@@ -126,7 +126,7 @@ func TestRW_expiriesAreBounded(t *testing.T) {
 	if ttl, _ := redis.Int64(c.Do("PTTL", "k")); ttl <= 0 || ttl > 150 {
 		t.Fatalf("hash PTTL = %d, want the reader's expiry", ttl)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the subject: the reader's 150 ms expiry passes
 	if rw(t, c, "k", "write", "w1", 30000, 500, "writer-1") != 1 {
 		t.Fatal("an expired reader still blocks the writer")
 	}
@@ -141,7 +141,7 @@ func TestRW_expiriesAreBounded(t *testing.T) {
 	if rw(t, c, "k", "read", "r3", 30000) != 2 {
 		t.Fatal("the intent did not turn a reader away, saying so")
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the subject: the intent's 150 ms expiry passes
 	if rw(t, c, "k", "read", "r3", 30000) != 1 {
 		t.Fatal("an expired intent still blocks readers")
 	}
