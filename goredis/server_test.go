@@ -83,23 +83,33 @@ func (s *server) stop() {
 func (s *server) cont() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 func (s *server) waitPing(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	return poll(d, func() bool {
 		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			_, err = c.Write([]byte("PING\r\n"))
-			if err == nil {
-				line, rerr := bufio.NewReader(c).ReadString('\n')
-				c.Close()
-				if rerr == nil && line == "+PONG\r\n" {
-					return true
-				}
-			} else {
-				c.Close()
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err = c.Write([]byte("PING\r\n")); err != nil {
+			return false
+		}
+		line, rerr := bufio.NewReader(c).ReadString('\n')
+		return rerr == nil && line == "+PONG\r\n"
+	})
+}
+
+// poll checks cond every few milliseconds until it holds (true) or d has
+// passed (false): how a test waits for state that settles
+// asynchronously, never with a fixed sleep.
+func poll(d time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return cond()
+		}
+		<-tick.C
 	}
-	return false
+	return true
 }

@@ -14,7 +14,7 @@ import (
 // net.Conn lets goroutines write at once; a deadline set while any of
 // their writes waits must reach the socket. Writer A finishes while
 // writer B, which began during A, still waits for the peer to read.
-func TestAttack26Guard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
+func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -26,12 +26,15 @@ func heapAndGoroutines() (uint64, int) {
 	return m.HeapAlloc, runtime.NumGoroutine()
 }
 
-func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
+// The heap and the goroutines stay flat over 20k more distinct keys than
+// a warm-up's: a leak of as little as 50 bytes a key shows (1 MB), and
+// the run takes a fifth of the 100k keys it once used. The per-master
+// timeout is long: the subject is memory, not speed, and a machine busy
+// with other programs delays replies past the default 500 ms.
+func TestBounds_memoryFlatOverDistinctKeys(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
-		c := rs.client(t, path)
-		// The pooled path takes half a minute for these 100k cycles under
-		// the race detector.
+		c := rs.client(t, path, redlock.WithTimeout(3*time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		var next atomic.Int64
@@ -60,14 +63,14 @@ func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
 			}
 			wg.Wait()
 		}
-		cycle(10_000) // warm up: connections, pools, scripts
+		cycle(2_000) // warm up: connections, pools, scripts
 		heap0, gor0 := heapAndGoroutines()
-		cycle(100_000)
+		cycle(22_000)
 		heap1, gor1 := heapAndGoroutines()
-		t.Logf("after 10k keys: heap %d kB, %d goroutines; after 100k: heap %d kB, %d goroutines",
+		t.Logf("after 2k keys: heap %d kB, %d goroutines; after 22k: heap %d kB, %d goroutines",
 			heap0/1024, gor0, heap1/1024, gor1)
-		if heap1 > heap0+4<<20 {
-			t.Errorf("the heap grew by %d kB over 90k more distinct keys", (heap1-heap0)/1024)
+		if heap1 > heap0+1<<20 {
+			t.Errorf("the heap grew by %d kB over 20k more distinct keys", (heap1-heap0)/1024)
 		}
 		if gor1 > gor0+2 {
 			t.Errorf("goroutines grew from %d to %d", gor0, gor1)
@@ -81,7 +84,7 @@ func TestRedis_MemoryFlatOver100kDistinctKeys(t *testing.T) {
 	})
 }
 
-func TestRedis_WaitersLeaveNothingBehind(t *testing.T) {
+func TestWake_waitersLeaveNothingBehind(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		holder := rs.client(t, path)

@@ -77,7 +77,7 @@ func (c *jumpingClock) Since(t time.Time) time.Duration {
 
 func (c *jumpingClock) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
 
-func TestRedis_clientWallClockJumpChangesNothing(t *testing.T) {
+func TestClockJump_clientWallClockJumpChangesNothing(t *testing.T) {
 	rs := startReal(t, 3)
 	const ttl = 5 * time.Second
 	for _, tc := range []struct {

@@ -26,7 +26,7 @@ import (
 // connection it left open, which would keep the silent master's reader —
 // outlives Close. Both paths; the silent master alone and beside two
 // TLS masters that answer.
-func TestRedis_concurrentCloseEndsDialsInTheirHandshake(t *testing.T) {
+func TestClose_concurrentEndsDialsInTheirHandshake(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	real := redistest.Start(t, 2, redistest.WithTLS(certs, true))
 	cfg, err := pool.TLSFiles(certs.CAFile, certs.CertFile, certs.KeyFile, "")

@@ -24,7 +24,7 @@ import (
 // at Close and queues the rollback behind the SET on that connection,
 // which this proxy, handling one command at a time, drops once the
 // client has closed it.
-func TestRedis_grantReadDuringCloseIsRolledBack(t *testing.T) {
+func TestClose_grantReadDuringCloseIsRolledBack(t *testing.T) {
 	{
 		path := pooledPath
 		real := redistest.Start(t, 1)[0]

@@ -65,7 +65,7 @@ func clusterNodeAnswer(seen *atomic.Int64, reply func(slot int) string) hostile.
 // B to A): each command follows a bounded number of redirections, fails
 // with an error naming the member and saying the slots keep moving, and
 // the Client's Close leaves nothing running.
-func TestAttack17_redirectLoop(t *testing.T) {
+func TestCluster_redirectLoopIsBounded(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, kind := range []string{"MOVED", "ASK"} {
 		t.Run(kind, func(t *testing.T) {
@@ -157,14 +157,14 @@ func ctxAndCloseHonoured(t *testing.T, seed, key, what string) {
 // A node that answers TRYAGAIN for ever: the caller's ctx is honoured,
 // and Close while the tries go on gives them at most one per-master
 // timeout (as documented), ends them and leaves nothing running.
-func TestAttack17_tryAgainForever(t *testing.T) {
+func TestCluster_tryAgainForeverHonoursCtxAndClose(t *testing.T) {
 	redistest.SkipShort(t)
 	var seen atomic.Int64
 	a := hostile.Start(t, clusterNodeAnswer(&seen, func(int) string { return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n" }))
 	ctxAndCloseHonoured(t, a, "{again}:lock", "TRYAGAIN tries")
 	n := seen.Load()
 	t.Logf("%d tries before Close", n)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the subject: no try comes after Close
 	if m := seen.Load(); m != n {
 		t.Errorf("the node still got tries after Close: %d then %d", n, m)
 	}
@@ -175,7 +175,7 @@ func TestAttack17_tryAgainForever(t *testing.T) {
 // one per-master timeout, as documented: the transport's own Close does
 // not wait out the ASK connection's read (it did, so Close took two
 // timeouts: one for the Client's workers, one more in the transport).
-func TestAttack17_askToSilentNode(t *testing.T) {
+func TestCluster_askToSilentNode(t *testing.T) {
 	redistest.SkipShort(t)
 	silent := hostile.Silent(t)
 	var seen atomic.Int64
@@ -189,7 +189,7 @@ func TestAttack17_askToSilentNode(t *testing.T) {
 // node) in their errors: on the seed's lock commands, on a node a MOVED
 // names (its AUTH refused), and on the ASK connection's ASKING. No error
 // the caller sees quotes the password.
-func TestAttack17_passwordNeverQuoted(t *testing.T) {
+func TestCluster_passwordNeverQuoted(t *testing.T) {
 	redistest.SkipShort(t)
 	const secret = "S3cretClusterPassw0rd"
 	echo := func(seen *atomic.Int64, authReply string, reply func(slot int) string) hostile.Answer {

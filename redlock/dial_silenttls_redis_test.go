@@ -50,7 +50,7 @@ func userTLSPool(addr string, cfg *tls.Config) *redis.Pool {
 	}
 }
 
-func TestRedis_silentTLSMasterHoldsNoCallNorClosePastTheTimeout(t *testing.T) {
+func TestDial_silentTLSMasterHoldsNoCallNorClosePastTheTimeout(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	real := redistest.Start(t, 2, redistest.WithTLS(certs, true))
 	silent := hostile.Silent(t)

@@ -11,7 +11,7 @@ import (
 
 // A cluster member's Inspect routes a script call (Election.Leader's read)
 // by its first key, not by the script's text (attack18b).
-func TestAttack18b_inspectSlot(t *testing.T) {
+func TestCluster_inspectRoutesScriptByFirstKey(t *testing.T) {
 	const key = "{elect}:lock"
 	for _, tc := range []struct {
 		c    layout.Command
@@ -35,7 +35,7 @@ func TestAttack18b_inspectSlot(t *testing.T) {
 // the masters it could not read, with those that agree on a pair (or hold
 // a token), might make a quorum: neither "no leader" nor "hand-over",
 // which would claim what it did not see (attack18b).
-func TestAttack18b_leaderOfMightBeHidden(t *testing.T) {
+func TestLeader_unreadMastersMightHideALeader(t *testing.T) {
 	rd := func(tok string, term uint64) leaderRead {
 		return leaderRead{token: tok, ttl: time.Second, term: term, value: "v" + tok}
 	}

@@ -19,7 +19,7 @@ import (
 // A failed single attempt of a fair lock leaves no queue entry and no
 // metadata on any master, and the next fair attempt is not kept waiting
 // behind a ghost.
-func TestAttack19_failedFairTryLeavesNoQueueEntry(t *testing.T) {
+func TestFair_failedTryLeavesNoQueueEntry(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -70,7 +70,7 @@ func TestAttack19_failedFairTryLeavesNoQueueEntry(t *testing.T) {
 }
 
 // A failed TryAcquireWrite leaves no metadata of its own.
-func TestAttack19_failedTryWriteLeavesNoMetadata(t *testing.T) {
+func TestRW_failedTryWriteLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -102,7 +102,7 @@ func TestAttack19_failedTryWriteLeavesNoMetadata(t *testing.T) {
 
 // A reader turned away by a writer's intent: one "redlock: " prefix, the
 // key once, for the single attempt and for a bounded wait.
-func TestAttack19_writerWaitingMessage(t *testing.T) {
+func TestRW_writerWaitingMessage(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -151,7 +151,7 @@ func TestAttack19_writerWaitingMessage(t *testing.T) {
 // Masters that lie about their run_id (long, non-hex, oversized replies,
 // trailing junk) are not identified, are not asked again and again, and
 // do not stop the locks from working.
-func TestAttack19_hostileRunIDs(t *testing.T) {
+func TestIdentity_hostileRunIDs(t *testing.T) {
 	good := strings.Repeat("0123456789abcdef", 3)[:40]
 	replies := []string{
 		"run_id:" + strings.Repeat("z", 60000) + "\r\n",        // long, non-hex, under the bound
@@ -209,7 +209,7 @@ func TestAttack19_hostileRunIDs(t *testing.T) {
 
 // README's Do snippet: with WithWait(0) a second instance does not run the
 // job; it gets ErrNotAcquired at once, its function never called.
-func TestAttack19_readmeDoOnceDoesNotRunTheJobTwice(t *testing.T) {
+func TestDo_noWaitDoesNotRunTheJobTwice(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
@@ -239,7 +239,7 @@ func TestAttack19_readmeDoOnceDoesNotRunTheJobTwice(t *testing.T) {
 // resumes, the entry the paused master queued is gone there too (taken
 // back by the rollback or expired by its deadline), and how long that
 // took is logged (the holder's own entry stays until its expiry).
-func TestAttack19_failedFairTryWithAPausedMaster(t *testing.T) {
+func TestFair_failedTryWithAPausedMasterLeavesNoEntry(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -308,7 +308,7 @@ func onlyHolderQueued(t *testing.T, rs *realSet, key, holder string) bool {
 // A first call whose ctx ends during the run_id probe did not really ask
 // the masters: the next call must probe again, not go unchecked for the
 // next second (it took a lock on two masters that were one server).
-func TestAttack19_dupCheckAfterAShortFirstCall(t *testing.T) {
+func TestIdentity_probeAgainAfterAShortFirstCall(t *testing.T) {
 	servers := redistest.Start(t, 2)
 	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}

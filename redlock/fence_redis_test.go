@@ -17,7 +17,7 @@ import (
 
 // Fencing against real masters.
 
-func TestRedis_FenceStrictlyIncreasesAcrossHolders(t *testing.T) {
+func TestFence_strictlyIncreasesAcrossHolders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -69,7 +69,7 @@ func TestRedis_FenceStrictlyIncreasesAcrossHolders(t *testing.T) {
 	})
 }
 
-func TestRedis_FenceConcurrentHoldersNeverGoBackwards(t *testing.T) {
+func TestFence_concurrentHoldersNeverGoBackwards(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx := ctxT(t)
@@ -111,7 +111,7 @@ func TestRedis_FenceConcurrentHoldersNeverGoBackwards(t *testing.T) {
 	})
 }
 
-func TestRedis_FenceSurvivesMinorityDownAndRestartsWithAOF(t *testing.T) {
+func TestFence_survivesMinorityDownAndRestartsWithAOF(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5, redistest.WithAOF())
 		ctx := ctxT(t)
@@ -168,7 +168,7 @@ func waitUp(t *testing.T, rs *realSet) {
 // Amnesia: masters that restart without persistence forget their
 // counters, and a later holder's token can repeat an earlier one. This is
 // the documented limit (docs/safety.md), shown here.
-func TestRedis_FenceAmnesiaCanRepeatTokens(t *testing.T) {
+func TestFence_amnesiaCanRepeatTokens(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3) // no AOF
 		ctx := ctxT(t)
@@ -211,7 +211,7 @@ func TestRedis_FenceAmnesiaCanRepeatTokens(t *testing.T) {
 	})
 }
 
-func TestRedis_FenceCounterKeySharesTheSlot(t *testing.T) {
+func TestFence_counterKeySharesTheSlot(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		c := rs.client(t, path)

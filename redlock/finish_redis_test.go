@@ -58,13 +58,10 @@ func (rs *realSet) db1Exists(t *testing.T, i int, key string) bool {
 func (rs *realSet) freedWithin(t *testing.T, i int, key string, d time.Duration) {
 	t.Helper()
 	start := time.Now()
-	for rs.db1Exists(t, i, key) {
-		if time.Since(start) > d {
-			pttl, _ := redis.Int(rs.db1(t, i, "PTTL", key), nil)
-			t.Fatalf("%q is still on master %d %v after it answered again (PTTL %d ms): the missed command was not finished",
-				key, i, d, pttl)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !redistest.Within(d, func() bool { return !rs.db1Exists(t, i, key) }) {
+		pttl, _ := redis.Int(rs.db1(t, i, "PTTL", key), nil)
+		t.Fatalf("%q is still on master %d %v after it answered again (PTTL %d ms): the missed command was not finished",
+			key, i, d, pttl)
 	}
 	t.Logf("%q gone from master %d %v after it resumed", key, i, time.Since(start).Round(time.Millisecond))
 }
@@ -95,7 +92,7 @@ func pauseMaster(t *testing.T, rs *realSet, i int) (resume func()) {
 // TTL. (Pipelined, both commands wait on the master's connection and run
 // when it resumes; pooled, the extension's connection timed out and the
 // release could get no connection.)
-func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
+func TestRelease_missedByAMasterIsFinished(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		c := rs.client(t, path)
@@ -120,7 +117,7 @@ func TestRedis_ReleaseMissedByAMasterIsFinished(t *testing.T) {
 
 // A failed acquisition whose SET reached a frozen master but whose
 // rollback could not: once the master answers, the key goes.
-func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
+func TestFinish_rollbackMissedByAMasterIsFinished(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		for i := 0; i < 2; i++ {
@@ -150,7 +147,7 @@ func TestRedis_RollbackMissedByAMasterIsFinished(t *testing.T) {
 // bound; a release submitted after that cannot reach the master (the
 // redial gets no answer) and fails at once. It is sent again once the
 // master answers.
-func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
+func TestRelease_afterStallBrokenConnectionIsFinished(t *testing.T) {
 	rs := startDB1(t, 3)
 	c := rs.client(t, pipelinedPath, redlock.WithTimeout(200*time.Millisecond)) // stall bound 2 s
 	ctx := ctxT(t)
@@ -179,7 +176,7 @@ func TestRedis_ReleaseAfterStallBrokenConnectionIsFinished(t *testing.T) {
 // background retry of its release must never run after the owner's next
 // acquisition on that master: it would delete the new hold. The retry of
 // a release that master 2 missed is dropped once the owner acquires again.
-func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
+func TestFinish_neverDeletesTheOwnersNextHold(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -228,7 +225,7 @@ func TestRedis_FinishingNeverDeletesTheOwnersNextHold(t *testing.T) {
 }
 
 // Close with retries pending returns promptly and leaves no goroutine.
-func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
+func TestFinish_closeStopsPendingFinishes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		ignore := goleak.IgnoreCurrent()
@@ -266,7 +263,7 @@ func TestRedis_CloseStopsPendingFinishes(t *testing.T) {
 
 // At most a bounded number of retries wait per client: beyond it, new
 // ones are refused with a log line (the key then expires at its TTL).
-func TestRedis_FinishesAreBounded(t *testing.T) {
+func TestFinish_boundedInNumber(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		var logs syncBuffer
@@ -298,7 +295,7 @@ func TestRedis_FinishesAreBounded(t *testing.T) {
 // A rollback is retried only where the acquisition's command may have
 // reached the master: a SET that never left (the master refuses
 // connections) leaves nothing to roll back there.
-func TestRedis_RollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
+func TestFinish_rollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		for _, s := range rs.servers[:2] {
@@ -337,7 +334,7 @@ func (p *countingPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // once it answers, the ones held back go at once. (Pooled path: on the
 // pipelined path the retries share the master's connection, and a failed
 // dial holds further ones back for a while.)
-func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
+func TestFinish_holdsBackWhileAMasterIsDown(t *testing.T) {
 	rs := startDB1(t, 3)
 	counted := &countingPool{RedisPool: rs.pools[2].(*pool.RedisPool)}
 	rs.pools[2] = counted
@@ -360,7 +357,7 @@ func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
 	}
 	waitUntil(t, "every release waits for a retry", func() bool { return redlock.Finishing(c) == n })
 	before := counted.gets.Load()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the subject: the finisher's retries run for a while
 	asked := counted.gets.Load() - before
 	t.Logf("connections asked of the frozen master in 3 s with %d retries pending: %d", n, asked)
 	if asked >= n {
@@ -378,7 +375,7 @@ func TestRedis_FinishingHoldsBackWhileAMasterIsDown(t *testing.T) {
 // The record of each reentrant owner's newest round (for superseding its
 // retries) is dropped once no retry of that round can run: the client's
 // bookkeeping stays bounded by the owners active within about a TTL.
-func TestRedis_FinishOwnersAreSwept(t *testing.T) {
+func TestFinish_ownersAreSwept(t *testing.T) {
 	rs := startReal(t, 1)
 	c := rs.client(t, pipelinedPath, redlock.WithTimeout(50*time.Millisecond))
 	ctx := ctxT(t)
@@ -399,7 +396,7 @@ func TestRedis_FinishOwnersAreSwept(t *testing.T) {
 	cycle("a", 200)
 	before := redlock.FinishOwners(c)
 	// TTL + 12 timeouts + 1 s + 2 timeouts: no retry of those rounds is left.
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the subject: the finisher's retries run for a while
 	cycle("b", 100)
 	after := redlock.FinishOwners(c)
 	t.Logf("owners recorded: %d after 200 owners, %d after 100 more past their TTL", before, after)

@@ -89,13 +89,13 @@ func durStats(ds []time.Duration) string {
 		s[len(s)*9/10].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }
 
-// TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad: two of three masters
-// stopped (SIGSTOP), so no round can reach its quorum: each TryAcquire
-// must fail at about the per-master timeout (50 ms), not wait out
+// TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad: two of three masters
+// stopped (SIGSTOP), so no round can reach its quorum: TryAcquire (the
+// median round) must fail at about the per-master timeout (50 ms), not wait out
 // lateBound (1 s) because this process's timers keep firing a few
 // milliseconds late under CPU load. Measured without load, with a busy
 // goroutine per P and with a busy-loop process per CPU.
-func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
+func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
@@ -103,11 +103,16 @@ func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		c := addrClient(t, path, addrs, redlock.WithTimeout(timeout))
 		ctx := context.Background()
-		warm, err := c.TryAcquire(ctx, "a25c:warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = warm.Release(ctx)
+		// Warm up: connections dialed, scripts loaded (a 50 ms round on
+		// a busy machine may fail: try for a while).
+		redistest.Eventually(t, 10*time.Second, "an acquisition with every master up", func() bool {
+			warm, err := c.TryAcquire(ctx, "a25c:warm")
+			if err != nil {
+				return false
+			}
+			_ = warm.Release(ctx)
+			return true
+		})
 		for _, s := range servers[1:] {
 			if err := s.Pause(); err != nil {
 				t.Fatal(err)
@@ -123,7 +128,7 @@ func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			}
 		}
 		defer resume()
-		worst := map[attack25cLoad]time.Duration{}
+		median := map[attack25cLoad]time.Duration{}
 		for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
 			stop := load.start(t)
 			var ds []time.Duration
@@ -139,25 +144,30 @@ func TestAttack25c_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			}
 			stop()
 			t.Logf("%s, load %s: failed TryAcquire took %s", path, load, durStats(ds))
-			worst[load] = slices.Max(ds)
+			sorted := slices.Clone(ds)
+			slices.Sort(sorted)
+			median[load] = sorted[len(sorted)/2]
 		}
 		resume()
-		for load, d := range worst {
-			// 10 timeouts leaves a generous margin for a loaded machine
-			// with the race detector; lateBound is 1 s.
-			if d > 10*timeout {
-				t.Errorf("%s, load %s: a round with its quorum's masters hung took %v (timeout %v, lateBound 1s)", path, load, d, timeout)
+		for load, d := range median {
+			// A round that waits out lateBound (1 s) rather than the
+			// timeout does so every time: the median shows it, where the
+			// slowest round of a machine busy with other programs (its
+			// scheduler, not this process's timers) would not tell the
+			// two apart. 8 timeouts leave a margin for -race and load.
+			if d > 8*timeout {
+				t.Errorf("%s, load %s: the median round with its quorum's masters hung took %v (timeout %v, lateBound 1s)", path, load, d, timeout)
 			}
 		}
 	})
 }
 
-// TestAttack25c_frozenMasterStaysDownUnderLoad: one master of three
+// TestMux_frozenMasterStaysDownUnderLoad: one master of three
 // frozen (it reads nothing more, as under SIGSTOP) while this process is
 // under CPU load. Once it is down, acquisitions must not be written to it
 // (TestMux_frozenMasterGetsNoAcquisitionsOnceDown without load); a beat
 // that is always a few ms behind (beat.behind) must not excuse it.
-func TestAttack25c_frozenMasterStaysDownUnderLoad(t *testing.T) {
+func TestMux_frozenMasterStaysDownUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
 		t.Run(string(load), func(t *testing.T) {
@@ -214,11 +224,11 @@ func TestAttack25c_frozenMasterStaysDownUnderLoad(t *testing.T) {
 	}
 }
 
-// TestAttack25c_oneMasterStoppedRoundTimes measures (logs) how long a
+// TestTryAcquire_oneStoppedMasterDoesNotSlowRounds measures (logs) how long a
 // TryAcquire and a Release take with one master of three stopped, with
 // and without load, both paths: the quorum is the two others', so the
 // stopped master must not slow the rounds down.
-func TestAttack25c_oneMasterStoppedRoundTimes(t *testing.T) {
+func TestTryAcquire_oneStoppedMasterDoesNotSlowRounds(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}

@@ -54,15 +54,13 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 	}
 	close(thaw)
 	// The master answers what it had; the connection carries commands again.
-	for i := 0; ; i++ {
-		cycle(fmt.Sprintf("probe%d", i))
-		if strings.Contains(strings.Join(fm.LockConn(0).Commands(), ","), "probe") {
-			break
-		}
-		if i == 1000 {
-			t.Fatalf("the thawed master never got a command again; it saw %v", fm.Seen())
-		}
-		time.Sleep(time.Millisecond)
+	probes := 0
+	if !redistest.Within(10*time.Second, func() bool {
+		cycle(fmt.Sprintf("probe%d", probes))
+		probes++
+		return strings.Contains(strings.Join(fm.LockConn(0).Commands(), ","), "probe")
+	}) {
+		t.Fatalf("the thawed master never got a command again; it saw %v", fm.Seen())
 	}
 	var sets, releases []string
 	for _, s := range fm.LockConn(0).Commands() {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -49,10 +50,7 @@ func TestOptions_rejectBelowMinimums(t *testing.T) {
 	// An acquisition returns at a quorum: the third master's SET may
 	// still be on its way.
 	for i, m := range fs.masters {
-		deadline := time.Now().Add(5 * time.Second)
-		for m.Calls("SET") < 2 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		redistest.Within(5*time.Second, func() bool { return m.Calls("SET") >= 2 })
 		if n := m.Calls("SET"); n != 2 {
 			t.Errorf("master %d got %d SETs, want 2 (the accepted options only)", i, n)
 		}

@@ -97,7 +97,7 @@ func (rs *realSet) exists(t *testing.T, key string) int {
 	return n
 }
 
-func TestRedis_ReentrantSeedTranscript(t *testing.T) {
+func TestReentrant_seedTranscript(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -152,7 +152,7 @@ func TestRedis_ReentrantSeedTranscript(t *testing.T) {
 	})
 }
 
-func TestRedis_ReentrantMasterThatMissedAnUpdate(t *testing.T) {
+func TestReentrant_masterThatMissedAnUpdate(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx := ctxT(t)
@@ -191,7 +191,7 @@ func TestRedis_ReentrantMasterThatMissedAnUpdate(t *testing.T) {
 	})
 }
 
-func TestRedis_ReentrantFailedFirstHoldLeavesNothing(t *testing.T) {
+func TestReentrant_failedFirstHoldLeavesNothing(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx := ctxT(t)
@@ -220,7 +220,7 @@ func TestRedis_ReentrantFailedFirstHoldLeavesNothing(t *testing.T) {
 	})
 }
 
-func TestRedis_ReentrantLastReleaseWakesWaiter(t *testing.T) {
+func TestReentrant_lastReleaseWakesWaiter(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -251,7 +251,7 @@ func TestRedis_ReentrantLastReleaseWakesWaiter(t *testing.T) {
 	})
 }
 
-func TestRedis_ReentrantLostLockStartsOver(t *testing.T) {
+func TestReentrant_lostLockStartsOver(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		ctx := ctxT(t)
@@ -263,7 +263,7 @@ func TestRedis_ReentrantLostLockStartsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		until := a.Lock().Until()
-		time.Sleep(time.Until(until) + 50*time.Millisecond)
+		time.Sleep(time.Until(until) + 50*time.Millisecond) // the subject: the hold's validity runs out
 		// Taking it again finds the validity gone: the hold is lost, and the
 		// owner starts over with a first hold.
 		if err := a.Acquire(ctx); !errors.Is(err, redlock.ErrLockLost) {
@@ -278,7 +278,7 @@ func TestRedis_ReentrantLostLockStartsOver(t *testing.T) {
 	})
 }
 
-func TestRedis_RWManyReadersOrOneWriter(t *testing.T) {
+func TestRW_manyReadersOrOneWriter(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -324,7 +324,7 @@ func TestRedis_RWManyReadersOrOneWriter(t *testing.T) {
 	})
 }
 
-func TestRedis_RWWriterIsNotStarvedByReaders(t *testing.T) {
+func TestRW_writerIsNotStarvedByReaders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -369,7 +369,7 @@ func TestRedis_RWWriterIsNotStarvedByReaders(t *testing.T) {
 	})
 }
 
-func TestRedis_RWCrashedReaderAndVanishedWriterAreBounded(t *testing.T) {
+func TestRW_crashedReaderAndVanishedWriterAreBounded(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -410,7 +410,7 @@ func TestRedis_RWCrashedReaderAndVanishedWriterAreBounded(t *testing.T) {
 	})
 }
 
-func TestRedis_RWFailedAttemptIsRolledBack(t *testing.T) {
+func TestRW_failedAttemptIsRolledBack(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx := ctxT(t)
@@ -434,7 +434,7 @@ func TestRedis_RWFailedAttemptIsRolledBack(t *testing.T) {
 	})
 }
 
-func TestRedis_RWReleaseWakesWaiters(t *testing.T) {
+func TestRW_releaseWakesWaiters(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -450,7 +450,7 @@ func TestRedis_RWReleaseWakesWaiters(t *testing.T) {
 	})
 }
 
-func TestRedis_MultiAllOrNothing(t *testing.T) {
+func TestMulti_allOrNothing(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -510,7 +510,7 @@ func TestRedis_MultiAllOrNothing(t *testing.T) {
 
 // Two clients lock overlapping sets in opposite orders; all-or-nothing
 // per master means neither can hold one part and wait for the other.
-func TestRedis_MultiOverlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
+func TestMulti_overlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
 		ctx := ctxT(t)
@@ -531,7 +531,7 @@ func TestRedis_MultiOverlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
 					if holdingB.Add(1) != 1 {
 						t.Error("two holders of b at once")
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // the subject: a hold long enough for an overlap to show
 					holdingB.Add(-1)
 					if err := l.Release(ctx); err != nil {
 						t.Error(err)
@@ -544,7 +544,7 @@ func TestRedis_MultiOverlappingSetsNeitherDeadlockNorOverlap(t *testing.T) {
 	})
 }
 
-func TestRedis_MultiReleaseOfAnyKeyWakesWaiter(t *testing.T) {
+func TestMulti_releaseOfAnyKeyWakesWaiter(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

@@ -144,16 +144,10 @@ func TestMessages_notAwaitedWhenTheQuorumIsOutOfReach(t *testing.T) {
 		// The holder returned at a quorum; wait until its grant is on
 		// every master, so that both of the others refuse.
 		for _, s := range servers {
-			for i := 0; ; i++ {
+			redistest.Eventually(t, 5*time.Second, "the holder's key reaches "+s.Addr(), func() bool {
 				n, err := s.Do("EXISTS", key)
-				if err == nil && n == int64(1) {
-					break
-				}
-				if i == 500 {
-					t.Fatalf("the holder's key never reached %s: %v %v", s.Addr(), n, err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return err == nil && n == int64(1)
+			})
 		}
 		if err := servers[2].Pause(); err != nil {
 			t.Fatal(err)

@@ -59,11 +59,7 @@ func inspectMeta(t *testing.T, c *redlock.Client, key, tok string) []string {
 // quorum answered, and the other masters run its command a moment later.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if !redistest.WaitFor(ctx, cond) {
-		t.Fatal(what)
-	}
+	redistest.Eventually(t, 2*time.Second, what, cond)
 }
 
 func all(vals []string, want string) bool {
@@ -78,7 +74,7 @@ func all(vals []string, want string) bool {
 // Every lock kind keeps its holder's metadata on every master for as long
 // as the hold lasts — across extensions — and takes it away with the hold;
 // Inspect shows it. A lock without metadata leaves no metadata key.
-func TestRedis_WithMetadata_everyKind(t *testing.T) {
+func TestMetadata_everyKind(t *testing.T) {
 	type hold struct {
 		tok     string
 		extend  func() error
@@ -199,7 +195,7 @@ func TestRedis_WithMetadata_everyKind(t *testing.T) {
 
 // Two readers each have their own metadata; a failed attempt leaves none;
 // metadata written by anyone into the hash neither takes nor frees a lock.
-func TestRedis_WithMetadata_readersFailuresAndForgeries(t *testing.T) {
+func TestMetadata_readersFailuresAndForgeries(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -273,7 +269,7 @@ func TestClient_WithMetadata_tooLong(t *testing.T) {
 
 // Holder metadata needs +pttl beyond the minimal ACL (docs/operations.md):
 // without it the refusal says so; with it every kind and an election work.
-func TestRedis_WithMetadata_minimalACLPlusPttl(t *testing.T) {
+func TestMetadata_minimalACLPlusPttl(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	ctx := ctxT(t)
 	without := addrClient(t, pipelinedPath, aclUser(t, servers, "locker", minimalACL))

@@ -13,29 +13,10 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
-
-// nothingLeftWithin waits up to d until rs's masters hold no key but
-// fencing counters, then fails t for each key still there.
-func nothingLeftWithin(t *testing.T, rs *realSet, d time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	redistest.WaitFor(ctx, func() bool {
-		for _, s := range rs.servers {
-			for _, k := range keysOn(t, s) {
-				if !strings.HasSuffix(k, ":fence") {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	noKeysLeft(t, rs.servers)
-}
 
 // noPersistentKey fails t for any key without a TTL on rs's masters but
 // fencing counters: a metadata hash must never outlive its lock key.
@@ -68,7 +49,7 @@ func absentOn(rs *realSet, keys ...string) bool {
 
 // A multi-key lock never released leaves nothing once its TTL ran out: each
 // key's metadata goes with its key.
-func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
+func TestMultiMeta_metadataExpiresWithItsKeys(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -85,7 +66,7 @@ func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
 			return true
 		})
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 10*time.Second)
+		leftover.Within(t, 10*time.Second, rs.servers)
 	})
 }
 
@@ -93,7 +74,7 @@ func TestRedis_AcquireMulti_metadataExpiresWithItsKeys(t *testing.T) {
 // keys (as a plain lock, a read lock or a reentrant lock, each with its
 // own metadata) writes nothing, leaves the other holder's metadata and its
 // TTL as they were, and after the other holder's release nothing is left.
-func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T) {
+func TestMultiMeta_refusedByAnotherHolderKeepsItsMetadata(t *testing.T) {
 	type holder struct {
 		name    string
 		acquire func(t *testing.T, c *redlock.Client, key string) (tok string, release func() error)
@@ -170,7 +151,7 @@ func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T)
 				if err := release(); err != nil {
 					t.Fatal(err)
 				}
-				nothingLeft(t, rs)
+				leftover.None(t, rs.servers)
 			})
 		}
 	})
@@ -180,7 +161,7 @@ func TestRedis_AcquireMulti_refusedByAnotherHolderKeepsItsMetadata(t *testing.T)
 // client took it, with its own metadata) is released: its other keys and
 // their metadata go, the new holder's key and metadata stay untouched, with
 // the new holder's TTL; after the new holder's release nothing is left.
-func TestRedis_AcquireMulti_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetadata(t *testing.T) {
+func TestMultiMeta_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -239,14 +220,14 @@ func TestRedis_AcquireMulti_releaseAfterAKeyChangedHandsKeepsTheNewHoldersMetada
 		if err := ol.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		nothingLeft(t, rs)
+		leftover.None(t, rs.servers)
 	})
 }
 
 // A master stopped (SIGSTOP) while a multi-key lock with metadata is
 // released, and resumed afterwards, ends with nothing left: neither a
 // lock key nor a metadata hash, and no key without a TTL meanwhile.
-func TestRedis_AcquireMulti_releaseWithAStoppedMasterLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_releaseWithAStoppedMasterLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -275,13 +256,13 @@ func TestRedis_AcquireMulti_releaseWithAStoppedMasterLeavesNoMetadata(t *testing
 			t.Errorf("release with one master of three stopped: %v", relErr)
 		}
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 15*time.Second)
+		leftover.Within(t, 15*time.Second, rs.servers)
 	})
 }
 
 // A multi-key lock with metadata taken while one master is stopped (it
 // runs the grant late, once resumed) and then released leaves nothing.
-func TestRedis_AcquireMulti_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -301,6 +282,6 @@ func TestRedis_AcquireMulti_grantToAStoppedMasterLeavesNoMetadata(t *testing.T) 
 			t.Fatal(err)
 		}
 		noPersistentKey(t, rs)
-		nothingLeftWithin(t, rs, 15*time.Second)
+		leftover.Within(t, 15*time.Second, rs.servers)
 	})
 }

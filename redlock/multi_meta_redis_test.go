@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -15,7 +16,7 @@ var multiMetaKeys = []string{"{mm}:a", "{mm}:b", "{mm}:c"}
 // every master, each key's metadata hash names the holder, with a TTL that
 // follows that key's across an extension; Inspect of any key shows it; the
 // release leaves nothing behind on any master.
-func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
+func TestMultiMeta_metadataOnEveryKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		for _, n := range []int{1, 3} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
@@ -58,7 +59,7 @@ func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
 				if err := l.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				nothingLeft(t, rs)
+				leftover.None(t, rs.servers)
 			})
 		}
 	})
@@ -67,7 +68,7 @@ func TestRedis_AcquireMulti_metadataOnEveryKey(t *testing.T) {
 // A multi-key attempt that a minority granted is rolled back there with
 // the metadata of every key: once the key that refused it is gone, the
 // masters hold nothing.
-func TestRedis_AcquireMulti_rollbackLeavesNoMetadata(t *testing.T) {
+func TestMultiMeta_rollbackLeavesNoMetadata(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -85,14 +86,6 @@ func TestRedis_AcquireMulti_rollbackLeavesNoMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		nothingLeft(t, rs)
+		leftover.None(t, rs.servers)
 	})
-}
-
-// nothingLeft waits until rs's masters hold no key but fencing counters
-// (a round returns at a quorum; the last master may still be running its
-// command), then fails t for each key still there.
-func nothingLeft(t *testing.T, rs *realSet) {
-	t.Helper()
-	nothingLeftWithin(t, rs, 5*time.Second)
 }

@@ -70,14 +70,14 @@ func trickleProxy(t *testing.T, upstream string) (*hostile.Proxy, func() int) {
 	}
 }
 
-// TestAttack25c_trickleMasterOnAPipelinedConnection: a master that
+// TestMux_trickleMasterFailsRoundsAndIsRedialed: a master that
 // trickles a byte every 30 ms and never completes a reply, on a pipelined
 // connection (timeout 50 ms, N=3). Rounds that do not need it end at the
 // quorum; rounds that need it (another value holds the key on a second
 // master) must fail within a few timeouts, not be held while bytes keep
 // coming; the connection is broken at the stall bound (1 s) and redialed,
 // not piled up; Close is bounded and leaves no goroutine.
-func TestAttack25c_trickleMasterOnAPipelinedConnection(t *testing.T) {
+func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	redistest.SkipShort(t)
 	reals := redistest.Start(t, 3)
 	ignore := goleak.IgnoreCurrent()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -22,7 +23,7 @@ import (
 // plain attempts on keys of their own whose ctx ends a moment after they
 // are sent (between enqueue and flush), and every master's connections
 // killed every 20 ms. Each shared lock stays exclusive; every key goes.
-func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
+func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := make([]string, len(servers))
@@ -135,7 +136,7 @@ func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 						} else if err2 := re.Release(ctx); err2 != nil {
 							unconfirmed.Add(1)
 						}
-						time.Sleep(100 * time.Microsecond)
+						time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 						reHeld.Add(-1)
 						if err := re.Release(ctx); err != nil {
 							unconfirmed.Add(1)
@@ -151,7 +152,7 @@ func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 					errs <- fmt.Errorf("goroutine %d (kind %d), cycle %d: %w", g, g%6, i, err)
 					return
 				}
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 				done()
 				if err := l.Release(ctx); err != nil {
 					unconfirmed.Add(1)
@@ -173,23 +174,13 @@ func TestAttack25a_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 	// Every failed attempt is rolled back, every unconfirmed release
 	// retried: nothing stays (the own keys' TTL is a minute, the shared
 	// ones' 10 s).
-	wctx, cancel := context.WithTimeout(ctx, 8*time.Second)
-	defer cancel()
-	left := func() int {
-		n := 0
-		for _, s := range servers {
-			n += len(keysOn(t, s))
-		}
-		return n
-	}
-	redistest.WaitFor(wctx, func() bool { return left() == 0 })
-	noKeysLeft(t, servers)
+	leftover.None(t, servers)
 }
 
-// TestAttack25a_yieldCloseDuringBurst: Close while 48 goroutines keep the
+// TestMux_yieldCloseDuringBurst: Close while 48 goroutines keep the
 // writers' passes partly full on three masters. Every call returns, none
 // panics, nobody else's lock is taken over, and Close is bounded.
-func TestAttack25a_yieldCloseDuringBurst(t *testing.T) {
+func TestMux_yieldCloseDuringBurst(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := make([]string, len(servers))
@@ -228,7 +219,7 @@ func TestAttack25a_yieldCloseDuringBurst(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(20+30*rep) * time.Millisecond)
+		time.Sleep(time.Duration(20+30*rep) * time.Millisecond) // the subject: Close lands at a different moment each rep
 		start := time.Now()
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
@@ -248,6 +239,5 @@ func TestAttack25a_yieldCloseDuringBurst(t *testing.T) {
 			t.Errorf("rep %d: %d overlapping holds", rep, n)
 		}
 	}
-	time.Sleep(1100 * time.Millisecond) // the TTL of what Close cut short
-	noKeysLeft(t, servers)
+	leftover.Within(t, time.Second+leftover.Bound, servers) // the TTL of what Close cut short
 }

@@ -29,7 +29,7 @@ func (r *recorder) snapshot() (acq []redlock.AcquireEvent, ext []redlock.ExtendE
 // (by design: the holder is why it failed; see
 // TestAcquireOutcome_classifies_each_failure), with the attempts it made
 // and the time it waited.
-func TestAttackObserve_Acquire_cancelled_while_waiting(t *testing.T) {
+func TestObserve_acquireCancelledWhileWaitingIsContended(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec))
@@ -58,7 +58,7 @@ func TestAttackObserve_Acquire_cancelled_while_waiting(t *testing.T) {
 
 // An Acquire whose ctx ends while its round waits for masters that do not
 // answer is "cancelled" too, not "failed_masters".
-func TestAttackObserve_Acquire_cancelled_mid_round(t *testing.T) {
+func TestObserve_acquireCancelledMidRound(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec), redlock.WithTimeout(2*time.Second))
@@ -91,7 +91,7 @@ func TestAttackObserve_Acquire_cancelled_mid_round(t *testing.T) {
 // A quorum that grants in time but whose fence commit ends after the TTL
 // is "too_late" (a single round cannot be: checkTTL keeps the TTL longer
 // than the per-master timeout).
-func TestAttackObserve_Acquire_too_late(t *testing.T) {
+func TestObserve_acquireTooLate(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec), redlock.WithTimeout(300*time.Millisecond))
@@ -131,7 +131,7 @@ func TestAttackObserve_Acquire_too_late(t *testing.T) {
 
 // WithMaxHold ends an auto-extended lock once: one loss, cause max_hold,
 // held about the maximum.
-func TestAttackObserve_Loss_max_hold(t *testing.T) {
+func TestObserve_lossMaxHold(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec))
@@ -166,7 +166,7 @@ func TestAttackObserve_Loss_max_hold(t *testing.T) {
 
 // A majority killed under an auto-extended lock: one loss, with a cause
 // that says the extensions failed (not_extended or expired), logged once.
-func TestAttackObserve_Loss_majority_killed_during_auto_extend(t *testing.T) {
+func TestObserve_lossMajorityKilledDuringAutoExtend(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	var logs syncBuffer
@@ -188,7 +188,7 @@ func TestAttackObserve_Loss_majority_killed_during_auto_extend(t *testing.T) {
 		t.Fatal("not lost with 2 of 3 masters killed")
 	}
 	lostErr := l.Err()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the subject: no second loss is reported
 	_ = l.Release(context.Background())
 	_, ext, rel, loss, states := rec.snapshot()
 	if len(loss) != 1 {
@@ -224,7 +224,7 @@ func TestAttackObserve_Loss_majority_killed_during_auto_extend(t *testing.T) {
 // A killed master (connections refused) and the same master restarted:
 // failing once and up once, on both paths, however many commands fail, and
 // the log says so once each, with the count.
-func TestAttackObserve_MasterState_killed_and_restarted_once(t *testing.T) {
+func TestObserve_masterStateKilledAndRestartedOnce(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		rec := &recorder{}
@@ -262,7 +262,7 @@ func TestAttackObserve_MasterState_killed_and_restarted_once(t *testing.T) {
 		for i := 0; i < 10; i++ { // no flapping after it is up
 			cycle()
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the subject: no further state report comes
 		failed := rec.failedAnswers(2)
 		_, _, _, _, states := rec.snapshot()
 		if len(states) != 2 || states[0].State != redlock.MasterFailing || states[1].State != redlock.MasterUp ||
@@ -297,7 +297,7 @@ func TestAttackObserve_MasterState_killed_and_restarted_once(t *testing.T) {
 }
 
 // Release reports how long the lock was held.
-func TestAttackObserve_Release_held_duration(t *testing.T) {
+func TestObserve_releaseHeldDuration(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pooledPath, redlock.WithObserver(rec))
@@ -305,7 +305,7 @@ func TestAttackObserve_Release_held_duration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // the subject: the time held, which Release reports
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestAttackObserve_Release_held_duration(t *testing.T) {
 
 // An observer called from many goroutines at once, with a logger, under
 // -race: the events balance.
-func TestAttackObserve_concurrent_clients_balance(t *testing.T) {
+func TestObserve_concurrentClientsBalance(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	var logs syncBuffer
@@ -381,7 +381,7 @@ func (panicky) OnAcquire(context.Context, redlock.AcquireEvent) { panic("observe
 // An Observer that panics in OnAcquire must not crash the caller, nor
 // strand a lock that the caller never got (held, and with auto-extension
 // extended for ever by a watchdog nobody can stop).
-func TestAttackObserve_panicking_observer(t *testing.T) {
+func TestObserve_panickingOnAcquireStrandsNoLock(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(panicky{}))
 	var l *redlock.Lock
@@ -392,7 +392,7 @@ func TestAttackObserve_panicking_observer(t *testing.T) {
 		return nil
 	}()
 	if panicked != nil {
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond) // the subject: the TTL of the lock nobody holds passes
 		t.Fatalf("Acquire panicked with the observer's panic %v; the masters still hold the lock nobody has after its TTL: %q",
 			panicked, rs.values(t, "k"))
 	}
@@ -410,7 +410,7 @@ type answerPanicky struct{ redlock.NopObserver }
 
 func (answerPanicky) OnMasterAnswer(context.Context, redlock.MasterAnswer) { panic("observer bug") }
 
-func TestAttackObserve_panicking_OnMasterAnswer(t *testing.T) {
+func TestObserve_panickingOnMasterAnswer(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		var logs syncBuffer
@@ -439,13 +439,13 @@ type slowAnswers struct {
 
 func (s slowAnswers) OnMasterAnswer(_ context.Context, e redlock.MasterAnswer) {
 	if e.Index == 0 {
-		time.Sleep(s.d)
+		time.Sleep(s.d) // the subject: an observer that blocks this long
 	}
 }
 
 // An observer that blocks in OnMasterAnswer for one master holds up that
 // master's answers (documented on Observer), not the quorum of the others.
-func TestAttackObserve_blocking_OnMasterAnswer(t *testing.T) {
+func TestObserve_blockingOnMasterAnswerHoldsOnlyThatMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		const d = 400 * time.Millisecond
@@ -474,7 +474,7 @@ func TestAttackObserve_blocking_OnMasterAnswer(t *testing.T) {
 // Lock.Waited and the event's Wait count "from the call to its result":
 // also the first call's identification of the masters, which waits for a
 // paused master up to the per-master timeout.
-func TestAttackObserve_Waited_counts_the_whole_call(t *testing.T) {
+func TestObserve_waitedCountsTheWholeCall(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(rec), redlock.WithTimeout(300*time.Millisecond))
@@ -502,7 +502,7 @@ func TestAttackObserve_Waited_counts_the_whole_call(t *testing.T) {
 // Close with an observer and auto-extended locks: each lock is lost once,
 // cause closed; an acquisition waiting on a held key ends "closed"; the
 // goroutines end (goleak in TestMain).
-func TestAttackObserve_Close_with_observer(t *testing.T) {
+func TestObserve_closeWithObserver(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
 	c, err := redlock.New(rs.pools, testOptions(pipelinedPath, []redlock.Option{redlock.WithObserver(rec)})...)

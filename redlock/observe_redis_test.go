@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -172,7 +173,7 @@ func TestObserver_Loss_expired_is_logged_and_reported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(650 * time.Millisecond)
+	time.Sleep(650 * time.Millisecond) // the subject: the lock's validity runs out
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after the validity: %v", err)
 	}
@@ -339,13 +340,7 @@ func (h *tagHandler) Handle(ctx context.Context, r slog.Record) error {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.Eventually(t, 10*time.Second, "the condition", cond)
 }
 
 // Issue 16: the events name the lock (ID, the same from its acquisition
@@ -371,7 +366,7 @@ func TestObserver_events_carry_lock_ID_and_validity(t *testing.T) {
 	if err := a.Extend(ctx, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(650 * time.Millisecond)
+	time.Sleep(650 * time.Millisecond) // the subject: the lock's validity runs out
 	if err := b.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after the validity: %v", err)
 	}

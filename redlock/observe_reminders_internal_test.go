@@ -14,7 +14,7 @@ import (
 // A master that keeps failing is logged when it turns failing, then only
 // in a reminder at most once per failureReminder, with the count of its
 // failures; the reminder's clock is moved back here rather than waited for.
-func TestAttackObserve_failing_master_reminder_counts(t *testing.T) {
+func TestObserve_failingMasterReminderCounts(t *testing.T) {
 	var logs bytes.Buffer
 	c := &Client{logger: slog.New(slog.NewJSONHandler(&logs, nil)), health: make([]masterHealth, 1)}
 	m := &master{index: 0, addr: "127.0.0.1:1"}

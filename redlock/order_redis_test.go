@@ -21,7 +21,7 @@ import (
 // earlier attempt must not reach a master after the next attempt's grant
 // there: it would delete that grant, and another owner could then win a
 // quorum while the first still holds its lock (issue 13, 2).
-func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
+func TestReentrant_lateRollbackKeepsNextAttempt(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -98,7 +98,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 			t.Fatal("the owner did not get the lock")
 		}
 		// Give attempt 1's rollback time to run on master 2.
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the subject: attempt 1's rollback had time to run, and must not take the new hold
 		if vals := rs.hget(t, key, "owner-a"); count(vals, "1") < 2 {
 			t.Fatalf("owner-a holds the lock, but only these masters know it: %q", vals)
 		}
@@ -123,7 +123,7 @@ func TestRedis_ReentrantLateRollbackKeepsNextAttempt(t *testing.T) {
 // A fenced acquisition whose commit round cannot start because the client
 // is closing is rolled back like any failed attempt: Close leaves no lock
 // on any master but those of acquisitions that returned a Lock.
-func TestRedis_CloseDuringFenceCommitLeavesNoKey(t *testing.T) {
+func TestOrder_closeDuringFenceCommitLeavesNoKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -154,7 +154,7 @@ func TestRedis_CloseDuringFenceCommitLeavesNoKey(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(time.Duration(20+round*3) * time.Millisecond)
+			time.Sleep(time.Duration(20+round*3) * time.Millisecond) // the subject: Close lands at a different moment each round
 			c.Close()
 			wg.Wait()
 		}

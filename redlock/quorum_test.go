@@ -2,7 +2,7 @@ package redlock_test
 
 // Unit tests of the quorum logic on in-memory fake masters and the fake
 // clock. Everything Redis itself does is tested against real redis-server
-// in redis_test.go.
+// in client_basics_redis_test.go.
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/fakeredis"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -125,14 +126,9 @@ func (fs *fakeSet) blockUntil(t *testing.T, timers int) {
 // that were not needed for the decision run it a little later.
 func (fs *fakeSet) waitCalls(t *testing.T, cmd string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for _, m := range fs.masters {
-		for m.Calls(cmd) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("master %s ran %s %d times, want %d", m.Addr(), cmd, m.Calls(cmd), n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		redistest.Eventually(t, 10*time.Second, fmt.Sprintf("master %s runs %s %d times", m.Addr(), cmd, n),
+			func() bool { return m.Calls(cmd) >= n })
 	}
 }
 

@@ -206,7 +206,7 @@ func TestReadOwn_concurrentCallersStayExclusive(t *testing.T) {
 				if holders.Add(1) > 1 {
 					overlaps.Add(1)
 				}
-				time.Sleep(50 * time.Microsecond)
+				time.Sleep(50 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 				holders.Add(-1)
 			}
 			if err := l.Release(ctx); err != nil {

@@ -63,14 +63,14 @@ func (h *ranThenReset) hook(c *hostile.Conn, cmd []string) hostile.Verdict {
 	return hostile.HangUp
 }
 
-// TestAttack25a_resentGrantThatRanIsNotAFreshRefusal: the master ran an
+// TestResend_grantThatRanIsNotAFreshRefusal: the master ran an
 // acquisition's SET NX and closed the connection before the reply went
 // out; the client re-sends it on a new connection, where it finds the
 // client's own key and is refused. That refusal must not count as
 // "another holder has it" (a lone master would then be reported contended,
 // and worse, nothing would undo the grant), nor as a grant: the attempt
 // fails on that master and its rollback deletes the key. Both paths, N=1.
-func TestAttack25a_resentGrantThatRanIsNotAFreshRefusal(t *testing.T) {
+func TestResend_grantThatRanIsNotAFreshRefusal(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
@@ -129,11 +129,11 @@ func TestAttack25a_resentGrantThatRanIsNotAFreshRefusal(t *testing.T) {
 	})
 }
 
-// TestAttack25a_resentGrantOnOneOfThree: the same on one of three
+// TestResend_grantThatRanOnOneOfThreeIsReleased: the same on one of three
 // masters. The other two grant, so the lock is held; the master where the
 // first SET ran holds the lock's own token, and the release deletes it
 // there too (the key must not stay on it until its TTL).
-func TestAttack25a_resentGrantOnOneOfThree(t *testing.T) {
+func TestResend_grantThatRanOnOneOfThreeIsReleased(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		servers := redistest.Start(t, 3)
@@ -175,12 +175,12 @@ func TestAttack25a_resentGrantOnOneOfThree(t *testing.T) {
 	})
 }
 
-// TestAttack25a_resentReleaseThatRan: the master ran a release script and
+// TestResend_releaseThatRanIsNotALoss: the master ran a release script and
 // closed the connection before replying; the re-send finds nothing to
 // delete. The key is gone, so the release must not be reported as a
 // release of a lock someone else took (a lost lock), and nothing may be
 // left on the master; the next acquisition succeeds at once.
-func TestAttack25a_resentReleaseThatRan(t *testing.T) {
+func TestResend_releaseThatRanIsNotALoss(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
@@ -226,14 +226,14 @@ func TestAttack25a_resentReleaseThatRan(t *testing.T) {
 	})
 }
 
-// TestAttack25a_ranThenResetUnderLoad: on three masters, pipelined and
+// TestResend_ranThenResetUnderLoad: on three masters, pipelined and
 // pooled, 24 goroutines lock their own keys and two shared ones while the
 // first master runs every 7th command of the shared keys and then resets
 // the connection (what else the connection carried is dropped unread, as
 // a master that closes a connection drops it). Each shared key stays
 // exclusive, every release that reports success leaves the key on no
 // master, and every failed attempt's key goes (its rollback).
-func TestAttack25a_ranThenResetUnderLoad(t *testing.T) {
+func TestResend_ranThenResetUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		servers := redistest.Start(t, 3)
@@ -275,7 +275,7 @@ func TestAttack25a_ranThenResetUnderLoad(t *testing.T) {
 						if held[k].Add(1) > 1 {
 							overlaps.Add(1)
 						}
-						time.Sleep(200 * time.Microsecond)
+						time.Sleep(200 * time.Microsecond) // the subject: a hold long enough for an overlap to show
 						held[k].Add(-1)
 						if err := l.Release(ctx); err != nil {
 							unconfirmed.Add(1)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -512,14 +513,11 @@ func TestSeam_everyCommandCarriesADeadline(t *testing.T) {
 				t.Fatal("granted by one master of three")
 			}
 			// Wait for a retry of the release master 2 failed.
-			for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			redistest.Within(2*time.Second, func() bool {
 				mu.Lock()
-				n := seen["d:2 release"] + seen["e:1 release"]
-				mu.Unlock()
-				if n >= 3 || time.Now().After(deadline) {
-					break
-				}
-			}
+				defer mu.Unlock()
+				return seen["d:2 release"]+seen["e:1 release"] >= 3
+			})
 			closeWithin(t, c, 2*time.Second)
 			closeWithin(t, c2, 2*time.Second)
 			mu.Lock()

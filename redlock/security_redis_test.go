@@ -18,7 +18,7 @@ import (
 
 // TLS, ACL users and credentials, against real masters.
 
-func TestRedis_TLSMasters(t *testing.T) {
+func TestSecurity_TLSMasters(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		certs := redistest.NewCerts(t)
 		servers := redistest.Start(t, 3, redistest.WithTLS(certs, true))
@@ -98,7 +98,7 @@ func aclUser(t *testing.T, servers []*redistest.Server, name, rules string) []st
 	return urls
 }
 
-func TestRedis_MinimalACLIsEnoughForEveryKind(t *testing.T) {
+func TestSecurity_minimalACLIsEnoughForEveryKind(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			servers := redistest.Start(t, n)
@@ -168,7 +168,7 @@ func TestRedis_MinimalACLIsEnoughForEveryKind(t *testing.T) {
 	})
 }
 
-func TestRedis_ACLRefusalNamesTheCommand(t *testing.T) {
+func TestSecurity_ACLRefusalNamesTheCommand(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		servers := redistest.Start(t, 3)
 		ctx := ctxT(t)
@@ -193,7 +193,7 @@ func TestRedis_ACLRefusalNamesTheCommand(t *testing.T) {
 	})
 }
 
-func TestRedis_CredentialsNeverShow(t *testing.T) {
+func TestSecurity_credentialsNeverShow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		const secret = "hunter2-very-secret"
 		servers := redistest.Start(t, 3)
@@ -262,7 +262,7 @@ func ctx0(t *testing.T) context.Context { return ctxT(t) }
 // they serve every lock command. (Before, the refusal was not logged at all;
 // recorded as the failure of a master, it would have turned the master
 // failing and answering again once a second.)
-func TestRedis_SubscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) {
+func TestSecurity_subscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		servers := redistest.Start(t, 3)
 		urls := aclUser(t, servers, "nosub", strings.Replace(minimalACL, " +subscribe ", " ", 1))
@@ -283,7 +283,7 @@ func TestRedis_SubscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) {
 		}()
 		// Long enough for the subscribers to be refused, restarted and
 		// refused again.
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond) // the subject: the lock's TTL passes
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 func TestNoteStall_keepsWhatTheEarliestTimerSaw(t *testing.T) {
@@ -82,13 +83,7 @@ func TestBeat_stopsTickingWithNoUser(t *testing.T) {
 	defer b.stop()
 	b.enter()
 	b.leave()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.armed.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the beat still ticks with no user")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, 5*time.Second, "the beat stops ticking with no user", func() bool { return !b.armed.Load() })
 	if d := b.overdue(); d != 0 {
 		t.Fatalf("a stopped beat is overdue by %v", d)
 	}

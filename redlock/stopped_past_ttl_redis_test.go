@@ -14,14 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // attack25cStoppedEnv carries the path and the masters' addresses to the
-// child of TestAttack25c_stoppedLongerThanTheTTL.
+// child of TestValidity_processStoppedLongerThanTheTTL.
 const attack25cStoppedEnv = "QUORUMLOCK_A25C_STOPPED"
 
 // a25cHold is one lock a client got: when TryAcquire was called, when it
@@ -39,12 +38,12 @@ const (
 	a25cKey     = "a25c:stopped"
 )
 
-// a25cRuns bounds how often TestAttack25c_stoppedLongerThanTheTTL runs
+// a25cRuns bounds how often TestValidity_processStoppedLongerThanTheTTL runs
 // its scenario until a round of the child is in flight across the stop:
 // about one run in ten, on either path, has none.
 const a25cRuns = 5
 
-// TestAttack25c_stoppedLongerThanTheTTL: the client runs in a child
+// TestValidity_processStoppedLongerThanTheTTL: the client runs in a child
 // process, eight goroutines contending for one key with TryAcquire (TTL
 // 500 ms, timeout 50 ms, N=3), so that some round is always in flight;
 // the test stops the child (SIGSTOP) for 1.5 s, three TTLs, and meanwhile
@@ -60,7 +59,7 @@ const a25cRuns = 5
 // What it is for is a round of the child begun before the stop and ended
 // after it: a stop does not always catch one, so the test runs again, at
 // most a25cRuns times, until one did, and fails if none ever did.
-func TestAttack25c_stoppedLongerThanTheTTL(t *testing.T) {
+func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
 	if spec := os.Getenv(attack25cStoppedEnv); spec != "" {
 		a25cStoppedChild(t, spec)
 		return
@@ -85,12 +84,12 @@ func TestAttack25c_stoppedLongerThanTheTTL(t *testing.T) {
 	})
 }
 
-// a25cStoppedRun is one run of TestAttack25c_stoppedLongerThanTheTTL: it
+// a25cStoppedRun is one run of TestValidity_processStoppedLongerThanTheTTL: it
 // starts the child on the masters (servers, at addrs), stops it for 1.5 s
 // while c takes the key, checks what both got, and returns how many of the child's rounds were in flight
 // across the stop.
 func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*redistest.Server, addrs []string) (inFlight int) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAttack25c_stoppedLongerThanTheTTL$", "-test.short", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestValidity_processStoppedLongerThanTheTTL$", "-test.short", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%s", attack25cStoppedEnv, path.name, strings.Join(addrs, ",")))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -212,16 +211,7 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 	if len(holds) == 0 {
 		t.Errorf("the child never got the key: %q", other)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for i, s := range servers {
-		if !redistest.WaitFor(wctx, func() bool {
-			n, err := redis.Int(s.Do("EXISTS", a25cKey))
-			return err == nil && n == 0
-		}) {
-			t.Errorf("master %d still holds the key", i)
-		}
-	}
+	leftover.None(t, servers, a25cKey)
 	return across + afterStop
 }
 

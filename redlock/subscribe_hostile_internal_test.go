@@ -20,7 +20,7 @@ import (
 // A hostile master on the borrowed path: whatever it sends, no panic
 // escapes, the subscription ends or Close ends it promptly, the pool gets
 // its slot back, and no goroutine is left.
-func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
+func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, tc := range []struct {
 		name     string
@@ -113,7 +113,7 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 						t.Errorf("Err = %v, want a refusal: %v", got, tc.refusal)
 					}
 				} else {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // the subject: the forged acknowledgements had time to be read
 				}
 				if sub.Live("other1") {
 					t.Error("a forged acknowledgement made a channel live")
@@ -130,7 +130,7 @@ func TestAttack30_hostileMasterOnBorrowedConnection(t *testing.T) {
 
 // A master that reads nothing: a Set that cannot write ends with its ctx
 // (the borrowed connection is broken under the write), and Close returns.
-func TestAttack30_setBlockedOnWriteEndsWithCtx(t *testing.T) {
+func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	redistest.SkipShort(t)
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	addr := hostile.Serve(t, func(c net.Conn, quit <-chan struct{}) { <-quit })

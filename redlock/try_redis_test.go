@@ -26,7 +26,7 @@ func tryFast(t *testing.T, what string, start time.Time, err error) {
 	}
 }
 
-func TestRedis_TryAcquireEveryKindOnceLeavingNothing(t *testing.T) {
+func TestTryAcquire_everyKindOnceLeavingNothing(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -123,7 +123,7 @@ func TestRedis_TryAcquireEveryKindOnceLeavingNothing(t *testing.T) {
 // Acquire has no wait bound of its own: a waiter whose TTL is short gets a
 // lock released long after that TTL, and one whose ctx ends stops then,
 // with an error matching both ErrNotAcquired and ctx's.
-func TestRedis_AcquireWaitsPastItsTTLUntilCtxEnds(t *testing.T) {
+func TestAcquire_waitsPastItsTTLUntilCtxEnds(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -187,7 +187,7 @@ func TestRedis_AcquireWaitsPastItsTTLUntilCtxEnds(t *testing.T) {
 					}
 					got <- err
 				}()
-				time.Sleep(2 * ttl)
+				time.Sleep(2 * ttl) // the subject: twice the TTL passes while the call waits
 				if err := hold(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -202,7 +202,7 @@ func TestRedis_AcquireWaitsPastItsTTLUntilCtxEnds(t *testing.T) {
 // The calls on one Reentrant take turns without blocking anything else:
 // while its first Acquire waits, Count and Lock answer, TryAcquire fails
 // at once, and another Acquire or Release stops when its ctx ends.
-func TestRedis_ReentrantCallsWaitingForTheirTurnHonourCtx(t *testing.T) {
+func TestReentrant_callsWaitingForTheirTurnHonourCtx(t *testing.T) {
 	rs := startReal(t, 1)
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
@@ -254,7 +254,7 @@ func TestRedis_ReentrantCallsWaitingForTheirTurnHonourCtx(t *testing.T) {
 // ErrNotAcquired, names the masters (those that answered before the
 // outcome was known), and does not say "held by another
 // token"; a reader turned away by a writer that holds the lock is not.
-func TestRedis_ReaderTurnedAwayForAWaitingWriterIsToldSo(t *testing.T) {
+func TestRW_readerTurnedAwayForAWaitingWriterIsToldSo(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

@@ -125,7 +125,7 @@ func connsNamed(t *testing.T, s *redistest.Server, name string) (lock, all int) 
 // dialed with the user's settings; the user's pool lends nothing. Waiters
 // are woken by releases, and Close leaves no connection. A pool that
 // cannot dial keeps the pooled path; so does WithPipelining(false).
-func TestRedis_UserPoolsPipelineEveryKind(t *testing.T) {
+func TestUserPool_pipelinesEveryKind(t *testing.T) {
 	for _, shape := range userPoolShapes {
 		for _, pipelining := range []bool{true, false} {
 			if !pipelining && !shape.pipelined {

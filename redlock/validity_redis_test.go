@@ -77,7 +77,7 @@ func checkNoOverlap(t *testing.T, l *redlock.Lock, takenAt time.Time) {
 	}
 }
 
-func TestRedis_Lock_Extend_unconfirmedShorterTTLShortensValidity(t *testing.T) {
+func TestLockExtend_unconfirmedShorterTTLShortensValidity(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -113,7 +113,7 @@ func TestRedis_Lock_Extend_unconfirmedShorterTTLShortensValidity(t *testing.T) {
 	})
 }
 
-func TestRedis_Reentrant_failedReenterShortensValidity(t *testing.T) {
+func TestReentrant_failedReenterShortensValidity(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -154,7 +154,7 @@ func TestRedis_Reentrant_failedReenterShortensValidity(t *testing.T) {
 	})
 }
 
-func TestRedis_Lock_watchdogUnconfirmedShorterTTLShortensValidity(t *testing.T) {
+func TestWatchdog_unconfirmedShorterTTLShortensValidity(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -187,7 +187,7 @@ func TestRedis_Lock_watchdogUnconfirmedShorterTTLShortensValidity(t *testing.T) 
 	})
 }
 
-func TestRedis_Reentrant_reenterConfirmedTooLateIsLost(t *testing.T) {
+func TestReentrant_reenterConfirmedTooLateIsLost(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		clk := &roundStallClock{Clock: clock.Real()}

@@ -36,7 +36,7 @@ func awaitErr(t *testing.T, ch <-chan error, d time.Duration, what string) error
 // Close while waiters of every kind wait (on a fake clock: nothing but
 // Close can end their wait) returns promptly, and every waiter returns an
 // error matching ErrClosed.
-func TestRedis_Attack25b_CloseEndsWaiters(t *testing.T) {
+func TestWake_closeEndsWaiters(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -89,7 +89,7 @@ func TestRedis_Attack25b_CloseEndsWaiters(t *testing.T) {
 // After the last waiter leaves, its keys' channels linger about a second,
 // then are unsubscribed on every master (PUBSUB NUMSUB 0), and after Close
 // no goroutine of the client is left.
-func TestRedis_Attack25b_LingerExpiresAndNothingLeaks(t *testing.T) {
+func TestWake_lingerExpiresAndNothingLeaks(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 5)
@@ -138,7 +138,7 @@ func TestRedis_Attack25b_LingerExpiresAndNothingLeaks(t *testing.T) {
 		if l := redlock.Lingering(c); l != keys {
 			t.Errorf("%d keys linger, want %d", l, keys)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the subject: nothing unsubscribes within 0.5 s (linger 1 s)
 		if !allSub(1)() {
 			t.Errorf("a key was unsubscribed within 0.5 s of its last waiter leaving (linger 1 s)")
 		}
@@ -156,7 +156,7 @@ func TestRedis_Attack25b_LingerExpiresAndNothingLeaks(t *testing.T) {
 // A master restarted (its subscription broken, the key kept: AOF) while a
 // waiter waits: once the subscriber is revived, a release wakes the waiter
 // within a small multiple of the round trip (TTL 30 s, real clock).
-func TestRedis_Attack25b_MasterRestartThenReleaseWakes(t *testing.T) {
+func TestWake_masterRestartThenReleaseWakes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n, redistest.WithAOF())
@@ -220,7 +220,7 @@ func TestRedis_Attack25b_MasterRestartThenReleaseWakes(t *testing.T) {
 // was refused; then 256 other keys start to linger, the key is
 // unsubscribed, and the release of the key comes (unheard). The waiter
 // registers on a new entry, so it tries again once subscribed.
-func TestRedis_Attack25b_EvictionInTheWindow(t *testing.T) {
+func TestWake_evictionInTheWindow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		ctx := ctxT(t)
@@ -292,7 +292,7 @@ func TestRedis_Attack25b_EvictionInTheWindow(t *testing.T) {
 
 // A writer's release wakes every reader waiting in one client: each reader
 // that gets in passes the wake-up on (readers share the lock).
-func TestRedis_Attack25b_WriterReleaseWakesAllReaders(t *testing.T) {
+func TestWake_writerReleaseWakesAllReaders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -335,7 +335,7 @@ func TestRedis_Attack25b_WriterReleaseWakesAllReaders(t *testing.T) {
 // A waiting writer in the waiter client is woken by the last reader's
 // release, and the readers queued behind its intent in the same client
 // are woken by its release in turn.
-func TestRedis_Attack25b_ReadersAfterWriterAfterReaders(t *testing.T) {
+func TestWake_readersAfterWriterAfterReaders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -355,7 +355,7 @@ func TestRedis_Attack25b_ReadersAfterWriterAfterReaders(t *testing.T) {
 			go func() {
 				l, err := w.AcquireWrite(ctx, "rw", redlock.WithTTL(time.Minute))
 				if err == nil {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // the subject: a hold
 					err = l.Release(context.Background())
 				}
 				wrote <- err
@@ -393,7 +393,7 @@ func TestRedis_Attack25b_ReadersAfterWriterAfterReaders(t *testing.T) {
 
 // A reentrant owner's partial releases announce nothing; its last release
 // wakes another owner waiting.
-func TestRedis_Attack25b_ReentrantLastReleaseWakes(t *testing.T) {
+func TestWake_reentrantLastReleaseWakes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -454,7 +454,7 @@ func TestRedis_Attack25b_ReentrantLastReleaseWakes(t *testing.T) {
 // On a real clock its backoff starts over at the minimum after a wake-up
 // (as designed: "the timer is the backoff while the backoff climbs"), so
 // it finds the key freed by the rollback at once; this test checks that.
-func TestRedis_Attack25b_CancelAsNoticeArrives(t *testing.T) {
+func TestWake_cancelAsNoticeArrives(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -475,11 +475,11 @@ func TestRedis_Attack25b_CancelAsNoticeArrives(t *testing.T) {
 				}
 				ra, rb := make(chan res, 1), make(chan res, 1)
 				go func() { l, err := w.Acquire(actx, "k", redlock.WithTTL(ttl)); ra <- res{l, err, time.Now()} }()
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // the subject: a waits before b arrives
 				go func() { l, err := w.Acquire(ctx, "k", redlock.WithTTL(ttl)); rb <- res{l, err, time.Now()} }()
 				time.Sleep(800 * time.Millisecond) // both on the fallback poll
 				go func() {
-					time.Sleep(time.Duration(round) * 150 * time.Microsecond)
+					time.Sleep(time.Duration(round) * 150 * time.Microsecond) // the subject: the cancel lands at a different moment each round
 					acancel()
 				}()
 				released := time.Now()
@@ -520,7 +520,7 @@ func TestRedis_Attack25b_CancelAsNoticeArrives(t *testing.T) {
 // subscriber's SUBSCRIBE is never acknowledged, the waiters' attempts time
 // out there) returns within a few per-master timeouts, and the waiters
 // return errors matching ErrClosed.
-func TestRedis_Attack25b_CloseWithFrozenMasterEndsWaiters(t *testing.T) {
+func TestWake_closeWithFrozenMasterEndsWaiters(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -544,7 +544,7 @@ func TestRedis_Attack25b_CloseWithFrozenMasterEndsWaiters(t *testing.T) {
 		}
 		// Each waiter, its first attempt failed (master 0 timed out), waits
 		// on its timer or polls for its subscription's acknowledgement.
-		time.Sleep(2 * realTimeout)
+		time.Sleep(2 * realTimeout) // the subject: each waiter's first attempt times out (2 timeouts)
 		closed := make(chan error, 1)
 		start := time.Now()
 		go func() { closed <- w.Close() }()
@@ -564,7 +564,7 @@ func TestRedis_Attack25b_CloseWithFrozenMasterEndsWaiters(t *testing.T) {
 // multi-key lock on two) is woken by each release in turn and gets its
 // keys at the last one, on a fake clock: every release's notice reaches
 // it, including the ones that come while it is making an attempt.
-func TestRedis_Attack25b_MultiKeyWaiterWokenByLastOfManyReleases(t *testing.T) {
+func TestWake_multiKeyWaiterWokenByLastOfManyReleases(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)

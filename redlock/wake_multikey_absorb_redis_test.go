@@ -152,13 +152,13 @@ func (b *bgAcquisition) within(t *testing.T, d time.Duration) bool {
 	}
 }
 
-// TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered: the plain
+// TestWake_multiKeyWaiterAbsorbsNoticeRegistered: the plain
 // waiter of k is registered behind the multi-key waiter before k's
 // release. With one master (one notice per release) only the multi-key
 // waiter is woken; it fails on l and keeps waiting; the plain waiter
 // sleeps though k is free. With five masters the notice completing the
 // quorum wakes the plain waiter (so N=5 holds).
-func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered(t *testing.T) {
+func TestWake_multiKeyWaiterAbsorbsNoticeRegistered(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			a := startAbsorb(t, path, n, false)
@@ -177,15 +177,15 @@ func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Registered(t *testing.T) {
 	})
 }
 
-// TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Window: the release of
+// TestWake_multiKeyWaiterAbsorbsNoticeInWindow: the release of
 // k falls between the plain waiter's refused first attempt and its
-// registration (the window of TestRedis_ReleaseBetweenRefusalAndSubscriptionIsHeard),
+// registration (the window of TestRelease_betweenRefusalAndSubscriptionIsHeard),
 // while a multi-key waiter on {k, l} of the same client keeps k's channel
 // live. Every notice of the release wakes the multi-key waiter (the only
 // one registered), which fails on l; the plain waiter then registers
 // "quiet" (its mark was live, no notice found the key without a waiter),
 // so it does not try again, and sleeps though k is free. N=1 and N=5.
-func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Window(t *testing.T) {
+func TestWake_multiKeyWaiterAbsorbsNoticeInWindow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			a := startAbsorb(t, path, n, false)
@@ -199,13 +199,13 @@ func TestRedis_Attack25b_MultiKeyWaiterAbsorbsNotice_Window(t *testing.T) {
 	})
 }
 
-// TestRedis_Attack25b_MultiKeyAbsorbRealClock measures the cost on a real
+// TestWake_multiKeyAbsorbRealClock measures the cost on a real
 // clock: the plain waiter (backoff 3 s, the only way a real-clock waiter
 // is guaranteed to be asleep at the release; the default backoff grows to
 // the fallback poll of up to 2 s for a TTL of 30 s) should get k within a
 // small multiple of the round trip after its release, not at its next
 // timer.
-func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
+func TestWake_multiKeyAbsorbRealClock(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		a := startAbsorb(t, path, 1, true)
 		plain := a.plainWaiter(t, redlock.WithTTL(30*time.Second), redlock.WithBackoff(3*time.Second, 3*time.Second))
@@ -229,7 +229,7 @@ func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 	})
 }
 
-// TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow: the "passes the
+// TestWake_wokenWaiterGivesUpInTheWindow: the "passes the
 // wake-up on if it gives up" clause of the argument, in the window. The
 // release of k comes between the plain waiter's refusal and its
 // registration; its notices wake the multi-key waiter on {k, l} (the only
@@ -237,9 +237,9 @@ func TestRedis_Attack25b_MultiKeyAbsorbRealClock(t *testing.T) {
 // plain waiter registers. There is nobody to pass the notice on to, so
 // the key just lingers; heard was not raised (the notice had woken
 // somebody), so the plain waiter registers "quiet" and sleeps though k is
-// free. (TestRedis_WokenWaiterThatGivesUpPassesTheNoticeOn covers only a
+// free. (TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn covers only a
 // next waiter already registered.)
-func TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow(t *testing.T) {
+func TestWake_wokenWaiterGivesUpInTheWindow(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			a := startAbsorb(t, path, n, false)
@@ -253,7 +253,7 @@ func TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow(t *testing.T) {
 	})
 }
 
-// TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice (held): the same
+// TestWake_readerBehindIntentAbsorbsNotice (held): the same
 // absorption tried within one read-write key, one master. In the waiter
 // client a writer waits (registered first) and then a reader, held back
 // by the writer's intent; another client holds two read holds. Had the
@@ -262,7 +262,7 @@ func TestRedis_Attack25b_WokenWaiterGivesUpInTheWindow(t *testing.T) {
 // last one the reader (refused on the intent, absorbing the notice). It
 // holds because rw.lua announces a read release only when the last reader
 // leaves: the one notice wakes the writer, which gets in.
-func TestRedis_Attack25b_ReaderBehindIntentAbsorbsNotice(t *testing.T) {
+func TestWake_readerBehindIntentAbsorbsNotice(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		ctx := ctxT(t)

@@ -154,7 +154,7 @@ func (g *gateRelay) accept() {
 	}
 }
 
-// TestRedis_Attack25b_StaleLiveAfterUnsubscribe: one master, the waiter
+// TestWake_staleLiveAfterUnsubscribe: one master, the waiter
 // client behind a relay that can hold its subscriber connection. k
 // lingers in the waiter client, then expires: the UNSUBSCRIBE reaches the
 // master, its acknowledgement is held (k still "live" in the client). The
@@ -165,7 +165,7 @@ func (g *gateRelay) accept() {
 // through about 100 ms after the registration — well within the recheck's bound (the per-master
 // timeout, 500 ms), so a waiter that waited for its own subscription's
 // acknowledgement would still make its second attempt then, and get k.
-func TestRedis_Attack25b_StaleLiveAfterUnsubscribe(t *testing.T) {
+func TestWake_staleLiveAfterUnsubscribe(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
 		ctx := ctxT(t)

@@ -23,7 +23,7 @@ import (
 // attempt fails (or not), and afterwards no master may keep a hold that
 // nobody tracks: another owner acquires the key as soon as the attempt's
 // rounds have ended.
-func TestRedis_wrongTypeMetadataKeyLeavesNoHold(t *testing.T) {
+func TestWrongKind_metadataKeyOfAnotherTypeLeavesNoHold(t *testing.T) {
 	one := func(key string) []string { return []string{key} }
 	for _, tc := range []struct {
 		name string

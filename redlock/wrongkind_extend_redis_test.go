@@ -18,7 +18,7 @@ import (
 // its token: a master answering WRONGTYPE is a refusal, never counted
 // for the extension, listed in Refused and WrongKind, not Failed. The
 // release afterwards leaves the other kind's hash alone.
-func TestRedis_extendCountsNoMasterOfAnotherKind(t *testing.T) {
+func TestWrongKind_extendCountsNoMasterOfAnotherKind(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			for _, wrong := range []int{n / 2, n/2 + 1} {

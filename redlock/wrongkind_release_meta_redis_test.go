@@ -16,7 +16,7 @@ import (
 // script runs first), then the wrapper's HDEL of the metadata meets the
 // string. The lock key is gone on every master, and Release says so
 // rather than calling the lock key another kind's.
-func TestRedis_releaseWithAWrongTypeMetadataKeyFreesTheKey(t *testing.T) {
+func TestWrongKind_releaseWithAWrongTypeMetadataKeyFreesTheKey(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)

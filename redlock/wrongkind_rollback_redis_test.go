@@ -21,7 +21,7 @@ import (
 // so that this hold goes; taken for a final refusal, it stayed until its
 // TTL. The proxy lets a second rollback run only after the held
 // acquisition ran, so the order does not depend on timing.
-func TestRedis_rollbackThatMeetsAnotherKindIsConfirmed(t *testing.T) {
+func TestWrongKind_rollbackThatMeetsAnotherKindIsConfirmed(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)

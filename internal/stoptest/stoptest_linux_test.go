@@ -65,7 +65,7 @@ func TestCommand_childDiesWithItsParent(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // seen alive a moment ago: it is ours
 			t.Fatalf("the child %d outlived its killed parent by 10 s (state %q)", pid, st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polls, bounded by the deadline above
 	}
 }
 

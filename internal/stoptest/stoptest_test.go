@@ -23,7 +23,7 @@ func TestRun_stopsTheChildAndReadsItsResult(t *testing.T) {
 		jumps := 0
 		end := time.Now().Add(time.Second)
 		for last := time.Now(); last.Before(end); {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the subject: a jump in the clock between two naps shows the stop
 			now := time.Now()
 			if now.Sub(last) >= 100*time.Millisecond {
 				jumps++

@@ -1,0 +1,3 @@
+module example.com/planted
+
+go 1.22
