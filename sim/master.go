@@ -45,6 +45,12 @@ type Master struct {
 
 	subs map[string]map[*subscription]struct{}
 
+	// in, while Serve runs, takes the requests Do delivers to the
+	// master's own goroutine (whose stack has grown to what the Lua
+	// interpreter needs once, not in every goroutine a delivery runs in).
+	in      chan *request
+	stopped chan struct{}
+
 	weather weather // the network to and from the master, per command
 
 	// onGrant, when set, is called (with the master's lock held) for
@@ -263,10 +269,62 @@ func (m *Master) generation() (uint64, bool) {
 	return m.gen, m.state != stateDown
 }
 
+// Serve runs the master's commands on a goroutine of its own until Stop:
+// Do then hands them over in the order it was called.
+func (m *Master) Serve() {
+	in := make(chan *request, 4096)
+	stopped := make(chan struct{})
+	m.mu.Lock()
+	m.in, m.stopped = in, stopped
+	m.mu.Unlock()
+	go func() {
+		for r := range in {
+			if r == nil {
+				break
+			}
+			m.do(r)
+		}
+		m.mu.Lock()
+		m.in = nil
+		m.mu.Unlock()
+		for {
+			select {
+			case r := <-in:
+				m.do(r)
+			default:
+				close(stopped)
+				return
+			}
+		}
+	}()
+}
+
+// Stop ends Serve: Do runs commands in its caller again.
+func (m *Master) Stop() {
+	m.mu.Lock()
+	in, stopped := m.in, m.stopped
+	m.mu.Unlock()
+	if in != nil {
+		in <- nil
+		<-stopped
+	}
+}
+
 // Do delivers r to the master: it runs now, or when a frozen master
 // resumes, or fails when the master is down or restarted since r's
 // connection was dialled.
 func (m *Master) Do(r *request) {
+	m.mu.Lock()
+	in := m.in
+	m.mu.Unlock()
+	if in != nil {
+		in <- r
+		return
+	}
+	m.do(r)
+}
+
+func (m *Master) do(r *request) {
 	m.mu.Lock()
 	if m.state == stateDown || r.gen != m.gen {
 		m.mu.Unlock()

@@ -176,6 +176,7 @@ func (r *run) run() error {
 	for i := range r.cfg.Masters {
 		m := NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0)
 		m.reorder = r.cfg.Reorder
+		m.Serve()
 		if r.cfg.Faults {
 			m.SetRate(1 + (setup.Float64()*2-1)*maxRateError)
 		}
@@ -249,6 +250,9 @@ func (r *run) run() error {
 	}
 	for _, cl := range r.clients {
 		cl.Close()
+	}
+	for _, m := range r.masters {
+		m.Stop()
 	}
 	r.stats.Virtual = time.Since(r.begin)
 	r.mu.Lock()
