@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -48,6 +49,7 @@ type Master struct {
 	// in, while Serve runs, takes the requests Do delivers to the
 	// master's own goroutine (whose stack has grown to what the Lua
 	// interpreter needs once, not in every goroutine a delivery runs in).
+	conns   atomic.Uint64 // connection ids, unique per master
 	in      chan *request
 	stopped chan struct{}
 
@@ -56,6 +58,12 @@ type Master struct {
 	// onGrant, when set, is called (with the master's lock held) for
 	// each SET key token NX PX ttl that set the key.
 	onGrant func(key, token string, ttl time.Duration)
+	// onLateSet, when set, is called (with the master's lock held) for a
+	// SET key token NX PX that set the key on a connection on which the
+	// release script had run for token before: the Client sent the SET
+	// after its release or rollback, on one ordered connection.
+	onLateSet func(key, token string)
+	released  map[string]uint64 // token -> the connection a release of it ran on
 	// trace, when set, is told of every command the master runs on a
 	// key, and its reply (with the master's lock held).
 	trace func(key string, args []string, reply any, err error)
@@ -78,6 +86,7 @@ type weather struct {
 	dropReq     float64
 	dropReply   float64
 	lateReply   float64
+	atDeadline  float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
 	dupComplete float64
 }
 
@@ -86,7 +95,10 @@ type request struct {
 	conn uint64 // the connection (unique per master and incarnation)
 	gen  uint64 // the master's incarnation the connection was dialled to
 	args []string
-	done func(reply any, err error) // called without the master's lock
+	// batch, instead of args, is several commands run at once, whose
+	// replies (an error reply in its place) are the reply.
+	batch [][]string
+	done  func(reply any, err error) // called without the master's lock
 }
 
 // errReset is a connection broken under a command (the master crashed):
@@ -114,6 +126,9 @@ func (m *Master) start(data map[string]*value) {
 	m.savedAt = m.nowMsLocked()
 	m.state = stateUp
 }
+
+// connID returns a new connection's id.
+func (m *Master) connID() uint64 { return m.conns.Add(1) }
 
 // Addr returns the master's name.
 func (m *Master) Addr() string { return m.addr }
@@ -350,6 +365,17 @@ func (m *Master) Exec(args ...string) (any, error) {
 }
 
 func (m *Master) execLocked(r *request) (any, error) {
+	if r.batch != nil {
+		out := make([]any, len(r.batch))
+		for i, args := range r.batch {
+			v, err := m.execLocked(&request{conn: r.conn, gen: r.gen, args: args})
+			if err != nil {
+				v = err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
 	now := m.nowMsLocked()
 	m.ks.now = now
 	if m.everysec && now/1000 != m.savedAt/1000 {
@@ -381,6 +407,12 @@ func (m *Master) execLocked(r *request) (any, error) {
 		}
 		if n > len(a)-3 {
 			return nil, ReplyError("ERR Number of keys can't be greater than number of args")
+		}
+		if m.onLateSet != nil && n == 1 && len(a) > 4 && scriptNames[sha] == "release" {
+			if m.released == nil {
+				m.released = map[string]uint64{}
+			}
+			m.released[a[4]] = r.conn
 		}
 		reply, err := m.vm.run(m.ks, sha, proto, a[3:3+n], a[3+n:])
 		if m.trace != nil && n > 0 {
@@ -417,6 +449,9 @@ func (m *Master) execLocked(r *request) (any, error) {
 	if m.onGrant != nil && reply == "OK" && len(a) == 6 && strings.EqualFold(a[3], "NX") && strings.EqualFold(a[4], "PX") {
 		if ms, err := strconv.ParseInt(a[5], 10, 64); err == nil {
 			m.onGrant(a[1], a[2], time.Duration(ms)*time.Millisecond)
+		}
+		if c, ok := m.released[a[2]]; ok && c == r.conn && m.onLateSet != nil && r.conn != 0 {
+			m.onLateSet(a[1], a[2])
 		}
 	}
 	return reply, err

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -38,7 +39,6 @@ type Link struct {
 	closed  bool
 	pending map[*op]struct{}
 	conn    *conn
-	nextID  uint64
 	wg      sync.WaitGroup // callbacks in progress
 	subs    map[*subscription]struct{}
 	stats   *Stats
@@ -79,6 +79,7 @@ type op struct {
 var (
 	_ redlock.Transport = (*Link)(nil)
 	_ redlock.Ordered   = (*Link)(nil)
+	_ redlock.Inspector = (*Link)(nil)
 )
 
 // NewLink returns a transport to m for one Client; rng draws its delays
@@ -122,8 +123,7 @@ func (l *Link) Send(cmd *redlock.Command) {
 			cmd.Complete(nil, &connError{"dial: connection refused"}, redlock.SendInfo{})
 			return
 		}
-		l.nextID++
-		l.conn = &conn{id: l.nextID, gen: gen}
+		l.conn = &conn{id: l.m.connID(), gen: gen}
 		if l.ordered {
 			l.loadScriptsLocked(l.conn, w)
 		}
@@ -161,6 +161,7 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 	if l.faults && o != nil && l.rng.Float64() < w.lateReply {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
 	}
+	atDeadline := l.faults && o != nil && l.rng.Float64() < w.atDeadline
 	arrive := now.Add(out)
 	if l.ordered {
 		if arrive.Before(c.lastArrive) {
@@ -176,6 +177,11 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		}
 		if dropReply && err == nil {
 			return // the reply is lost: the command ran, the give-up completes it
+		}
+		if atDeadline {
+			if d := time.Until(o.cmd.Deadline); d > 0 {
+				back = d
+			}
 		}
 		time.AfterFunc(back, func() { l.replied(o, c, reply, err) })
 	}
@@ -254,8 +260,7 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 		gen, up := l.m.generation()
 		if up {
 			o.resent = true
-			l.nextID++
-			nc := &conn{id: l.nextID, gen: gen}
+			nc := &conn{id: l.m.connID(), gen: gen}
 			if l.ordered {
 				if l.conn == c {
 					l.conn = nc
@@ -502,4 +507,62 @@ func (s *subscription) Close() error {
 	s.broke()
 	s.inflight.Wait()
 	return nil
+}
+
+// Inspect implements redlock.Inspector: the commands go to the master in
+// one request on a connection of their own, through the master's
+// weather, and the replies come back unless ctx ends first.
+func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := l.m.currentWeather()
+	gen, up := l.m.generation()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errClosed
+	}
+	if !up {
+		l.mu.Unlock()
+		return nil, &connError{"dial: connection refused"}
+	}
+	out, back := l.delayLocked(w), l.delayLocked(w)
+	dropReq := l.faults && l.rng.Float64() < w.dropReq
+	dropReply := l.faults && l.rng.Float64() < w.dropReply
+	id := l.m.connID()
+	l.mu.Unlock()
+	l.stats.Commands.Add(1)
+	batch := make([][]string, len(cmds))
+	for i, c := range cmds {
+		args := make([]string, 0, 1+len(c.Args))
+		args = append(args, c.Name)
+		for _, a := range c.Args {
+			args = append(args, argString(a))
+		}
+		batch[i] = args
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	res := make(chan result, 1)
+	r := &request{conn: id, gen: gen, batch: batch, done: func(reply any, err error) {
+		if dropReply && err == nil {
+			return
+		}
+		time.AfterFunc(back, func() { res <- result{reply, err} })
+	}}
+	if !dropReq {
+		time.AfterFunc(out, func() { l.m.Do(r) })
+	}
+	select {
+	case v := <-res:
+		if v.err != nil {
+			return nil, v.err
+		}
+		return v.v.([]any), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
