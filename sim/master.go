@@ -82,12 +82,12 @@ const (
 // deliver a reply after the caller's deadline, or (a transport fault) to
 // complete a command twice.
 type weather struct {
-	delay       time.Duration // each way, drawn from [0, delay]
-	dropReq     float64
-	dropReply   float64
-	lateReply   float64
-	atDeadline  float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
-	dupComplete float64
+	Delay       time.Duration // each way, drawn from [0, delay]
+	DropReq     float64
+	DropReply   float64
+	LateReply   float64
+	AtDeadline  float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
+	DupComplete float64
 }
 
 // request is one command as it reaches a master on a connection.

@@ -118,6 +118,9 @@ type Violation struct {
 	At      time.Duration // virtual time since the run began
 	What    string
 	History []string
+	// Script is what the run did: the operations and faults drawn
+	// from its seed (or its Config.Script). Shrinking replays parts.
+	Script *Script
 }
 
 func (v *Violation) Error() string {
@@ -209,6 +212,7 @@ func (r *run) run() error {
 		m := NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0)
 		m.reorder = r.cfg.Reorder
 		m.Serve()
+		m.SetWeather(calmWeather())
 		if r.cfg.Faults {
 			m.SetRate(1 + (setup.Float64()*2-1)*maxRateError)
 		}
@@ -284,6 +288,10 @@ func (r *run) run() error {
 		}
 	}
 	wg.Wait()
+	if r.cfg.Script != nil {
+		// Let the last operations' keys reach their stale checks.
+		time.Sleep(maxTTL)
+	}
 	close(stopFaults)
 	<-faultsDone
 	r.pending.Wait()
@@ -303,6 +311,10 @@ func (r *run) run() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.violation != nil {
+		r.violation.Script = r.cfg.Script
+		if r.violation.Script == nil {
+			r.violation.Script = &Script{Ops: append([]OpSpec(nil), r.drawn...), Faults: append([]FaultSpec(nil), r.faulted...)}
+		}
 		return r.violation
 	}
 	return nil
@@ -564,6 +576,13 @@ func (f FaultSpec) String() string {
 	return s
 }
 
+// calmWeather is a master's network without a fault: a reply now and
+// then comes at its command's deadline (that is no fault, and it makes
+// a reply and the caller's timer race at one virtual instant).
+func calmWeather() weather {
+	return weather{AtDeadline: 0.01, DupComplete: dupComplete}
+}
+
 // drawFault draws the fault after one at from.
 func (r *run) drawFault(rng *rand.Rand, from time.Duration) FaultSpec {
 	f := FaultSpec{At: from + time.Duration(rng.Int64N(int64(faultEvery))), Master: rng.IntN(len(r.masters))}
@@ -579,14 +598,14 @@ func (r *run) drawFault(rng *rand.Rand, from time.Duration) FaultSpec {
 		}
 	case 3, 4, 5: // weather: delays, lost requests and replies, late replies
 		f.Kind = FaultWeather
-		f.W = weather{delay: []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond}[rng.IntN(4)]}
+		f.W = weather{Delay: []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond}[rng.IntN(4)]}
 		if rng.IntN(2) == 0 {
-			f.W.dropReq = []float64{0, 0.02, 0.1}[rng.IntN(3)]
-			f.W.dropReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
-			f.W.lateReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+			f.W.DropReq = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+			f.W.DropReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+			f.W.LateReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
 		}
-		f.W.atDeadline = []float64{0, 0.05, 0.3}[rng.IntN(3)]
-		f.W.dupComplete = dupComplete
+		f.W.AtDeadline = []float64{0.01, 0.1, 0.5}[rng.IntN(3)]
+		f.W.DupComplete = dupComplete
 		f.For = time.Duration(rng.Int64N(int64(2 * time.Second)))
 	case 6: // the master's clock runs at another rate, within the drift allowance
 		f.Kind = FaultRate
@@ -673,7 +692,7 @@ func (r *run) play(f FaultSpec, stop <-chan struct{}, lastJump []time.Time) {
 		r.disturb(i)
 		m.SetWeather(f.W)
 		r.after(stop, f.For, func() {
-			m.SetWeather(weather{dupComplete: dupComplete})
+			m.SetWeather(calmWeather())
 			r.calm(i)
 		})
 	case FaultRate:

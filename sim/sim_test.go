@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -20,7 +22,11 @@ var (
 	reorderFlag  = flag.Bool("reorder", false, "a resumed master reads its connections in no fixed order")
 	replaysFlag  = flag.Int("replays", 3, "with -seed: run the seed until it fails, this many times at most")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
+	shrinkFlag   = flag.Duration("shrink", 60*time.Second, "on a failure, shrink its operations and faults for this long at most (0: not)")
+	scriptFlag   = flag.String("script", "", "with -seed: replay this script (a shrunk failure's, as written by the failure) instead of the seed's draws")
 )
+
+var testStart = time.Now()
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -38,9 +44,49 @@ func simulate(t *testing.T, cfg Config) *Stats {
 		stats, err = Run(cfg)
 	})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintf(os.Stderr, "sim: seed %d failed %.1fs after the test began\n", cfg.Seed, time.Since(testStart).Seconds())
+		t.Fatal(err, shrink(t, cfg, err))
 	}
 	return stats
+}
+
+// shrink shrinks a failed run's operations and faults for -shrink at
+// most, and returns what to print: the shortest list found that still
+// fails, and the file it was written to (for -script).
+func shrink(t *testing.T, cfg Config, err error) string {
+	v, ok := err.(*Violation)
+	if !ok || v.Script == nil || *shrinkFlag <= 0 {
+		return ""
+	}
+	if cfg.Stop != nil {
+		cfg.Stop.Store(true) // the other lanes stop: shrinking has the CPUs
+		cfg.Stop = nil
+	}
+	sh := &Shrinker{Cfg: cfg, Class: ClassOf(err), Tries: 3, Deadline: time.Now().Add(*shrinkFlag),
+		Run: func(c Config) error {
+			var err error
+			synctest.Test(t, func(t *testing.T) { _, err = Run(c) })
+			return err
+		}}
+	start := time.Now()
+	full := v.Script
+	s := sh.Shrink(Prefix(full, v.At))
+	if s == nil {
+		s = sh.Shrink(full)
+	}
+	if s == nil {
+		return fmt.Sprintf("\nshrinking: the seed's %d operations and %d faults, replayed as a script, did not fail again (%d runs)",
+			len(full.Ops), len(full.Faults), sh.Runs)
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("sim-%d.json", cfg.Seed))
+	b, _ := json.MarshalIndent(s, "", "  ")
+	werr := os.WriteFile(path, b, 0o644)
+	where := "replay it: make sim SEED=" + fmt.Sprint(cfg.Seed) + " SCRIPT=" + path
+	if werr != nil {
+		where = "(not written: " + werr.Error() + ")"
+	}
+	return fmt.Sprintf("\nshrunk (%d runs, %v) from %d operations and %d faults to %d and %d, still failing with %q; %s\n%s",
+		sh.Runs, time.Since(start).Round(time.Millisecond), len(full.Ops), len(full.Faults), len(s.Ops), len(s.Faults), sh.Class, where, s.Format())
 }
 
 // config is the simulation the tests and `make sim` run: 16 workers in
@@ -59,13 +105,26 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 	if testing.Short() && ops > 5000 {
 		ops = 5000
 	}
+	var script *Script
+	if *scriptFlag != "" {
+		b, err := os.ReadFile(*scriptFlag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script = &Script{}
+		if err := json.Unmarshal(b, script); err != nil {
+			t.Fatalf("%s: %v", *scriptFlag, err)
+		}
+	}
 	if *seedFlag != 0 {
 		// The seed fixes the operations and the faults, not Go's
 		// scheduler nor the library's jitter: a replay runs the seed
 		// until it fails, -replays times at most.
 		for i := range *replaysFlag {
 			if !t.Run(fmt.Sprintf("replay%d", i+1), func(t *testing.T) {
-				s := simulate(t, config(*seedFlag, ops))
+				cfg := config(*seedFlag, ops)
+				cfg.Script = script
+				s := simulate(t, cfg)
 				t.Logf("seed %d: %v", *seedFlag, s)
 			}) {
 				return

@@ -103,9 +103,9 @@ func (l *Link) Send(cmd *redlock.Command) {
 	// meanwhile, as often as the link's rng says. (It must not block:
 	// the Client may call it holding a lock of its own.)
 	l.mu.Lock()
-	yields := l.rng.IntN(8)
+	yields := l.rng.IntN(6)
 	l.mu.Unlock()
-	for range max(yields-4, 0) {
+	for range max(yields-2, 0) {
 		runtime.Gosched()
 	}
 	w := l.m.currentWeather()
@@ -129,7 +129,7 @@ func (l *Link) Send(cmd *redlock.Command) {
 		}
 	}
 	o.c = l.conn
-	o.dup = l.faults && l.rng.Float64() < w.dupComplete
+	o.dup = l.faults && l.rng.Float64() < w.DupComplete
 	l.pending[o] = struct{}{}
 	o.sent = true
 	l.wg.Add(1)
@@ -156,12 +156,12 @@ func (l *Link) loadScriptsLocked(c *conn, w weather) {
 func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 	now := time.Now()
 	out, back := l.delayLocked(w), l.delayLocked(w)
-	dropReq := l.faults && l.rng.Float64() < w.dropReq
-	dropReply := l.faults && l.rng.Float64() < w.dropReply
-	if l.faults && o != nil && l.rng.Float64() < w.lateReply {
+	dropReq := l.faults && l.rng.Float64() < w.DropReq
+	dropReply := l.faults && l.rng.Float64() < w.DropReply
+	if l.faults && o != nil && l.rng.Float64() < w.LateReply {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
 	}
-	atDeadline := l.faults && o != nil && l.rng.Float64() < w.atDeadline
+	atDeadline := l.faults && o != nil && l.rng.Float64() < w.AtDeadline
 	arrive := now.Add(out)
 	if l.ordered {
 		if arrive.Before(c.lastArrive) {
@@ -226,8 +226,8 @@ func (l *Link) arrive(c *conn, a arrival) {
 
 func (l *Link) delayLocked(w weather) time.Duration {
 	d := 20*time.Microsecond + time.Duration(l.rng.Int64N(int64(200*time.Microsecond)))
-	if l.faults && w.delay > 0 {
-		d += time.Duration(l.rng.Int64N(int64(w.delay)))
+	if l.faults && w.Delay > 0 {
+		d += time.Duration(l.rng.Int64N(int64(w.Delay)))
 	}
 	return d
 }
@@ -528,8 +528,8 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 		return nil, &connError{"dial: connection refused"}
 	}
 	out, back := l.delayLocked(w), l.delayLocked(w)
-	dropReq := l.faults && l.rng.Float64() < w.dropReq
-	dropReply := l.faults && l.rng.Float64() < w.dropReply
+	dropReq := l.faults && l.rng.Float64() < w.DropReq
+	dropReply := l.faults && l.rng.Float64() < w.DropReply
 	id := l.m.connID()
 	l.mu.Unlock()
 	l.stats.Commands.Add(1)
