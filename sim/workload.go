@@ -100,12 +100,12 @@ func (r *run) drawOp(w int, rng *rand.Rand) OpSpec {
 	keys := r.cfg.Keys
 	pick := func(prefix string, n int) string { return fmt.Sprintf("%s%d", prefix, rng.IntN(max(n, 1))) }
 	switch k := rng.IntN(20); {
-	case k < 7:
+	case k < 6:
 		o.Kind, o.Keys = OpPlain, []string{pick("k", keys)}
 		o.Fenced = rng.IntN(3) == 0
-	case k < 10:
-		o.Kind, o.Keys = OpReentrant, []string{pick("r", keys/2)}
 	case k < 12:
+		o.Kind, o.Keys = OpReentrant, []string{pick("r", keys/2)}
+	case k < 13:
 		o.Kind, o.Keys = OpRead, []string{pick("w", keys/4)}
 	case k < 14:
 		o.Kind, o.Keys = OpWrite, []string{pick("w", keys/4)}
