@@ -206,7 +206,7 @@ bench-peers-quick: bench-deps
 SEED ?= 0
 OPS ?= 5000
 DURATION ?= 1m
-REPLAYS ?= 3
+REPLAYS ?= 10
 SHRINK ?= 60s
 SCRIPT ?=
 SIM_TIMEOUT ?= 2h

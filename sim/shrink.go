@@ -18,6 +18,7 @@ type Shrinker struct {
 	Cfg      Config // the failed run's (Script is set per candidate)
 	Class    string // the violation's class (see ClassOf)
 	Tries    int    // runs of a candidate before it counts as passing
+	First    int    // runs of the whole list before shrinking gives up
 	Deadline time.Time
 	// Run runs one simulation (in a bubble of its own) and returns its
 	// violation.
@@ -55,8 +56,8 @@ func ClassOf(err error) string {
 
 // fails runs s up to Tries times and reports whether one failed with the
 // class.
-func (sh *Shrinker) fails(s *Script) bool {
-	for range sh.Tries {
+func (sh *Shrinker) fails(s *Script, tries int) bool {
+	for range tries {
 		if time.Now().After(sh.Deadline) {
 			return false
 		}
@@ -90,7 +91,7 @@ func Prefix(s *Script, at time.Duration) *Script {
 // Shrink returns the shortest part of s it found that still fails, and
 // whether s itself failed again when replayed (if not, it returns nil).
 func (sh *Shrinker) Shrink(s *Script) *Script {
-	if !sh.fails(s) {
+	if !sh.fails(s, max(sh.First, sh.Tries)) {
 		return nil
 	}
 	n := len(s.Ops) + len(s.Faults)
@@ -118,7 +119,7 @@ func (sh *Shrinker) Shrink(s *Script) *Script {
 		for start := 0; start < len(items); start += size {
 			end := min(start+size, len(items))
 			rest := append(append([]int(nil), items[:start]...), items[end:]...)
-			if len(rest) > 0 && sh.fails(pick(rest)) {
+			if len(rest) > 0 && sh.fails(pick(rest), sh.Tries) {
 				items = rest
 				chunks = max(chunks-1, 2)
 				reduced = true

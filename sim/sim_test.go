@@ -20,7 +20,7 @@ var (
 	opsFlag      = flag.Int("ops", 20000, "lock operations per simulation")
 	traceFlag    = flag.Bool("verbose-history", false, "record the masters' commands in the history a failure prints")
 	reorderFlag  = flag.Bool("reorder", false, "a resumed master reads its connections in no fixed order")
-	replaysFlag  = flag.Int("replays", 3, "with -seed: run the seed until it fails, this many times at most")
+	replaysFlag  = flag.Int("replays", 10, "with -seed: run the seed until it fails, this many times at most")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
 	shrinkFlag   = flag.Duration("shrink", 60*time.Second, "on a failure, shrink its operations and faults for this long at most (0: not)")
 	scriptFlag   = flag.String("script", "", "with -seed: replay this script (a shrunk failure's, as written by the failure) instead of the seed's draws")
@@ -62,7 +62,7 @@ func shrink(t *testing.T, cfg Config, err error) string {
 		cfg.Stop.Store(true) // the other lanes stop: shrinking has the CPUs
 		cfg.Stop = nil
 	}
-	sh := &Shrinker{Cfg: cfg, Class: ClassOf(err), Tries: 3, Deadline: time.Now().Add(*shrinkFlag),
+	sh := &Shrinker{Cfg: cfg, Class: ClassOf(err), Tries: 3, First: 6, Deadline: time.Now().Add(*shrinkFlag),
 		Run: func(c Config) error {
 			var err error
 			synctest.Test(t, func(t *testing.T) { _, err = Run(c) })
