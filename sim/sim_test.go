@@ -98,12 +98,12 @@ func config(seed uint64, ops int) Config {
 // TestSim_noTwoValidHolders runs simulations and fails with the seed of
 // the first one that breaks an invariant. With -seed it replays that
 // seed; else it draws a seed from the wall clock and runs one simulation
-// (-short: of at most 5,000 operations), or, with -duration, as many as
+// (-short: of at most 2,500 operations), or, with -duration, as many as
 // fit, on consecutive seeds, in one lane per CPU.
 func TestSim_noTwoValidHolders(t *testing.T) {
 	ops := *opsFlag
-	if testing.Short() && ops > 5000 {
-		ops = 5000
+	if testing.Short() && ops > 2500 {
+		ops = 2500
 	}
 	var script *Script
 	if *scriptFlag != "" {

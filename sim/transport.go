@@ -35,7 +35,11 @@ type Link struct {
 	faults  bool          // whether the link applies the master's weather
 
 	mu      sync.Mutex
-	rng     *rand.Rand
+	seed    uint64
+	pcg     rand.PCG
+	drawAt  time.Time
+	drawN   uint64
+	rng     *rand.Rand // draws from pcg
 	closed  bool
 	pending map[*op]struct{}
 	conn    *conn
@@ -85,8 +89,25 @@ var (
 // NewLink returns a transport to m for one Client; rng draws its delays
 // and faults.
 func NewLink(m *Master, ordered bool, rng *rand.Rand, stats *Stats) *Link {
-	return &Link{m: m, ordered: ordered, bound: 500 * time.Millisecond, faults: true, rng: rng,
+	l := &Link{m: m, ordered: ordered, bound: 500 * time.Millisecond, faults: true, seed: rng.Uint64(),
 		pending: map[*op]struct{}{}, subs: map[*subscription]struct{}{}, stats: stats}
+	l.rng = rand.New(&l.pcg)
+	return l
+}
+
+// drawLocked reseeds the link's rng for the draws of one command: from
+// the link's seed, the virtual instant and how many commands the link
+// drew for at that instant before. A replay whose schedule drifted
+// somewhere (the library's jitter is not seeded) then still draws the
+// same delays and losses for the commands sent at the same instants,
+// instead of every later draw of the link shifting by one.
+func (l *Link) drawLocked() {
+	now := time.Now()
+	if !now.Equal(l.drawAt) {
+		l.drawAt, l.drawN = now, 0
+	}
+	l.drawN++
+	l.pcg.Seed(l.seed^uint64(now.UnixNano()), l.drawN)
 }
 
 // Addr implements redlock.Transport.
@@ -103,7 +124,9 @@ func (l *Link) Send(cmd *redlock.Command) {
 	// meanwhile, as often as the link's rng says. (It must not block:
 	// the Client may call it holding a lock of its own.)
 	l.mu.Lock()
+	l.drawLocked()
 	yields := l.rng.IntN(6)
+	dup := l.faults && l.rng.Float64() < l.m.currentWeather().DupComplete
 	l.mu.Unlock()
 	for range max(yields-2, 0) {
 		runtime.Gosched()
@@ -129,7 +152,7 @@ func (l *Link) Send(cmd *redlock.Command) {
 		}
 	}
 	o.c = l.conn
-	o.dup = l.faults && l.rng.Float64() < w.DupComplete
+	o.dup = dup
 	l.pending[o] = struct{}{}
 	o.sent = true
 	l.wg.Add(1)
@@ -155,6 +178,7 @@ func (l *Link) loadScriptsLocked(c *conn, w weather) {
 // for o (nil: a command of the link's own whose reply nobody reads).
 func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 	now := time.Now()
+	l.drawLocked()
 	out, back := l.delayLocked(w), l.delayLocked(w)
 	dropReq := l.faults && l.rng.Float64() < w.DropReq
 	dropReply := l.faults && l.rng.Float64() < w.DropReply
@@ -405,7 +429,7 @@ func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload strin
 		return nil, &connError{"dial: connection refused"}
 	}
 	s := &subscription{l: l, gen: gen, notify: notify, done: make(chan struct{}), live: map[string]bool{},
-		rng: rand.New(rand.NewPCG(l.rng.Uint64(), l.rng.Uint64()))}
+		rng: rand.New(rand.NewPCG(l.seed, l.m.connID()))}
 	l.subs[s] = struct{}{}
 	return s, nil
 }
@@ -527,6 +551,7 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 		l.mu.Unlock()
 		return nil, &connError{"dial: connection refused"}
 	}
+	l.drawLocked()
 	out, back := l.delayLocked(w), l.delayLocked(w)
 	dropReq := l.faults && l.rng.Float64() < w.DropReq
 	dropReply := l.faults && l.rng.Float64() < w.DropReply
