@@ -43,6 +43,9 @@ type Config struct {
 	// the order their first waiting command arrived. See docs/testing.md
 	// for what it finds.
 	Reorder bool
+	// Kinds, when set, are the only operations the workers draw (to
+	// look for one kind's bugs).
+	Kinds []OpKind
 	// Stop, when set, ends the run early (a wall-clock budget).
 	Stop *atomic.Bool
 	// Script, when set, is what the run does instead of drawing from the

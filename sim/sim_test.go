@@ -23,6 +23,7 @@ var (
 	replaysFlag  = flag.Int("replays", 10, "with -seed: run the seed until it fails, this many times at most")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
 	shrinkFlag   = flag.Duration("shrink", 60*time.Second, "on a failure, shrink its operations and faults for this long at most (0: not)")
+	kindsFlag    = flag.String("kinds", "", "draw only these operations (comma-separated: plain, reentrant, read, write, multi, fair, campaign, leader)")
 	scriptFlag   = flag.String("script", "", "with -seed: replay this script (a shrunk failure's, as written by the failure) instead of the seed's draws")
 )
 
@@ -92,7 +93,13 @@ func shrink(t *testing.T, cfg Config, err error) string {
 // config is the simulation the tests and `make sim` run: 16 workers in
 // 4 clients on 8 keys, faults on.
 func config(seed uint64, ops int) Config {
-	return Config{Seed: seed, Clients: 4, Workers: 4, Keys: 8, Ops: ops, Faults: true, Trace: *traceFlag, Reorder: *reorderFlag}
+	kinds, err := ParseKinds(*kindsFlag)
+	if *kindsFlag == "" {
+		kinds = nil
+	} else if err != nil {
+		panic(err)
+	}
+	return Config{Seed: seed, Clients: 4, Workers: 4, Keys: 8, Ops: ops, Faults: true, Trace: *traceFlag, Reorder: *reorderFlag, Kinds: kinds}
 }
 
 // TestSim_noTwoValidHolders runs simulations and fails with the seed of

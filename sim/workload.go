@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,19 @@ const (
 var opNames = [...]string{"plain", "reentrant", "read", "write", "multi", "fair", "campaign", "leader"}
 
 func (k OpKind) String() string { return opNames[k] }
+
+// ParseKinds parses a comma-separated list of operation names.
+func ParseKinds(s string) ([]OpKind, error) {
+	var out []OpKind
+	for _, name := range strings.Split(s, ",") {
+		i := slices.Index(opNames[:], strings.TrimSpace(name))
+		if i < 0 {
+			return nil, fmt.Errorf("sim: no operation %q (one of %s)", name, strings.Join(opNames[:], ", "))
+		}
+		out = append(out, OpKind(i))
+	}
+	return out, nil
+}
 
 // An OpSpec is one operation of one worker, every choice in it drawn.
 type OpSpec struct {
@@ -94,8 +108,18 @@ const (
 	elections   = 2
 )
 
-// drawOp draws worker w's next operation.
+// drawOp draws worker w's next operation, of one of Config.Kinds when
+// set.
 func (r *run) drawOp(w int, rng *rand.Rand) OpSpec {
+	for {
+		o := r.drawAny(w, rng)
+		if len(r.cfg.Kinds) == 0 || slices.Contains(r.cfg.Kinds, o.Kind) {
+			return o
+		}
+	}
+}
+
+func (r *run) drawAny(w int, rng *rand.Rand) OpSpec {
 	o := OpSpec{Worker: w, Pause: time.Duration(rng.Int64N(int64(think)))}
 	keys := r.cfg.Keys
 	pick := func(prefix string, n int) string { return fmt.Sprintf("%s%d", prefix, rng.IntN(max(n, 1))) }
