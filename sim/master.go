@@ -82,12 +82,17 @@ const (
 // deliver a reply after the caller's deadline, or (a transport fault) to
 // complete a command twice.
 type weather struct {
-	Delay       time.Duration // each way, drawn from [0, delay]
-	DropReq     float64
-	DropReply   float64
-	LateReply   float64
-	AtDeadline  float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
-	DupComplete float64
+	Delay      time.Duration // each way, drawn from [0, delay]
+	DropReq    float64
+	DropReply  float64
+	LateReply  float64
+	AtDeadline float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
+	// AtDeadlineSet is AtDeadline for a plain acquisition's SET: a
+	// woken waiter's round sends its other SETs when the lead's reply
+	// comes, and that reply racing the round's timer is where a
+	// decision meets a send.
+	AtDeadlineSet float64
+	DupComplete   float64
 }
 
 // request is one command as it reaches a master on a connection.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -33,8 +34,8 @@ var digits = regexp.MustCompile(`[0-9]`)
 // key, the numbers and the names, so that a shrunk run that breaks the
 // same invariant on another key or at another time counts as failing.
 func ClassOf(err error) string {
-	v, ok := err.(*Violation)
-	if !ok {
+	var v *Violation
+	if !errors.As(err, &v) {
 		return ""
 	}
 	what := v.What

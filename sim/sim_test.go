@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -55,8 +56,8 @@ func simulate(t *testing.T, cfg Config) *Stats {
 // most, and returns what to print: the shortest list found that still
 // fails, and the file it was written to (for -script).
 func shrink(t *testing.T, cfg Config, err error) string {
-	v, ok := err.(*Violation)
-	if !ok || v.Script == nil || *shrinkFlag <= 0 {
+	var v *Violation
+	if !errors.As(err, &v) || v.Script == nil || *shrinkFlag <= 0 {
 		return ""
 	}
 	if cfg.Stop != nil {

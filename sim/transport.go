@@ -186,6 +186,9 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
 	}
 	atDeadline := l.faults && o != nil && l.rng.Float64() < w.AtDeadline
+	if l.faults && o != nil && o.cmd.Name == "SET" && l.rng.Float64() < w.AtDeadlineSet {
+		atDeadline = true
+	}
 	arrive := now.Add(out)
 	if l.ordered {
 		if arrive.Before(c.lastArrive) {
