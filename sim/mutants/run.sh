@@ -2,6 +2,8 @@
 # Runs the simulator against each mutant (a patch of this directory,
 # applied to a temporary copy of the repository): each must fail within
 # BUDGET, on random seeds, naming the seed. Usage: run.sh [mutant ...]
+# A mutant is m.patch; m.*.diff are versions of it for other versions of
+# the library's code (the first that applies is used).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -21,8 +23,17 @@ for m in "${mutants[@]}"; do
 	copy="$work/$m"
 	mkdir -p "$copy"
 	(cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$copy")
-	if ! patch -s -d "$copy" -p1 < "$here/$m.patch"; then
-		echo "mutant $m: the patch does not apply"; survived=$((survived+1)); continue
+	# $m.patch, or where the library's code has changed under it, one
+	# of its other versions ($m.*.diff) that applies.
+	applied=
+	for p in "$here/$m.patch" "$here/$m".*.diff; do
+		[ -f "$p" ] || continue
+		if patch -s --dry-run -d "$copy" -p1 < "$p" >/dev/null 2>&1; then
+			patch -s -d "$copy" -p1 < "$p" && applied=$p && break
+		fi
+	done
+	if [ -z "$applied" ]; then
+		echo "mutant $m: no version of the patch applies"; survived=$((survived+1)); continue
 	fi
 	if ! (cd "$copy/sim" && GOFLAGS=-mod=mod $go test -c -o "$copy/sim.test" . >"$copy/build.log" 2>&1); then
 		echo "mutant $m: does not build:"; cat "$copy/build.log"; survived=$((survived+1)); continue
