@@ -583,7 +583,7 @@ func (f FaultSpec) String() string {
 // then comes at its command's deadline (that is no fault, and it makes
 // a reply and the caller's timer race at one virtual instant).
 func calmWeather() weather {
-	return weather{AtDeadline: 0.01, AtDeadlineSet: 0.1, DupComplete: dupComplete}
+	return weather{AtDeadline: 0.01, AtDeadlineSet: 0.2, DupComplete: dupComplete}
 }
 
 // drawFault draws the fault after one at from.
@@ -608,7 +608,7 @@ func (r *run) drawFault(rng *rand.Rand, from time.Duration) FaultSpec {
 			f.W.LateReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
 		}
 		f.W.AtDeadline = []float64{0.01, 0.1, 0.5}[rng.IntN(3)]
-		f.W.AtDeadlineSet = max(f.W.AtDeadline, 0.1)
+		f.W.AtDeadlineSet = max(f.W.AtDeadline, 0.2)
 		f.W.DupComplete = dupComplete
 		f.For = time.Duration(rng.Int64N(int64(2 * time.Second)))
 	case 6: // the master's clock runs at another rate, within the drift allowance

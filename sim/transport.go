@@ -125,7 +125,7 @@ func (l *Link) Send(cmd *redlock.Command) {
 	// the Client may call it holding a lock of its own.)
 	l.mu.Lock()
 	l.drawLocked()
-	yields := l.rng.IntN(6)
+	yields := l.rng.IntN(8)
 	dup := l.faults && l.rng.Float64() < l.m.currentWeather().DupComplete
 	l.mu.Unlock()
 	for range max(yields-2, 0) {

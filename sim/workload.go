@@ -149,7 +149,7 @@ func (r *run) drawAny(w int, rng *rand.Rand) OpSpec {
 		return o
 	}
 	o.TTL = ttls[rng.IntN(len(ttls))]
-	o.Try = rng.IntN(2) == 0
+	o.Try = rng.IntN(3) == 0
 	o.Wait = time.Duration(rng.Int64N(int64(maxWait)))
 	switch o.Kind {
 	case OpReentrant:
