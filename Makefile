@@ -207,16 +207,23 @@ bench-peers-quick: bench-deps
 ##   simulated masters that run the library's Lua scripts, with faults, on
 ##   synctest's virtual clock, checking the invariants at every step. Runs new
 ##   seeds for DURATION (one lane per CPU), or replays SEED; OPS operations per
-##   simulation. A failure prints its seed: `make sim SEED=...` replays it (runs it
+##   simulation. A failure prints its seed and a shrunk list of its operations and
+##   faults (shrinking for SHRINK at most), written to a file; KINDS=reentrant,read
+##   draws only those operations. `make sim SEED=...`
+##   replays the seed, `make sim SEED=... SCRIPT=file` the shrunk list (each runs
 ##   until it fails, REPLAYS times at most: the scheduler and the library's jitter are not seeded).
 SEED ?= 0
 OPS ?= 5000
 DURATION ?= 1m
-REPLAYS ?= 3
+REPLAYS ?= 10
+SHRINK ?= 60s
+SCRIPT ?=
+KINDS ?=
 SIM_TIMEOUT ?= 2h
 sim:
 	cd sim && GOGC=400 $(GO) test -count=1 -timeout $(SIM_TIMEOUT) -run '^TestSim_noTwoValidHolders$$' -v . \
-	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
+	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) -shrink=$(SHRINK) -script=$(SCRIPT) -kinds=$(KINDS) 2>&1 | \
+	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## mutants: both lists of deliberately reintroduced bugs: the simulator's and the clock suite's
 mutants: mutants-sim mutants-clock

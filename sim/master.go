@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -45,11 +46,24 @@ type Master struct {
 
 	subs map[string]map[*subscription]struct{}
 
+	// in, while Serve runs, takes the requests Do delivers to the
+	// master's own goroutine (whose stack has grown to what the Lua
+	// interpreter needs once, not in every goroutine a delivery runs in).
+	conns   atomic.Uint64 // connection ids, unique per master
+	in      chan *request
+	stopped chan struct{}
+
 	weather weather // the network to and from the master, per command
 
 	// onGrant, when set, is called (with the master's lock held) for
 	// each SET key token NX PX ttl that set the key.
 	onGrant func(key, token string, ttl time.Duration)
+	// onLateSet, when set, is called (with the master's lock held) for a
+	// SET key token NX PX that set the key on a connection on which the
+	// release script had run for token before: the Client sent the SET
+	// after its release or rollback, on one ordered connection.
+	onLateSet func(key, token string)
+	released  map[string]uint64 // token -> the connection a release of it ran on
 	// trace, when set, is told of every command the master runs on a
 	// key, and its reply (with the master's lock held).
 	trace func(key string, args []string, reply any, err error)
@@ -68,11 +82,17 @@ const (
 // deliver a reply after the caller's deadline, or (a transport fault) to
 // complete a command twice.
 type weather struct {
-	delay       time.Duration // each way, drawn from [0, delay]
-	dropReq     float64
-	dropReply   float64
-	lateReply   float64
-	dupComplete float64
+	Delay      time.Duration // each way, drawn from [0, delay]
+	DropReq    float64
+	DropReply  float64
+	LateReply  float64
+	AtDeadline float64 // the reply comes at the command's deadline to the nanosecond (a race with the caller's timer)
+	// AtDeadlineSet is AtDeadline for a plain acquisition's SET: a
+	// woken waiter's round sends its other SETs when the lead's reply
+	// comes, and that reply racing the round's timer is where a
+	// decision meets a send.
+	AtDeadlineSet float64
+	DupComplete   float64
 }
 
 // request is one command as it reaches a master on a connection.
@@ -80,7 +100,10 @@ type request struct {
 	conn uint64 // the connection (unique per master and incarnation)
 	gen  uint64 // the master's incarnation the connection was dialled to
 	args []string
-	done func(reply any, err error) // called without the master's lock
+	// batch, instead of args, is several commands run at once, whose
+	// replies (an error reply in its place) are the reply.
+	batch [][]string
+	done  func(reply any, err error) // called without the master's lock
 }
 
 // errReset is a connection broken under a command (the master crashed):
@@ -108,6 +131,9 @@ func (m *Master) start(data map[string]*value) {
 	m.savedAt = m.nowMsLocked()
 	m.state = stateUp
 }
+
+// connID returns a new connection's id.
+func (m *Master) connID() uint64 { return m.conns.Add(1) }
 
 // Addr returns the master's name.
 func (m *Master) Addr() string { return m.addr }
@@ -263,10 +289,62 @@ func (m *Master) generation() (uint64, bool) {
 	return m.gen, m.state != stateDown
 }
 
+// Serve runs the master's commands on a goroutine of its own until Stop:
+// Do then hands them over in the order it was called.
+func (m *Master) Serve() {
+	in := make(chan *request, 4096)
+	stopped := make(chan struct{})
+	m.mu.Lock()
+	m.in, m.stopped = in, stopped
+	m.mu.Unlock()
+	go func() {
+		for r := range in {
+			if r == nil {
+				break
+			}
+			m.do(r)
+		}
+		m.mu.Lock()
+		m.in = nil
+		m.mu.Unlock()
+		for {
+			select {
+			case r := <-in:
+				m.do(r)
+			default:
+				close(stopped)
+				return
+			}
+		}
+	}()
+}
+
+// Stop ends Serve: Do runs commands in its caller again.
+func (m *Master) Stop() {
+	m.mu.Lock()
+	in, stopped := m.in, m.stopped
+	m.mu.Unlock()
+	if in != nil {
+		in <- nil
+		<-stopped
+	}
+}
+
 // Do delivers r to the master: it runs now, or when a frozen master
 // resumes, or fails when the master is down or restarted since r's
 // connection was dialled.
 func (m *Master) Do(r *request) {
+	m.mu.Lock()
+	in := m.in
+	m.mu.Unlock()
+	if in != nil {
+		in <- r
+		return
+	}
+	m.do(r)
+}
+
+func (m *Master) do(r *request) {
 	m.mu.Lock()
 	if m.state == stateDown || r.gen != m.gen {
 		m.mu.Unlock()
@@ -292,6 +370,17 @@ func (m *Master) Exec(args ...string) (any, error) {
 }
 
 func (m *Master) execLocked(r *request) (any, error) {
+	if r.batch != nil {
+		out := make([]any, len(r.batch))
+		for i, args := range r.batch {
+			v, err := m.execLocked(&request{conn: r.conn, gen: r.gen, args: args})
+			if err != nil {
+				v = err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
 	now := m.nowMsLocked()
 	m.ks.now = now
 	if m.everysec && now/1000 != m.savedAt/1000 {
@@ -323,6 +412,12 @@ func (m *Master) execLocked(r *request) (any, error) {
 		}
 		if n > len(a)-3 {
 			return nil, ReplyError("ERR Number of keys can't be greater than number of args")
+		}
+		if m.onLateSet != nil && n == 1 && len(a) > 4 && scriptNames[sha] == "release" {
+			if m.released == nil {
+				m.released = map[string]uint64{}
+			}
+			m.released[a[4]] = r.conn
 		}
 		reply, err := m.vm.run(m.ks, sha, proto, a[3:3+n], a[3+n:])
 		if m.trace != nil && n > 0 {
@@ -359,6 +454,9 @@ func (m *Master) execLocked(r *request) (any, error) {
 	if m.onGrant != nil && reply == "OK" && len(a) == 6 && strings.EqualFold(a[3], "NX") && strings.EqualFold(a[4], "PX") {
 		if ms, err := strconv.ParseInt(a[5], 10, 64); err == nil {
 			m.onGrant(a[1], a[2], time.Duration(ms)*time.Millisecond)
+		}
+		if c, ok := m.released[a[2]]; ok && c == r.conn && m.onLateSet != nil && r.conn != 0 {
+			m.onLateSet(a[1], a[2])
 		}
 	}
 	return reply, err

@@ -44,24 +44,47 @@ type Config struct {
 	// the order their first waiting command arrived. See docs/testing.md
 	// for what it finds.
 	Reorder bool
+	// Kinds, when set, are the only operations the workers draw (to
+	// look for one kind's bugs).
+	Kinds []OpKind
 	// Stop, when set, ends the run early (a wall-clock budget).
 	Stop *atomic.Bool
+	// Script, when set, is what the run does instead of drawing from the
+	// seed: these operations and faults, at their virtual times (a shrunk
+	// failure's replay). The seed still draws the links' delays and
+	// losses and the masters' rates.
+	Script *Script
+}
+
+// A Script is the operations and faults of a run, as drawn from its
+// seed, or a part of them.
+type Script struct {
+	Ops    []OpSpec
+	Faults []FaultSpec
 }
 
 // Stats counts what a run did.
 type Stats struct {
 	Acquires, Grants, Extends, Extended, Releases, Released atomic.Int64
+	Leaders                                                 atomic.Int64 // Election.Leader calls
 	Faults                                                  atomic.Int64
 	DupCompletions                                          atomic.Int64
 	Commands                                                atomic.Int64 // sent to masters
 	Virtual                                                 time.Duration
 	FaultKinds                                              sync.Map // string -> *atomic.Int64
+	Granted                                                 sync.Map // lock kind -> *atomic.Int64: grants
 }
 
 func (s *Stats) add(n *atomic.Int64) {
 	if s != nil {
 		n.Add(1)
 	}
+}
+
+func (s *Stats) grant(kind OpKind) {
+	s.Grants.Add(1)
+	v, _ := s.Granted.LoadOrStore(kind.String(), new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
 }
 
 func (s *Stats) fault(kind string) {
@@ -80,8 +103,15 @@ func (s *Stats) String() string {
 		return true
 	})
 	sort.Strings(kinds)
-	return fmt.Sprintf("virtual %v, %d commands, ops=%d acquire=%d (granted %d) extend=%d (extended %d) release=%d (released %d) faults=%d [%s]",
-		s.Virtual.Round(time.Millisecond), s.Commands.Load(), s.Ops(), s.Acquires.Load(), s.Grants.Load(), s.Extends.Load(), s.Extended.Load(), s.Releases.Load(), s.Released.Load(),
+	var granted []string
+	s.Granted.Range(func(k, v any) bool {
+		granted = append(granted, fmt.Sprintf("%s=%d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	sort.Strings(granted)
+	return fmt.Sprintf("virtual %v, %d commands, ops=%d acquire=%d (granted %d [%s]) extend=%d (extended %d) release=%d (released %d) leader reads=%d faults=%d [%s]",
+		s.Virtual.Round(time.Millisecond), s.Commands.Load(), s.Ops(), s.Acquires.Load(), s.Grants.Load(), strings.Join(granted, " "),
+		s.Extends.Load(), s.Extended.Load(), s.Releases.Load(), s.Released.Load(), s.Leaders.Load(),
 		s.Faults.Load(), strings.Join(kinds, " "))
 }
 
@@ -92,6 +122,9 @@ type Violation struct {
 	At      time.Duration // virtual time since the run began
 	What    string
 	History []string
+	// Script is what the run did: the operations and faults drawn
+	// from its seed (or its Config.Script). Shrinking replays parts.
+	Script *Script
 }
 
 func (v *Violation) Error() string {
@@ -145,15 +178,20 @@ type run struct {
 	calmSince []time.Time     // per master: when its last fault ended
 	disturbed []int           // per master: faults lasting now
 	history   map[string][]string
+	drawn     []OpSpec    // the operations drawn so far, in start order
+	faulted   []FaultSpec // the faults drawn so far
 	done      atomic.Bool
 	pending   sync.WaitGroup // faults' ends still to come
 }
 
 type holder struct {
-	l    *redlock.Lock
-	id   string // the token of a plain lock, a reentrant lock's owner
-	who  string
-	from time.Time
+	l      *redlock.Lock
+	id     string // the token of a plain lock, a reentrant lock's owner
+	who    string
+	from   time.Time
+	shared bool   // a read hold: other read holds may be valid beside it
+	value  string // a leader's value
+	term   uint64 // a leader's term
 }
 
 func newRun(cfg Config) *run {
@@ -177,6 +215,8 @@ func (r *run) run() error {
 	for i := range r.cfg.Masters {
 		m := NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0)
 		m.reorder = r.cfg.Reorder
+		m.Serve()
+		m.SetWeather(calmWeather())
 		if r.cfg.Faults {
 			m.SetRate(1 + (setup.Float64()*2-1)*maxRateError)
 		}
@@ -187,6 +227,9 @@ func (r *run) run() error {
 			m.trace = func(key string, args []string, reply any, err error) {
 				r.note(key, "  master %d: %s -> %s", i, traceArgs(args), traceReply(reply, err))
 			}
+		}
+		m.onLateSet = func(key, token string) {
+			r.fail(key, "master %d set %.8s after its release or rollback had run there, on the same connection", i, token)
 		}
 		m.onGrant = func(key, token string, ttl time.Duration) {
 			at := time.Now()
@@ -216,6 +259,15 @@ func (r *run) run() error {
 	var wg sync.WaitGroup
 	for c, cl := range r.clients {
 		owners := map[string]map[string]*redlock.Reentrant{}
+		els := map[string]*redlock.Election{}
+		for k := range elections {
+			key := fmt.Sprintf("e%d", k)
+			e, err := cl.NewElection(key, redlock.WithTTL(electionTTL), backoff)
+			if err != nil {
+				return err
+			}
+			els[key] = e
+		}
 		for w := range r.cfg.Workers {
 			owner := fmt.Sprintf("c%d/o%d", c, w/2)
 			if owners[owner] == nil {
@@ -223,22 +275,27 @@ func (r *run) run() error {
 				for k := range max(r.cfg.Keys/2, 1) {
 					key := fmt.Sprintf("r%d", k)
 					re, err := cl.NewReentrant(key, owner, redlock.WithTTL(reentrantTTL),
-						redlock.WithWait(maxWait), redlock.WithBackoff(2*time.Millisecond, 50*time.Millisecond))
+						redlock.WithWait(maxWait), backoff)
 					if err != nil {
 						return err
 					}
 					owners[owner][key] = re
 				}
 			}
-			locks := owners[owner]
+			wk := &worker{index: c*r.cfg.Workers + w, who: fmt.Sprintf("c%d/w%d", c, w), owner: owner, cl: cl,
+				reentrant: owners[owner], elections: els}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.worker(cl, fmt.Sprintf("c%d/w%d", c, w), owner, locks, r.rng(10000+uint64(c*64+w)))
+				r.work(wk)
 			}()
 		}
 	}
 	wg.Wait()
+	if r.cfg.Script != nil {
+		// Let the last operations' keys reach their stale checks.
+		time.Sleep(maxTTL)
+	}
 	close(stopFaults)
 	<-faultsDone
 	r.pending.Wait()
@@ -251,120 +308,27 @@ func (r *run) run() error {
 	for _, cl := range r.clients {
 		cl.Close()
 	}
+	for _, m := range r.masters {
+		m.Stop()
+	}
 	r.stats.Virtual = time.Since(r.begin)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.violation != nil {
+		r.violation.Script = r.cfg.Script
+		if r.violation.Script == nil {
+			r.violation.Script = &Script{Ops: append([]OpSpec(nil), r.drawn...), Faults: append([]FaultSpec(nil), r.faulted...)}
+		}
 		return r.violation
 	}
 	return nil
 }
 
 func (r *run) stopping() bool {
-	return r.done.Load() || r.stats.Ops() >= int64(r.cfg.Ops) || (r.cfg.Stop != nil && r.cfg.Stop.Load())
-}
-
-// worker takes locks on random keys until the run ends: plain locks
-// (an Acquire or a TryAcquire, some fenced, then a few Extends with
-// pauses between, then a Release — or nothing, leaving the lock to
-// expire) and reentrant ones (owners shared by two workers of a client).
-func (r *run) worker(cl *redlock.Client, who string, owner string, reentrant map[string]*redlock.Reentrant, rng *rand.Rand) {
-	for !r.stopping() {
-		time.Sleep(time.Duration(rng.Int64N(int64(think))))
-		if rng.IntN(4) == 0 {
-			r.reentrantOnce(who, owner, reentrant, rng)
-		} else {
-			r.plainOnce(cl, who, rng)
-		}
+	if r.done.Load() || (r.cfg.Stop != nil && r.cfg.Stop.Load()) {
+		return true
 	}
-}
-
-func (r *run) plainOnce(cl *redlock.Client, who string, rng *rand.Rand) {
-	key := fmt.Sprintf("k%d", rng.IntN(r.cfg.Keys))
-	ttl := ttls[rng.IntN(len(ttls))]
-	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithBackoff(2*time.Millisecond, 50*time.Millisecond)}
-	fenced := rng.IntN(3) == 0
-	if fenced {
-		opts = append(opts, redlock.WithFencing())
-	}
-	try := rng.IntN(2) == 0
-	var l *redlock.Lock
-	var err error
-	r.call(key, who, func(ctx context.Context) {
-		if try {
-			l, err = cl.TryAcquire(ctx, key, opts...)
-		} else {
-			l, err = cl.Acquire(ctx, key, append(opts, redlock.WithWait(time.Duration(rng.Int64N(int64(maxWait)))))...)
-		}
-	})
-	r.stats.Acquires.Add(1)
-	if err != nil {
-		r.note(key, "%s acquire failed: %v", who, short(err))
-		return
-	}
-	r.stats.Grants.Add(1)
-	id := l.Token()
-	r.granted(key, who, id, l, fenced)
-	for n := rng.IntN(4); n > 0 && !r.stopping(); n-- {
-		time.Sleep(time.Duration(rng.Int64N(int64(ttl / 3))))
-		ttl = ttls[rng.IntN(len(ttls))] // shorter or longer
-		r.call(key, who, func(ctx context.Context) { err = l.Extend(ctx, ttl) })
-		r.stats.Extends.Add(1)
-		if err != nil {
-			r.note(key, "%s extend to %v failed: %v (until %v)", who, ttl, short(err), r.since(l.Until()))
-			break
-		}
-		r.stats.Extended.Add(1)
-		r.extended(key, who, id, l)
-	}
-	if rng.IntN(4) == 0 {
-		r.note(key, "%s abandons its lock", who)
-		return
-	}
-	r.call(key, who, func(ctx context.Context) { err = l.Release(ctx) })
-	r.stats.Releases.Add(1)
-	if err == nil {
-		r.stats.Released.Add(1)
-	}
-	r.note(key, "%s released: %v (until %v)", who, short(err), r.since(l.Until()))
-	if u := l.Until(); u.After(time.Now()) {
-		r.fail(key, "%s: Until %v after Release returned", who, r.since(u))
-	}
-}
-
-// reentrantOnce takes a reentrant lock of owner (shared with another
-// worker, which may hold it: then this is a second hold), holds it a
-// while, and gives the hold back.
-func (r *run) reentrantOnce(who, owner string, locks map[string]*redlock.Reentrant, rng *rand.Rand) {
-	key := fmt.Sprintf("r%d", rng.IntN(max(r.cfg.Keys/2, 1)))
-	re := locks[key]
-	var err error
-	r.call(key, who, func(ctx context.Context) {
-		if rng.IntN(2) == 0 {
-			err = re.TryAcquire(ctx)
-		} else {
-			err = re.Acquire(ctx)
-		}
-	})
-	r.stats.Acquires.Add(1)
-	if err != nil {
-		r.note(key, "%s (%s) acquire failed: %v", who, owner, short(err))
-		return
-	}
-	r.stats.Grants.Add(1)
-	l := re.Lock()
-	if l == nil {
-		r.fail(key, "%s (%s): Acquire succeeded, no lock held", who, owner)
-		return
-	}
-	r.granted(key, who, owner, l, false)
-	time.Sleep(time.Duration(rng.Int64N(int64(reentrantTTL / 3))))
-	r.call(key, who, func(ctx context.Context) { err = re.Release(ctx) })
-	r.stats.Releases.Add(1)
-	if err == nil {
-		r.stats.Released.Add(1)
-	}
-	r.note(key, "%s (%s) released a hold: %v (count %d, until %v)", who, owner, short(err), re.Count(), r.since(l.Until()))
+	return r.cfg.Script == nil && r.stats.Ops() >= int64(r.cfg.Ops)
 }
 
 // call runs f with a ctx bounded by callLimit and checks that it returns
@@ -437,36 +401,53 @@ func (r *run) failLocked(key, format string, args ...any) {
 	r.done.Store(true)
 }
 
-// granted records a new holder of key and checks that no other holder is
-// valid now.
-func (r *run) granted(key, who, id string, l *redlock.Lock, fenced bool) {
+// notes adds an event to the history of each of keys.
+func (r *run) notes(keys []string, format string, args ...any) {
+	r.mu.Lock()
+	for _, k := range keys {
+		r.noteLocked(k, format, args...)
+	}
+	r.mu.Unlock()
+}
+
+// granted records a new holder of keys and checks that no other holder
+// of them is valid now (a read hold beside other read holds excepted).
+// fenced: its fencing token (an election's term) must be above every
+// earlier one of the key.
+func (r *run) granted(keys []string, h *holder, fenced bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	r.tokens[l.Token()] = true
-	r.noteLocked(key, "%s granted %.8s until %v fence %d", who, id, r.since(l.Until()), l.Fence())
-	r.checkLocked(key, who, id, l, now)
-	if fenced {
-		f := l.Fence()
-		if f <= r.fences[key] {
-			r.failLocked(key, "%s got fence %d, not above %d granted before", who, f, r.fences[key])
+	h.from = now
+	r.tokens[h.l.Token()] = true
+	for _, key := range keys {
+		r.noteLocked(key, "%s granted %.8s until %v fence %d%s", h.who, h.id, r.since(h.l.Until()), h.l.Fence(),
+			map[bool]string{true: " (read)"}[h.shared])
+		r.checkLocked(key, h, now)
+		if fenced {
+			f := h.l.Fence()
+			if f <= r.fences[key] {
+				r.failLocked(key, "%s got fence %d, not above %d granted before", h.who, f, r.fences[key])
+			}
+			r.fences[key] = max(r.fences[key], f)
 		}
-		r.fences[key] = max(r.fences[key], f)
+		r.holders[key] = append(r.holders[key], h)
 	}
-	r.holders[key] = append(r.holders[key], &holder{l: l, id: id, who: who, from: now})
 }
 
-func (r *run) extended(key, who, id string, l *redlock.Lock) {
+func (r *run) extended(keys []string, h *holder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.noteLocked(key, "%s extended %.8s until %v", who, id, r.since(l.Until()))
-	r.checkLocked(key, who, id, l, time.Now())
+	for _, key := range keys {
+		r.noteLocked(key, "%s extended %.8s until %v", h.who, h.id, r.since(h.l.Until()))
+		r.checkLocked(key, h, time.Now())
+	}
 }
 
-// checkLocked fails when l, of holder id, is valid at now beside another
-// holder's valid lock.
-func (r *run) checkLocked(key, who, id string, l *redlock.Lock, now time.Time) {
-	if !l.Until().After(now) {
+// checkLocked fails when h is valid at now beside another holder's valid
+// lock of key (unless both are read holds).
+func (r *run) checkLocked(key string, n *holder, now time.Time) {
+	if !n.l.Until().After(now) {
 		return
 	}
 	live := r.holders[key][:0]
@@ -476,9 +457,9 @@ func (r *run) checkLocked(key, who, id string, l *redlock.Lock, now time.Time) {
 			continue // no longer valid: forget it
 		}
 		live = append(live, h)
-		if h.id != id {
+		if h.id != n.id && (!h.shared || !n.shared) {
 			r.failLocked(key, "two valid holders: %s (%.8s, until %v) and %s (%.8s, until %v)",
-				h.who, h.id, r.since(u), who, id, r.since(l.Until()))
+				h.who, h.id, r.since(u), n.who, n.id, r.since(n.l.Until()))
 		}
 	}
 	r.holders[key] = live
@@ -555,81 +536,181 @@ func (r *run) checkStale(i int, key, token string, at time.Time) {
 		token, i, r.since(at))
 }
 
-// faults plays the fault schedule drawn from the seed until stop.
+// A FaultSpec is one fault of a run, every choice in it drawn.
+type FaultSpec struct {
+	At     time.Duration // virtual time since the run began
+	Master int
+	Kind   FaultKind
+	For    time.Duration // a freeze's, a crash's, weather's length
+	W      weather
+	Rate   float64
+	Jump   time.Duration
+}
+
+// FaultKind is the kind of a fault.
+type FaultKind uint8
+
+// The faults of a run.
+const (
+	FaultNone FaultKind = iota
+	FaultFreeze
+	FaultCrash
+	FaultWeather
+	FaultRate
+	FaultJumpBack
+	FaultJumpForward
+)
+
+var faultNames = [...]string{"none", "freeze", "crash", "weather", "clock-rate", "clock-jump-back", "clock-jump-forward"}
+
+func (k FaultKind) String() string { return faultNames[k] }
+
+func (f FaultSpec) String() string {
+	s := fmt.Sprintf("%8v master %d %s", f.At.Round(time.Microsecond), f.Master, f.Kind)
+	switch f.Kind {
+	case FaultFreeze, FaultCrash:
+		s += fmt.Sprintf(" for %v", f.For.Round(time.Millisecond))
+	case FaultWeather:
+		s += fmt.Sprintf(" for %v %+v", f.For.Round(time.Millisecond), f.W)
+	case FaultRate:
+		s += fmt.Sprintf(" %.4f", f.Rate)
+	case FaultJumpBack, FaultJumpForward:
+		s += fmt.Sprintf(" %v", f.Jump)
+	}
+	return s
+}
+
+// calmWeather is a master's network without a fault: a reply now and
+// then comes at its command's deadline (that is no fault, and it makes
+// a reply and the caller's timer race at one virtual instant).
+func calmWeather() weather {
+	return weather{AtDeadline: 0.01, AtDeadlineSet: 0.2, DupComplete: dupComplete}
+}
+
+// drawFault draws the fault after one at from.
+func (r *run) drawFault(rng *rand.Rand, from time.Duration) FaultSpec {
+	f := FaultSpec{At: from + time.Duration(rng.Int64N(int64(faultEvery))), Master: rng.IntN(len(r.masters))}
+	switch k := rng.IntN(10); k {
+	case 0, 1: // a freeze, often longer than the per-master timeout
+		f.Kind = FaultFreeze
+		f.For = time.Duration(rng.Int64N(int64([]time.Duration{100 * time.Millisecond, 3 * time.Second}[rng.IntN(2)])))
+	case 2: // a crash; an everysec master stays down for longer than any TTL
+		f.Kind = FaultCrash
+		f.For = time.Duration(rng.Int64N(int64(2 * time.Second)))
+		if r.masters[f.Master].everysec {
+			f.For += maxTTL + 100*time.Millisecond
+		}
+	case 3, 4, 5: // weather: delays, lost requests and replies, late replies
+		f.Kind = FaultWeather
+		f.W = weather{Delay: []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond}[rng.IntN(4)]}
+		if rng.IntN(2) == 0 {
+			f.W.DropReq = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+			f.W.DropReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+			f.W.LateReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
+		}
+		f.W.AtDeadline = []float64{0.01, 0.1, 0.5}[rng.IntN(3)]
+		f.W.AtDeadlineSet = max(f.W.AtDeadline, 0.2)
+		f.W.DupComplete = dupComplete
+		f.For = time.Duration(rng.Int64N(int64(2 * time.Second)))
+	case 6: // the master's clock runs at another rate, within the drift allowance
+		f.Kind = FaultRate
+		f.Rate = 1 + (rng.Float64()*2-1)*maxRateError
+	case 7: // a clock jump: back by up to a second, or forward within the allowance
+		if rng.IntN(2) == 0 {
+			f.Kind, f.Jump = FaultJumpBack, -time.Duration(rng.Int64N(int64(time.Second)))
+		} else {
+			f.Kind, f.Jump = FaultJumpForward, time.Duration(rng.Int64N(int64(maxJump)))
+		}
+	}
+	return f
+}
+
+// faults plays the fault schedule, drawn from the seed or the script's,
+// until stop.
 func (r *run) faults(stop <-chan struct{}) {
 	rng := r.rng(2)
-	n := len(r.masters)
-	lastJump := make([]time.Time, n)
-	for {
-		t := time.NewTimer(time.Duration(rng.Int64N(int64(faultEvery))))
+	lastJump := make([]time.Time, len(r.masters))
+	var at time.Duration
+	for i := 0; ; i++ {
+		var f FaultSpec
+		if r.cfg.Script != nil {
+			if i == len(r.cfg.Script.Faults) {
+				<-stop
+				return
+			}
+			f = r.cfg.Script.Faults[i]
+		} else {
+			f = r.drawFault(rng, at)
+			at = f.At
+			if f.Kind == FaultNone {
+				continue
+			}
+			r.mu.Lock()
+			r.faulted = append(r.faulted, f)
+			r.mu.Unlock()
+		}
+		t := time.NewTimer(time.Until(r.begin.Add(f.At)))
 		select {
 		case <-stop:
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		i := rng.IntN(n)
-		m := r.masters[i]
-		switch k := rng.IntN(10); k {
-		case 0, 1: // a freeze, often longer than the per-master timeout
-			d := time.Duration(rng.Int64N(int64([]time.Duration{100 * time.Millisecond, 3 * time.Second}[rng.IntN(2)])))
-			if !m.Up() {
-				continue
+		r.play(f, stop, lastJump)
+	}
+}
+
+// play puts fault f on its master.
+func (r *run) play(f FaultSpec, stop <-chan struct{}, lastJump []time.Time) {
+	i := f.Master
+	m := r.masters[i]
+	switch f.Kind {
+	case FaultFreeze:
+		if !m.Up() {
+			return
+		}
+		r.stats.fault("freeze")
+		r.disturb(i)
+		m.Freeze()
+		r.after(stop, f.For, func() { m.Resume(); r.calm(i) })
+	case FaultCrash:
+		if !m.Up() {
+			return
+		}
+		r.stats.fault("crash")
+		r.disturb(i)
+		m.Crash()
+		r.after(stop, f.For, func() {
+			defer r.calm(i)
+			if m.Restart() {
+				// Fencing counters must survive restarts
+				// (docs/safety.md): after a master forgot its
+				// last writes, tokens are compared afresh.
+				r.stats.fault("restart-lost-writes")
+				r.mu.Lock()
+				clear(r.fences)
+				r.mu.Unlock()
 			}
-			r.stats.fault("freeze")
-			r.disturb(i)
-			m.Freeze()
-			r.after(stop, d, func() { m.Resume(); r.calm(i) })
-		case 2: // a crash; an everysec master stays down for longer than any TTL
-			if !m.Up() {
-				continue
-			}
-			d := time.Duration(rng.Int64N(int64(2 * time.Second)))
-			if m.everysec {
-				d += maxTTL + 100*time.Millisecond
-			}
-			r.stats.fault("crash")
-			r.disturb(i)
-			m.Crash()
-			r.after(stop, d, func() {
-				defer r.calm(i)
-				if m.Restart() {
-					// Fencing counters must survive restarts
-					// (docs/safety.md): after a master forgot its
-					// last writes, tokens are compared afresh.
-					r.stats.fault("restart-lost-writes")
-					r.mu.Lock()
-					clear(r.fences)
-					r.mu.Unlock()
-				}
-			})
-		case 3, 4, 5: // weather: delays, lost requests and replies, late replies
-			w := weather{delay: []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond}[rng.IntN(4)]}
-			if rng.IntN(2) == 0 {
-				w.dropReq = []float64{0, 0.02, 0.1}[rng.IntN(3)]
-				w.dropReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
-				w.lateReply = []float64{0, 0.02, 0.1}[rng.IntN(3)]
-			}
-			w.dupComplete = dupComplete
-			r.stats.fault("weather")
-			r.disturb(i)
-			m.SetWeather(w)
-			r.after(stop, time.Duration(rng.Int64N(int64(2*time.Second))), func() {
-				m.SetWeather(weather{dupComplete: dupComplete})
-				r.calm(i)
-			})
-		case 6: // the master's clock runs at another rate, within the drift allowance
-			r.stats.fault("clock-rate")
-			m.SetRate(1 + (rng.Float64()*2-1)*maxRateError)
-		case 7: // a clock jump: back by up to a second, or forward within the allowance
-			if rng.IntN(2) == 0 {
-				r.stats.fault("clock-jump-back")
-				m.Jump(-time.Duration(rng.Int64N(int64(time.Second))))
-			} else if time.Since(lastJump[i]) > 2*maxTTL {
-				lastJump[i] = time.Now()
-				r.stats.fault("clock-jump-forward")
-				m.Jump(time.Duration(rng.Int64N(int64(maxJump))))
-			}
+		})
+	case FaultWeather:
+		r.stats.fault("weather")
+		r.disturb(i)
+		m.SetWeather(f.W)
+		r.after(stop, f.For, func() {
+			m.SetWeather(calmWeather())
+			r.calm(i)
+		})
+	case FaultRate:
+		r.stats.fault("clock-rate")
+		m.SetRate(f.Rate)
+	case FaultJumpBack:
+		r.stats.fault("clock-jump-back")
+		m.Jump(f.Jump)
+	case FaultJumpForward:
+		if time.Since(lastJump[i]) > 2*maxTTL {
+			lastJump[i] = time.Now()
+			r.stats.fault("clock-jump-forward")
+			m.Jump(f.Jump)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -35,11 +36,14 @@ type Link struct {
 	faults  bool          // whether the link applies the master's weather
 
 	mu      sync.Mutex
-	rng     *rand.Rand
+	seed    uint64
+	pcg     rand.PCG
+	drawAt  time.Time
+	drawN   uint64
+	rng     *rand.Rand // draws from pcg
 	closed  bool
 	pending map[*op]struct{}
 	conn    *conn
-	nextID  uint64
 	wg      sync.WaitGroup // callbacks in progress
 	subs    map[*subscription]struct{}
 	stats   *Stats
@@ -80,13 +84,31 @@ type op struct {
 var (
 	_ transport.Transport = (*Link)(nil)
 	_ transport.Ordered   = (*Link)(nil)
+	_ transport.Inspector = (*Link)(nil)
 )
 
 // NewLink returns a transport to m for one Client; rng draws its delays
 // and faults.
 func NewLink(m *Master, ordered bool, rng *rand.Rand, stats *Stats) *Link {
-	return &Link{m: m, ordered: ordered, bound: 500 * time.Millisecond, faults: true, rng: rng,
+	l := &Link{m: m, ordered: ordered, bound: 500 * time.Millisecond, faults: true, seed: rng.Uint64(),
 		pending: map[*op]struct{}{}, subs: map[*subscription]struct{}{}, stats: stats}
+	l.rng = rand.New(&l.pcg)
+	return l
+}
+
+// drawLocked reseeds the link's rng for the draws of one command: from
+// the link's seed, the virtual instant and how many commands the link
+// drew for at that instant before. A replay whose schedule drifted
+// somewhere (the library's jitter is not seeded) then still draws the
+// same delays and losses for the commands sent at the same instants,
+// instead of every later draw of the link shifting by one.
+func (l *Link) drawLocked() {
+	now := time.Now()
+	if !now.Equal(l.drawAt) {
+		l.drawAt, l.drawN = now, 0
+	}
+	l.drawN++
+	l.pcg.Seed(l.seed^uint64(now.UnixNano()), l.drawN)
 }
 
 // Addr implements transport.Transport.
@@ -103,9 +125,11 @@ func (l *Link) Send(cmd *transport.Command) {
 	// meanwhile, as often as the link's rng says. (It must not block:
 	// the Client may call it holding a lock of its own.)
 	l.mu.Lock()
+	l.drawLocked()
 	yields := l.rng.IntN(8)
+	dup := l.faults && l.rng.Float64() < l.m.currentWeather().DupComplete
 	l.mu.Unlock()
-	for range max(yields-4, 0) {
+	for range max(yields-2, 0) {
 		runtime.Gosched()
 	}
 	w := l.m.currentWeather()
@@ -123,14 +147,13 @@ func (l *Link) Send(cmd *transport.Command) {
 			cmd.Complete(nil, &connError{"dial: connection refused"}, transport.SendInfo{})
 			return
 		}
-		l.nextID++
-		l.conn = &conn{id: l.nextID, gen: gen}
+		l.conn = &conn{id: l.m.connID(), gen: gen}
 		if l.ordered {
 			l.loadScriptsLocked(l.conn, w)
 		}
 	}
 	o.c = l.conn
-	o.dup = l.faults && l.rng.Float64() < w.dupComplete
+	o.dup = dup
 	l.pending[o] = struct{}{}
 	o.sent = true
 	l.wg.Add(1)
@@ -156,11 +179,16 @@ func (l *Link) loadScriptsLocked(c *conn, w weather) {
 // for o (nil: a command of the link's own whose reply nobody reads).
 func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 	now := time.Now()
+	l.drawLocked()
 	out, back := l.delayLocked(w), l.delayLocked(w)
-	dropReq := l.faults && l.rng.Float64() < w.dropReq
-	dropReply := l.faults && l.rng.Float64() < w.dropReply
-	if l.faults && o != nil && l.rng.Float64() < w.lateReply {
+	dropReq := l.faults && l.rng.Float64() < w.DropReq
+	dropReply := l.faults && l.rng.Float64() < w.DropReply
+	if l.faults && o != nil && l.rng.Float64() < w.LateReply {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
+	}
+	atDeadline := l.faults && o != nil && l.rng.Float64() < w.AtDeadline
+	if l.faults && o != nil && o.cmd.Name == "SET" && l.rng.Float64() < w.AtDeadlineSet {
+		atDeadline = true
 	}
 	arrive := now.Add(out)
 	if l.ordered {
@@ -177,6 +205,11 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		}
 		if dropReply && err == nil {
 			return // the reply is lost: the command ran, the give-up completes it
+		}
+		if atDeadline {
+			if d := time.Until(o.cmd.Deadline); d > 0 {
+				back = d
+			}
 		}
 		time.AfterFunc(back, func() { l.replied(o, c, reply, err) })
 	}
@@ -221,8 +254,8 @@ func (l *Link) arrive(c *conn, a arrival) {
 
 func (l *Link) delayLocked(w weather) time.Duration {
 	d := 20*time.Microsecond + time.Duration(l.rng.Int64N(int64(200*time.Microsecond)))
-	if l.faults && w.delay > 0 {
-		d += time.Duration(l.rng.Int64N(int64(w.delay)))
+	if l.faults && w.Delay > 0 {
+		d += time.Duration(l.rng.Int64N(int64(w.Delay)))
 	}
 	return d
 }
@@ -255,8 +288,7 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 		gen, up := l.m.generation()
 		if up {
 			o.resent = true
-			l.nextID++
-			nc := &conn{id: l.nextID, gen: gen}
+			nc := &conn{id: l.m.connID(), gen: gen}
 			if l.ordered {
 				if l.conn == c {
 					l.conn = nc
@@ -401,7 +433,7 @@ func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload strin
 		return nil, &connError{"dial: connection refused"}
 	}
 	s := &subscription{l: l, gen: gen, notify: notify, done: make(chan struct{}), live: map[string]bool{},
-		rng: rand.New(rand.NewPCG(l.rng.Uint64(), l.rng.Uint64()))}
+		rng: rand.New(rand.NewPCG(l.seed, l.m.connID()))}
 	l.subs[s] = struct{}{}
 	return s, nil
 }
@@ -503,4 +535,63 @@ func (s *subscription) Close() error {
 	s.broke()
 	s.inflight.Wait()
 	return nil
+}
+
+// Inspect implements transport.Inspector: the commands go to the master in
+// one request on a connection of their own, through the master's
+// weather, and the replies come back unless ctx ends first.
+func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := l.m.currentWeather()
+	gen, up := l.m.generation()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errClosed
+	}
+	if !up {
+		l.mu.Unlock()
+		return nil, &connError{"dial: connection refused"}
+	}
+	l.drawLocked()
+	out, back := l.delayLocked(w), l.delayLocked(w)
+	dropReq := l.faults && l.rng.Float64() < w.DropReq
+	dropReply := l.faults && l.rng.Float64() < w.DropReply
+	id := l.m.connID()
+	l.mu.Unlock()
+	l.stats.Commands.Add(1)
+	batch := make([][]string, len(cmds))
+	for i, c := range cmds {
+		args := make([]string, 0, 1+len(c.Args))
+		args = append(args, c.Name)
+		for _, a := range c.Args {
+			args = append(args, argString(a))
+		}
+		batch[i] = args
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	res := make(chan result, 1)
+	r := &request{conn: id, gen: gen, batch: batch, done: func(reply any, err error) {
+		if dropReply && err == nil {
+			return
+		}
+		time.AfterFunc(back, func() { res <- result{reply, err} })
+	}}
+	if !dropReq {
+		time.AfterFunc(out, func() { l.m.Do(r) })
+	}
+	select {
+	case v := <-res:
+		if v.err != nil {
+			return nil, v.err
+		}
+		return v.v.([]any), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
