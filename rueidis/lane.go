@@ -100,6 +100,17 @@ type req struct {
 	eval     bool // send as EVAL (after NOSCRIPT)
 }
 
+// newReq returns cmd's request: its deadline, or defaultBound from now
+// when it has none.
+func newReq(cmd *redlock.Command) *req {
+	now := time.Now()
+	deadline := cmd.Deadline
+	if deadline.IsZero() {
+		deadline = now.Add(defaultBound)
+	}
+	return &req{cmd: cmd, deadline: deadline, budget: deadline.Sub(now)}
+}
+
 func (r *req) finish(v any, err error) {
 	r.cmd.Complete(v, err, redlock.SendInfo{Sent: r.sent, Resent: r.resent})
 }
@@ -120,6 +131,7 @@ type lane struct {
 	due    atomic.Int64 // the earliest deadline in the batch in flight (UnixNano)
 
 	loaded map[*redlock.Script]bool // the writer's: scripts loaded on the master
+	direct sync.WaitGroup           // sendDirect's goroutines
 }
 
 func newLane(client lib.Client, addr string) *lane {
@@ -137,12 +149,8 @@ func newLane(client lib.Client, addr string) *lane {
 
 // send queues cmd.
 func (l *lane) send(cmd *redlock.Command) {
+	r := newReq(cmd)
 	now := time.Now()
-	deadline := cmd.Deadline
-	if deadline.IsZero() {
-		deadline = now.Add(defaultBound)
-	}
-	r := &req{cmd: cmd, deadline: deadline, budget: deadline.Sub(now)}
 	l.mu.Lock()
 	switch {
 	case l.closed:
@@ -248,46 +256,17 @@ func (l *lane) runBatch(batch []*req) {
 	for j, rr := range res {
 		i := idx[j]
 		if i < 0 {
-			if rr.NonRedisError() != nil {
-				broke = true
-			}
+			broke = broke || rr.NonRedisError() != nil
 			continue
 		}
 		r := live[i]
-		msg, err := rr.ToMessage()
-		if err == nil || lib.IsRedisNil(err) {
-			r.sent = true
-			v, verr := value(r.cmd.Reply, &msg, err != nil)
-			r.finish(v, verr)
-			continue
-		}
-		if re, ok := lib.IsRedisErr(err); ok {
-			r.sent = true
-			if re.IsNoScript() && r.cmd.Script != nil && !r.eval {
+		retry, b := l.settle(r, rr, i == len(live)-1)
+		broke = broke || b
+		if retry {
+			if r.eval {
 				l.loaded[r.cmd.Script] = false
-				if i == len(live)-1 || r.cmd.MayRunLate {
-					r.eval = true
-					again = append(again, r)
-					continue
-				}
 			}
-			r.finish(nil, replyError(&msg, re))
-			continue
-		}
-		broke = true
-		switch {
-		case l.ctx.Err() != nil:
-			r.sent = true
-			r.finish(nil, errClosed)
-		case errors.Is(err, context.DeadlineExceeded):
-			r.sent = true
-			r.finish(nil, timeoutError{})
-		case closedByMaster(err) && r.cmd.Resend && !r.resent:
-			r.sent, r.resent = true, true
 			again = append(again, r)
-		default:
-			r.sent = r.sent || !dialFailed(err)
-			r.finish(nil, err)
 		}
 	}
 	if broke {
@@ -305,6 +284,74 @@ func (l *lane) runBatch(batch []*req) {
 		l.q = append(again, l.q...)
 		l.mu.Unlock()
 	}
+}
+
+// settle completes r with its try's result rr, or reports that r is to
+// be sent again (retry): as EVAL after a NOSCRIPT, when nothing was sent
+// after it (last) or it may run late; once more when the master closed
+// the connection before answering and r allows it. broke reports a
+// failure of the connection (the master may have lost its scripts).
+func (l *lane) settle(r *req, rr lib.RedisResult, last bool) (retry, broke bool) {
+	msg, err := rr.ToMessage()
+	if err == nil || lib.IsRedisNil(err) {
+		r.sent = true
+		v, verr := value(r.cmd.Reply, &msg, err != nil)
+		r.finish(v, verr)
+		return false, false
+	}
+	if re, ok := lib.IsRedisErr(err); ok {
+		r.sent = true
+		if re.IsNoScript() && r.cmd.Script != nil && !r.eval && (last || r.cmd.MayRunLate) {
+			r.eval = true
+			return true, false
+		}
+		r.finish(nil, replyError(&msg, re))
+		return false, false
+	}
+	switch {
+	case l.ctx.Err() != nil:
+		r.sent = true
+		r.finish(nil, errClosed)
+	case errors.Is(err, context.DeadlineExceeded):
+		r.sent = true
+		r.finish(nil, timeoutError{})
+	case closedByMaster(err) && r.cmd.Resend && !r.resent:
+		r.sent, r.resent = true, true
+		return true, true
+	default:
+		r.sent = r.sent || !dialFailed(err)
+		r.finish(nil, err)
+	}
+	return false, true
+}
+
+// sendDirect is the transport without a lane, kept to measure what the
+// lane is worth (bench_test.go): each command is sent by a goroutine of
+// its own with Do, relying on rueidis's auto-pipelining alone. Commands
+// then reach the master in no particular order (the transport is not
+// Ordered), and scripts are not loaded ahead (a first NOSCRIPT is
+// answered by EVAL).
+func (l *lane) sendDirect(cmd *redlock.Command) {
+	r := newReq(cmd)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		r.finish(nil, errClosed)
+		return
+	}
+	l.direct.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.direct.Done()
+		for {
+			ctx, cancel := context.WithDeadline(l.ctx, r.deadline.Add(lateBound(r.budget)))
+			rr := l.client.Do(ctx, l.build(r))
+			cancel()
+			if retry, _ := l.settle(r, rr, true); !retry {
+				return
+			}
+		}
+	}()
 }
 
 // build returns r's command for rueidis: a script as EVALSHA (EVAL after
@@ -371,6 +418,7 @@ func (l *lane) close() {
 	l.mu.Unlock()
 	l.cancel()
 	<-l.exited
+	l.direct.Wait()
 	for _, r := range q {
 		r.finish(nil, errClosed)
 	}

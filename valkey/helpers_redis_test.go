@@ -4,6 +4,7 @@ package valkey
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -99,3 +100,18 @@ func ctxFor(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// dialB is dial for a benchmark.
+func dialB(b *testing.B, addr string) lib.Client {
+	b.Helper()
+	c, err := lib.NewClient(lib.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	return c
+}
+
+// testingProcs is GOMAXPROCS, which RunParallel multiplies its
+// parallelism by.
+func testingProcs() int { return runtime.GOMAXPROCS(0) }

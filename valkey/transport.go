@@ -28,6 +28,7 @@ type Transport struct {
 	addr    string
 	ordered bool
 	cluster bool
+	direct  bool // no lane: see lane.sendDirect
 	lane    *lane
 
 	mu     sync.Mutex
@@ -79,7 +80,7 @@ func (t *Transport) Addr() string { return t.addr }
 // false for a cluster or a sentinel-followed master, whose redirections
 // and switches may reorder them (the redlock.Client then chains a
 // holder's commands itself).
-func (t *Transport) Ordered() bool { return t.ordered }
+func (t *Transport) Ordered() bool { return t.ordered && !t.direct }
 
 // Silence reports how long the master has kept the lane's batch in
 // flight unanswered (redlock.Silencer): 0 when none is in flight. It
@@ -95,6 +96,10 @@ func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 // command without a deadline (built by other code than a redlock.Client)
 // gets defaultBound.
 func (t *Transport) Send(cmd *redlock.Command) {
+	if t.direct {
+		t.lane.sendDirect(cmd)
+		return
+	}
 	t.lane.send(cmd)
 }
 
