@@ -1,6 +1,7 @@
 package rueidis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -90,17 +91,7 @@ func TestNew_waiterWokenByReleaseNotice(t *testing.T) {
 		got <- err
 	}()
 	// Release once the waiter is subscribed on every master.
-	if !redistest.WaitFor(ctx, func() bool {
-		for _, s := range ms.servers {
-			v, err := s.Do("PUBSUB", "CHANNELS", "*")
-			if a, _ := v.([]any); err != nil || len(a) == 0 {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatal("the waiter did not subscribe on every master")
-	}
+	subscribedEverywhere(t, ctx, ms.servers)
 	start := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -110,6 +101,57 @@ func TestNew_waiterWokenByReleaseNotice(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("the waiter took %v after the release", took)
+	}
+}
+
+// Over RESP2 (ClientOption.AlwaysRESP2): a lock, a waiter woken by the
+// release notice on the dedicated connection, Inspect, and the identity
+// check (INFO's reply is a bulk string there, a verbatim string over RESP3).
+func TestNew_overRESP2(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	resp2 := func(o *lib.ClientOption) { o.AlwaysRESP2 = true }
+	clients := make([]lib.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = dial(t, s.Addr(), resp2)
+	}
+	c := newClient(t, clients)
+	ctx := ctxFor(t)
+	l, err := c.Acquire(ctx, "r2", redlock.WithTTL(time.Minute), redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := c.Inspect(ctx, "r2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range in.Masters {
+		if m.Err != nil || len(m.State.Holders) != 1 {
+			t.Errorf("master %s: %+v, %v: want one holder", m.Addr, m.State, m.Err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := c.Acquire(ctx, "r2", redlock.WithWait(30*time.Second))
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	subscribedEverywhere(t, ctx, servers)
+	start := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the waiter took %v after the release", took)
+	}
+	_, port, _ := net.SplitHostPort(servers[0].Addr())
+	twice := newClient(t, []lib.Client{clients[0], dial(t, "localhost:"+port, resp2), clients[1]})
+	if _, err := twice.TryAcquire(ctx, "twice"); !errors.Is(err, redlock.ErrInvalid) {
+		t.Fatalf("a server given twice: %v, want ErrInvalid", err)
 	}
 }
 
@@ -374,4 +416,21 @@ func indexFold(a, s string) int {
 		}
 	}
 	return -1
+}
+
+// subscribedEverywhere waits until every server has a subscriber (a
+// waiter's release-notice subscription).
+func subscribedEverywhere(t *testing.T, ctx context.Context, servers []*redistest.Server) {
+	t.Helper()
+	if !redistest.WaitFor(ctx, func() bool {
+		for _, s := range servers {
+			v, err := s.Do("PUBSUB", "CHANNELS", "*")
+			if a, _ := v.([]any); err != nil || len(a) == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the waiter did not subscribe on every master")
+	}
 }
