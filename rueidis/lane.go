@@ -26,8 +26,10 @@ import (
 // pipeline, and takes the next batch only when DoMulti returned. For a
 // client of one master every command then goes through the same
 // auto-pipelined connection in order (rueidis puts a DoMulti's commands
-// on one connection, and a command with no slot on the first), so they
-// reach the master in the order Send was called. Under load batches grow
+// on one connection, and a command with no key slot on the first: see
+// build), so they reach the master in the order Send was called, also
+// when a batch was given up at its deadline with its commands still
+// queued there. Under load batches grow
 // by themselves; a lone caller pays one hand-off to the writer, and
 // rueidis then writes and reads the batch on the writer's goroutine.
 //
@@ -118,6 +120,7 @@ func (r *req) finish(v any, err error) {
 type lane struct {
 	client lib.Client
 	addr   string
+	keyed  bool // give commands their keys (a cluster client routes by them)
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -138,6 +141,7 @@ func newLane(client lib.Client, addr string) *lane {
 	l := &lane{
 		client: client,
 		addr:   addr,
+		keyed:  client.Mode() == lib.ClientModeCluster,
 		wake:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
 		loaded: make(map[*redlock.Script]bool),
@@ -355,7 +359,12 @@ func (l *lane) sendDirect(cmd *redlock.Command) {
 }
 
 // build returns r's command for rueidis: a script as EVALSHA (EVAL after
-// a NOSCRIPT), its keys as keys (a cluster client routes by them).
+// a NOSCRIPT). Its keys are given as keys (Keys) to a cluster client
+// only, which routes by them: a client of one master puts a command with
+// a key slot on one of its pipelined connections at random
+// (PipelineMultiplex), and batches on two connections could overtake one
+// another once one was given up at its deadline; a command without one
+// always goes on the first.
 func (l *lane) build(r *req) lib.Completed {
 	args := r.cmd.Args
 	nk := min(max(r.cmd.NumKeys, 0), len(args))
@@ -370,6 +379,9 @@ func (l *lane) build(r *req) lib.Completed {
 		if nk == 0 && len(args) > 0 && strings.EqualFold(r.cmd.Name, "SET") {
 			nk = 1
 		}
+	}
+	if !l.keyed {
+		return l.client.B().Arbitrary(head...).Args(strs(args)...).Build()
 	}
 	return l.client.B().Arbitrary(head...).Keys(strs(args[:nk])...).Args(strs(args[nk:])...).Build()
 }
