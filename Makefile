@@ -57,7 +57,7 @@ test-rueidis: deps
 
 ## test-valkey: the valkey-go adapter's module (valkey/, generated from rueidis/ by go generate),
 ##   against real redis-server masters (Debian has no valkey-server); the conformance suite
-##   through valkey.New is in integration/valkey
+##   through valkey.New is in integration/rueidis, beside rueidis.New's
 test-valkey: deps
 	cd valkey && $(GO) test -race -count=1 -timeout 10m ./...
 
