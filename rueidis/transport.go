@@ -1,7 +1,6 @@
 package rueidis
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	lib "github.com/redis/rueidis"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -131,16 +131,8 @@ func (t *Transport) Close() error {
 // transport.
 var errClosed = fmt.Errorf("%s: transport closed: %w", pkg, redlock.ErrClosed)
 
-// timeoutError is a command's deadline passing before its reply. It
-// matches context.DeadlineExceeded and is a net.Error timeout.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "no reply before the command's deadline" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-func (timeoutError) Is(target error) bool {
-	return target == context.DeadlineExceeded
-}
+// timeoutError is a command's deadline passing before its reply.
+type timeoutError = adapter.TimeoutError
 
 // closedByMaster reports whether err says the master closed the
 // connection (nothing sent on it runs after that).

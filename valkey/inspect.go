@@ -11,6 +11,7 @@ import (
 
 	lib "github.com/valkey-io/valkey-go"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
@@ -116,7 +117,7 @@ func resp2(cmd layout.Command, msg *lib.ValkeyMessage, depth int) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			if pair, ok := v.([]any); ok && depth == 0 && withScores(cmd) {
+			if pair, ok := v.([]any); ok && depth == 0 && adapter.WithScores(cmd.Args) {
 				// RESP3: [member, score] per element.
 				if len(pair) != 2 {
 					return nil, fmt.Errorf("WITHSCORES element of %d parts", len(pair))
@@ -129,15 +130,6 @@ func resp2(cmd layout.Command, msg *lib.ValkeyMessage, depth int) (any, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("reply of type %s", typeName(msg))
-}
-
-// withScores reports whether cmd asks for a sorted set's scores.
-func withScores(cmd layout.Command) bool {
-	if len(cmd.Args) == 0 {
-		return false
-	}
-	s, ok := cmd.Args[len(cmd.Args)-1].(string)
-	return ok && strings.EqualFold(s, "WITHSCORES")
 }
 
 // split returns an inspection command's name (with EVAL's script and key

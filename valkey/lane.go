@@ -14,6 +14,7 @@ import (
 
 	lib "github.com/valkey-io/valkey-go"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -83,11 +84,8 @@ const laneBatch = 256
 const defaultBound = 5 * time.Second
 
 // lateBound is how long past its deadline a command's batch may wait for
-// it: its own time to its deadline, at least a second (as the
-// redlock.Client waits for a reply read late).
-func lateBound(budget time.Duration) time.Duration {
-	return max(budget, time.Second)
-}
+// it (adapter.LateBound).
+var lateBound = adapter.LateBound
 
 var (
 	errBusy = errors.New("too many commands queued for this master")

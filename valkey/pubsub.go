@@ -10,6 +10,7 @@ import (
 
 	lib "github.com/valkey-io/valkey-go"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -32,10 +33,8 @@ type subscription struct {
 
 	mu     sync.Mutex
 	dc     lib.DedicatedClient // set once the connection is taken
-	want   map[string]bool     // channels asked for
-	acked  map[string]bool     // the last acknowledgement was a subscribe
-	pend   map[string]int      // SUBSCRIBEs and UNSUBSCRIBEs not yet acknowledged
-	err    error               // why it ended
+	chans  *adapter.Channels
+	err    error // why it ended
 	ended  bool
 	ready  chan struct{} // closed when the master answered the first PING
 	done   chan struct{} // closed when it ended
@@ -56,9 +55,7 @@ func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload 
 		addr:   t.addr,
 		notify: notify,
 		owner:  t,
-		want:   make(map[string]bool),
-		acked:  make(map[string]bool),
-		pend:   make(map[string]int),
+		chans:  adapter.NewChannels(),
 		ready:  make(chan struct{}),
 		done:   make(chan struct{}),
 		exited: make(chan struct{}),
@@ -112,7 +109,7 @@ func (s *subscription) run(ctx context.Context, client lib.Client) {
 // message hands a notice on a wanted channel to notify.
 func (s *subscription) message(m lib.PubSubMessage) {
 	s.mu.Lock()
-	want := s.want[m.Channel] && !s.ended
+	want := s.chans.Wanted(m.Channel) && !s.ended
 	s.mu.Unlock()
 	if want && m.Pattern == "" {
 		s.notify(m.Channel, m.Message)
@@ -123,21 +120,7 @@ func (s *subscription) message(m lib.PubSubMessage) {
 // subscription.
 func (s *subscription) ack(m lib.PubSubSubscription) {
 	s.mu.Lock()
-	ok := s.pend[m.Channel] > 0
-	switch {
-	case !ok:
-	case m.Kind == "subscribe":
-		s.acked[m.Channel] = true
-	case m.Kind == "unsubscribe":
-		delete(s.acked, m.Channel)
-	default:
-		ok = false
-	}
-	if ok {
-		if s.pend[m.Channel]--; s.pend[m.Channel] == 0 {
-			delete(s.pend, m.Channel)
-		}
-	}
+	ok := s.chans.Ack(m.Kind, m.Channel)
 	s.mu.Unlock()
 	if !ok {
 		s.end(fmt.Errorf("unexpected %s acknowledgement", m.Kind))
@@ -153,28 +136,9 @@ func (s *subscription) Set(ctx context.Context, channels []string) error {
 		s.mu.Unlock()
 		return err
 	}
-	next := make(map[string]bool, len(channels))
-	var add, drop []string
-	for _, ch := range channels {
-		if next[ch] {
-			continue
-		}
-		next[ch] = true
-		if !s.want[ch] {
-			add = append(add, ch)
-			s.pend[ch]++
-		}
-	}
-	for ch := range s.want {
-		if !next[ch] {
-			drop = append(drop, ch)
-			s.pend[ch]++
-		}
-	}
-	s.want = next
+	add, drop := s.chans.Set(channels)
 	dc := s.dc
 	s.mu.Unlock()
-	// Never send an UNSUBSCRIBE of no channels: it is one of every channel.
 	if len(add) > 0 {
 		if err := dc.Do(ctx, dc.B().Subscribe().Channel(add...).Build()).Error(); err != nil {
 			s.end(err)
@@ -195,7 +159,7 @@ func (s *subscription) Set(ctx context.Context, channels []string) error {
 func (s *subscription) Live(channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.ended && s.want[channel] && s.acked[channel] && s.pend[channel] == 0
+	return !s.ended && s.chans.Live(channel)
 }
 
 // Done is closed when the subscription broke or was closed.
@@ -227,7 +191,7 @@ func (s *subscription) end(err error) {
 	}
 	s.ended = true
 	s.err = fmt.Errorf("subscription to %s: %w", s.addr, err)
-	clear(s.acked)
+	s.chans.Lost()
 	close(s.done)
 }
 

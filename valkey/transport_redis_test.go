@@ -62,11 +62,20 @@ func TestNew_locksOnOneAndFiveMasters(t *testing.T) {
 			}
 			_ = r1.Release(ctx)
 			_ = r2.Release(ctx)
-			for i, s := range ms.seen {
-				for _, name := range []string{"evalsha", "script", "info"} {
-					if s.get(name) == 0 {
-						t.Errorf("master %d's middleware saw no %s", i, name)
+			// Calls return at a quorum: wait for every master's middleware.
+			seenAll := func() bool {
+				for _, s := range ms.seen {
+					for _, name := range []string{"evalsha", "script", "info"} {
+						if s.get(name) == 0 {
+							return false
+						}
 					}
+				}
+				return true
+			}
+			if !redistest.WaitFor(ctx, seenAll) {
+				for i, s := range ms.seen {
+					t.Errorf("master %d's middleware saw evalsha %d, script %d, info %d", i, s.get("evalsha"), s.get("script"), s.get("info"))
 				}
 			}
 		})
@@ -122,15 +131,7 @@ func TestNew_overRESP2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := c.Inspect(ctx, "r2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range in.Masters {
-		if m.Err != nil || len(m.State.Holders) != 1 {
-			t.Errorf("master %s: %+v, %v: want one holder", m.Addr, m.State, m.Err)
-		}
-	}
+	inspectHeldEverywhere(t, ctx, c, "r2")
 	got := make(chan error, 1)
 	go func() {
 		w, err := c.Acquire(ctx, "r2", redlock.WithWait(30*time.Second))
@@ -167,16 +168,30 @@ func TestTransport_Inspect_readsTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	in, err := c.Inspect(ctx, "seen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range in.Masters {
-		if m.Err != nil {
-			t.Fatalf("master %s: %v", m.Addr, m.Err)
+	inspectHeldEverywhere(t, ctx, c, "seen")
+}
+
+// inspectHeldEverywhere waits until Inspect reads one holder of key on
+// every master (the acquisition returned at a quorum: the others may
+// still be setting it), failing t when they do not within ctx.
+func inspectHeldEverywhere(t *testing.T, ctx context.Context, c *redlock.Client, key string) {
+	t.Helper()
+	var last redlock.Inspection
+	if !redistest.WaitFor(ctx, func() bool {
+		in, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if m.State.Kind.String() == "" || len(m.State.Holders) != 1 {
-			t.Errorf("master %s: state %+v, want one holder", m.Addr, m.State)
+		last = in
+		for _, m := range in.Masters {
+			if m.Err != nil || len(m.State.Holders) != 1 {
+				return false
+			}
+		}
+		return true
+	}) {
+		for _, m := range last.Masters {
+			t.Errorf("master %s: %+v, %v: want one holder", m.Addr, m.State, m.Err)
 		}
 	}
 }
