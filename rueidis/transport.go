@@ -105,8 +105,11 @@ func (t *Transport) Send(cmd *redlock.Command) {
 // redlock.ErrClosed), closes the subscriptions, and waits for the
 // transport's goroutines: a batch in flight ends when rueidis honours its
 // canceled context (at once when it is queued on the pipelined
-// connection; at its deadline when rueidis writes and reads it itself).
-// It does not close the client.
+// connection; at its deadline when rueidis writes and reads it itself),
+// and a subscription being opened when rueidis gives up dialing its
+// connection (the client's Dialer.Timeout, 5 s by default, on a master
+// that accepts connections but does not answer). It does not close the
+// client.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
