@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: all test test-goredis test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak api api-update
+.PHONY: all test test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -34,6 +34,8 @@ test: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-goredis
+	$(MAKE) test-rueidis
+	$(MAKE) test-valkey
 	$(MAKE) test-otel
 	$(MAKE) test-sim
 
@@ -47,6 +49,17 @@ test-sim: deps
 ##   integration/goredis, so that the adapter's module requires no test harness)
 test-goredis: deps redis-image
 	cd goredis && $(GO) test -race -count=1 -timeout 10m ./...
+
+## test-rueidis: the rueidis adapter's module (rueidis/), against real redis-server masters
+##   (the conformance suite through rueidis.New is in integration/rueidis)
+test-rueidis: deps
+	cd rueidis && $(GO) test -race -count=1 -timeout 10m ./...
+
+## test-valkey: the valkey-go adapter's module (valkey/, generated from rueidis/ by go generate),
+##   against real redis-server masters (Debian has no valkey-server); the conformance suite
+##   through valkey.New is in integration/rueidis, beside rueidis.New's
+test-valkey: deps
+	cd valkey && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-otel: the OpenTelemetry observer's module (otel/), against real Redis masters
 test-otel: deps

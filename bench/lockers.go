@@ -60,6 +60,9 @@ const (
 	qlGoRedisName = "quorumlock (go-redis adapter)"
 	rsName        = "go-redsync"
 	rsGoRedisName = "go-redsync (go-redis)"
+	qlRueidisName = "quorumlock (rueidis adapter)"
+	rsRueidisName = "go-redsync (rueidis)"
+	qlValkeyName  = "quorumlock (valkey-go adapter)"
 	rlName        = "bsm/redislock"
 )
 
@@ -76,6 +79,9 @@ var libs = []lib{
 	{"quorumlock (fair)", "handoff", newQuorumlockFair},
 	{rsName, "seq par scale keys handoff degraded allocs", newRedsync},
 	{rsGoRedisName, "seq par allocs", newRedsyncGoRedis},
+	{qlRueidisName, "seq par allocs", newQuorumlockRueidis},
+	{rsRueidisName, "seq par allocs", newRedsyncRueidis},
+	{qlValkeyName, "seq par allocs", newQuorumlockValkey},
 	{rlName, "seq par handoff", newRedislock},
 	{floorName, "seq", newFloor},
 	{floorReaderName, "seq", newFloorReader},

@@ -9,6 +9,8 @@ require (
 	github.com/ory/dockertest/v3 v3.12.0
 	github.com/quorumlock/quorumlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+	github.com/valkey-io/valkey-go v1.0.79
 	go.uber.org/goleak v1.3.0
 )
 
@@ -43,6 +45,8 @@ require (
 	github.com/opencontainers/runc v1.2.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/quorumlock/quorumlock/goredis v0.1.0
+	github.com/quorumlock/quorumlock/rueidis v0.1.0
+	github.com/quorumlock/quorumlock/valkey v0.1.0
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
@@ -52,3 +56,7 @@ require (
 )
 
 replace github.com/quorumlock/quorumlock/goredis => ../goredis
+
+replace github.com/quorumlock/quorumlock/rueidis => ../rueidis
+
+replace github.com/quorumlock/quorumlock/valkey => ../valkey
