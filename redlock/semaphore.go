@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/layout"
@@ -263,8 +264,28 @@ func (s *Semaphore) permit(l *Lock, slot int) *Permit {
 
 // notAcquired joins the slots' errors under one that names the semaphore.
 func (s *Semaphore) notAcquired(errs []error) error {
-	return fmt.Errorf("redlock: semaphore %q: no permit of %d acquired: %w", s.key, s.permits, errors.Join(errs...))
+	return &semaphoreError{key: s.key, permits: s.permits, errs: errs}
 }
+
+// semaphoreError is a Semaphore call's failure: each slot's error, on one
+// line, matched by errors.Is and errors.As through Unwrap.
+type semaphoreError struct {
+	key     string
+	permits int
+	errs    []error
+}
+
+func (e *semaphoreError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock: semaphore %q: none of %d permits acquired", e.key, e.permits)
+	for _, err := range e.errs {
+		b.WriteString("; ")
+		b.WriteString(strings.TrimPrefix(err.Error(), "redlock: "))
+	}
+	return b.String()
+}
+
+func (e *semaphoreError) Unwrap() []error { return e.errs }
 
 // observe reports a Semaphore call's acquisition as one event, with the
 // permit's lock ID so that its extensions, release and loss follow it.
