@@ -233,27 +233,38 @@ func (s *Semaphore) waitAll(ctx context.Context, opts []LockOption, attempts *in
 			results <- result{i, l, err}
 		}(i)
 	}
-	var won *Permit
 	var errs []error
 	for n := 0; n < s.permits; n++ {
 		r := <-results
-		switch {
-		case r.err != nil:
+		if r.err != nil {
 			*attempts++
 			errs = append(errs, r.err)
-		case won == nil:
-			*attempts += r.l.Attempts()
-			won = s.permit(r.l, r.slot)
-			cancel()
-		default:
-			*attempts += r.l.Attempts()
-			relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.timeout)
-			_ = r.l.Release(relCtx)
-			relCancel()
+			continue
 		}
-	}
-	if won != nil {
-		return won, nil
+		*attempts += r.l.Attempts()
+		cancel()
+		// The other slots' acquisitions end at the cancel, a cancelled
+		// attempt after undoing itself: do not hold the permit up for
+		// that. A slot granted meanwhile is released again.
+		rest := s.permits - n - 1
+		drain := func() {
+			for ; rest > 0; rest-- {
+				if r := <-results; r.err == nil {
+					relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.timeout)
+					_ = r.l.Release(relCtx)
+					relCancel()
+				}
+			}
+		}
+		if s.c.addWorker() {
+			go func() {
+				defer s.c.workers.Done()
+				drain()
+			}()
+		} else {
+			drain()
+		}
+		return s.permit(r.l, r.slot), nil
 	}
 	return nil, s.notAcquired(errs)
 }
