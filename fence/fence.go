@@ -120,7 +120,7 @@ func (s *Store) Set(ctx context.Context, key string, token uint64, value []byte,
 	if ttl < 0 || (ttl > 0 && ttl < time.Millisecond) {
 		return fmt.Errorf("%w: TTL must be 0 or at least 1ms, got %v", ErrInvalid, ttl)
 	}
-	res, err := s.b.eval(ctx, scripts.FencedSet, redlock.ReplyCounter, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
+	res, err := s.b.eval(ctx, scripts.FencedWrite, redlock.ReplyCounter, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("fence: set %q: %w", key, err)
 	}

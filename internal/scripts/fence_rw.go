@@ -5,16 +5,11 @@ import _ "embed" // the fenced read-modify-write scripts
 var (
 	//go:embed fenced_read.lua
 	fencedReadSrc string
-	//go:embed fenced_set.lua
-	fencedSetSrc string
 
 	// FencedRead reads a value for a fencing token at least the highest
 	// seen and records the token; see fenced_read.lua. Package fence runs
 	// it (it is not among All: no lock connection loads it).
 	FencedRead = New("fenced_read", 2, fencedReadSrc)
-	// FencedSet is FencedWrite with a reply a transport's shape check
-	// admits; see fenced_set.lua.
-	FencedSet = New("fenced_set", 2, fencedSetSrc)
 )
 
 // FencedGet reads a value as GET does, with a reply a transport's shape
