@@ -16,7 +16,7 @@ import (
 
 func TestExecPermits_runsWhileOneOfKIsFreeAndStatusShowsHolders(t *testing.T) {
 	masters := addrsOf(redistest.Start(t, 3))
-	holder, err := redlock.NewFromAddrs(masters)
+	holder, err := redlock.NewFromAddrs(masters, redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
