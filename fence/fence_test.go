@@ -206,5 +206,5 @@ func TestKleppmannPause_staleHolderIsRefused(t *testing.T) {
 
 func TestStore_readTurnsAwayOlderHoldersOnAPool(t *testing.T) {
 	srv := redistest.StartOne(t)
-	fencetest.ReadTurnsAwayOlderHolders(t, ctxT(t), newStore(t, srv), "counter")
+	fencetest.ReadTurnsAwayOlderHolders(ctxT(t), t, newStore(t, srv), "counter")
 }

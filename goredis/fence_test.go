@@ -23,7 +23,7 @@ func TestTransportStore_readTurnsAwayOlderHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		fencetest.ReadTurnsAwayOlderHolders(t, ctx, store, "counter")
+		fencetest.ReadTurnsAwayOlderHolders(ctx, t, store, "counter")
 		// Without a deadline on ctx: the Store's own bound.
 		if err := store.Set(context.Background(), "other", 1, []byte("x"), time.Minute); err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 
 // ReadTurnsAwayOlderHolders checks Read, Update, Set, Get and Highest on s,
 // whose Redis is empty at key.
-func ReadTurnsAwayOlderHolders(t *testing.T, ctx context.Context, s *fence.Store, key string) {
+func ReadTurnsAwayOlderHolders(ctx context.Context, t *testing.T, s *fence.Store, key string) {
 	t.Helper()
 	if v, ok, err := s.Read(ctx, key, 3); err != nil || ok || v != nil {
 		t.Fatalf("Read of a missing key: %q, %v, %v", v, ok, err)
@@ -32,7 +32,7 @@ func ReadTurnsAwayOlderHolders(t *testing.T, ctx context.Context, s *fence.Store
 	if _, _, err := s.Read(ctx, key, 4); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("Read by 4 after 5 read: %v, want ErrStale", err)
 	}
-	incr := func(old []byte, ok bool) ([]byte, error) {
+	incr := func(old []byte, _ bool) ([]byte, error) {
 		n, _ := strconv.Atoi(string(old))
 		return []byte(strconv.Itoa(n + 1)), nil
 	}
