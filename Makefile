@@ -9,6 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
+.PHONY: nemesis-semaphore
 .PHONY: all test test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
@@ -90,6 +91,14 @@ integration: deps redis-image
 	@# the nemesis on members that are Redis Clusters (slot migrations under load), go-redis adapter
 	cd integration && $(GO) test -race -count=1 -timeout 30m -v -run 'TestNew_clusterMembers_nemesis' ./goredis -args -cluster-nemesis=$(NEMESIS) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)|pool.go:'; exit $${PIPESTATUS[0]}
+
+## nemesis-semaphore: the semaphore under the nemesis (pauses, kills with AOF, clocks within
+##   the allowance): 16 clients, 3 permits, N=5, until SEM_GRANTS permits were granted; checks
+##   that at most 3 are valid at once (make test runs it for 200 grants)
+SEM_GRANTS ?= 20000
+nemesis-semaphore: deps
+	cd integration && QUORUMLOCK_BACKEND=process $(GO) test -race -count=1 -timeout 60m -v -run '^TestSemaphoreNemesis_' . \
+	  -args -semaphore-grants=$(SEM_GRANTS) 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## mutants-clock: the clock suite's hand-over test against each mutant in
 ##   integration/testdata/mutants (the drift term left out of validity),

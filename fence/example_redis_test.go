@@ -53,5 +53,5 @@ func ExampleGuard() {
 	fmt.Println(write(2, -30), balance) // a stale holder
 	// Output:
 	// <nil> 70
-	// fence: stale fencing token 2 for "account:7": a holder with token 3 has written 70
+	// fence: stale fencing token 2 for "account:7": a holder with token 3 has read or written 70
 }

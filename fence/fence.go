@@ -7,7 +7,9 @@
 // has seen turns that stale holder away, even though it believes it still
 // holds the lock. That check must happen where the data is written,
 // atomically with the write; this package provides it for data kept in
-// Redis (Store) and for data kept in the process (Guard).
+// Redis (Store, on a redigo pool or any lock transport) and for data kept in
+// the process (Guard). Store.Read and Store.Update also record a reader's
+// token, so that a fenced read-modify-write loses no update.
 package fence
 
 import (
@@ -15,14 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // ErrStale is matched (errors.Is) by every refusal of a stale token.
@@ -37,7 +39,7 @@ type StaleError struct {
 }
 
 func (e *StaleError) Error() string {
-	return fmt.Sprintf("fence: stale fencing token %d for %q: a holder with token %d has written", e.Token, e.Resource, e.Highest)
+	return fmt.Sprintf("fence: stale fencing token %d for %q: a holder with token %d has read or written", e.Token, e.Resource, e.Highest)
 }
 
 // Is reports whether target is ErrStale.
@@ -51,11 +53,39 @@ var ErrInvalid = errors.New("fence: invalid argument")
 // and the write are one script.
 func SeenKey(key string) string { return layout.FenceSeenKey(key) }
 
-// Store keeps values in one Redis and writes a value only for a token at
-// least the highest token seen for its key (equal tokens pass, so one
-// holder may write many times). A Store is safe for concurrent use.
+// Store keeps values in one Redis and checks a fencing token with every
+// call, atomically with it on the Redis (one script per call). A Store is
+// safe for concurrent use. What each call guarantees:
+//
+//   - Set writes only for a token at least the highest seen for the key
+//     (equal tokens pass, so one holder may write many times), and records
+//     it as the highest: a holder with a lower token can write nothing
+//     after it.
+//   - Read returns the value only for a token at least the highest seen,
+//     and records it as the highest, just as Set does: once a holder has
+//     read, a holder with a lower token can neither write nor read.
+//   - Update is Read, then the caller's function, then Set, all for one
+//     token: when it returns nil, no write of another token was accepted
+//     between its read and its write (a later token's read or write refuses
+//     this Set; an earlier token's is refused after this Read), so the
+//     read-modify-write loses no update — provided every writer of the key
+//     goes through Read/Update/Set with tokens of one lock (unique per
+//     holder; a semaphore's are unique per slot, so use one resource per
+//     slot, or a lock).
+//   - Get and Highest only read; they check and record nothing.
+//
+// A Set, Read or Update whose error is not a *StaleError may have been
+// applied or not (a timeout leaves it unknown; a pipelined transport may run
+// it late): retry it with the same token, or read to find out.
 type Store struct {
-	p pool.Pool
+	b backend
+}
+
+// backend runs a Store's scripts on its Redis: through a redigo pool, or
+// through a lock transport.
+type backend interface {
+	// eval runs script with keysAndArgs; shape is what its reply may be.
+	eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error)
 }
 
 // NewStore returns a Store on the Redis behind p.
@@ -63,7 +93,20 @@ func NewStore(p pool.Pool) (*Store, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalid)
 	}
-	return &Store{p: p}, nil
+	return &Store{b: poolBackend{p}}, nil
+}
+
+// NewTransportStore returns a Store on the Redis behind t, a transport of
+// the kind redlock.NewWithTransports takes (the go-redis adapter of module
+// goredis, say): each call is one command through t.Send, waiting at most
+// until ctx's deadline (a second when ctx has none). The Store does not
+// close t. t may be a transport a Client uses for a lock master, but the
+// data belongs on a Redis of its own (docs/safety.md).
+func NewTransportStore(t redlock.Transport) (*Store, error) {
+	if t == nil {
+		return nil, fmt.Errorf("%w: nil transport", ErrInvalid)
+	}
+	return &Store{b: transportBackend{t}}, nil
 }
 
 // Set stores value at key if token is at least the highest token seen for
@@ -71,72 +114,138 @@ func NewStore(p pool.Pool) (*Store, error) {
 // expiry. A refused write returns a *StaleError (matching ErrStale) and
 // changes nothing.
 func (s *Store) Set(ctx context.Context, key string, token uint64, value []byte, ttl time.Duration) error {
+	if err := checkArgs(key, token); err != nil {
+		return err
+	}
+	if ttl < 0 || (ttl > 0 && ttl < time.Millisecond) {
+		return fmt.Errorf("%w: TTL must be 0 or at least 1ms, got %v", ErrInvalid, ttl)
+	}
+	res, err := s.b.eval(ctx, scripts.FencedWrite, redlock.ReplyCounter, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("fence: set %q: %w", key, err)
+	}
+	if res == int64(0) {
+		return nil
+	}
+	seen, err := strconv.ParseUint(bulk(res), 10, 64)
+	if err != nil {
+		return fmt.Errorf("fence: set %q: unexpected reply", key)
+	}
+	return &StaleError{Resource: key, Token: token, Highest: seen}
+}
+
+// Read returns the value at key (and whether there is one) if token is at
+// least the highest token seen for key, and records token as the highest:
+// from then on every holder with a lower token is refused, its writes and
+// reads (see Store). A refused read returns a *StaleError and changes
+// nothing.
+func (s *Store) Read(ctx context.Context, key string, token uint64) ([]byte, bool, error) {
+	if err := checkArgs(key, token); err != nil {
+		return nil, false, err
+	}
+	res, err := s.b.eval(ctx, scripts.FencedRead, redlock.ReplyInfo, key, SeenKey(key), strconv.FormatUint(token, 10))
+	if err != nil {
+		return nil, false, fmt.Errorf("fence: read %q: %w", key, err)
+	}
+	r := bulk(res)
+	switch {
+	case r == "n":
+		return nil, false, nil
+	case strings.HasPrefix(r, "v"):
+		return []byte(r[1:]), true, nil
+	case strings.HasPrefix(r, "s"):
+		if seen, err := strconv.ParseUint(r[1:], 10, 64); err == nil {
+			return nil, false, &StaleError{Resource: key, Token: token, Highest: seen}
+		}
+	}
+	return nil, false, fmt.Errorf("fence: read %q: unexpected reply", key)
+}
+
+// Update reads key for token (Read), calls fn with the value and whether
+// there is one, and stores fn's result for token (Set, with ttl). Either
+// step refused returns a *StaleError: a holder with a later token read or
+// wrote the key, and nothing of this call was stored. When Update returns
+// nil, no write of another token was accepted between its read and its
+// write (see Store). fn's error is returned as is, and nothing is written.
+func (s *Store) Update(ctx context.Context, key string, token uint64, ttl time.Duration,
+	fn func(old []byte, ok bool) ([]byte, error)) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	old, ok, err := s.Read(ctx, key, token)
+	if err != nil {
+		return err
+	}
+	v, err := fn(old, ok)
+	if err != nil {
+		return err
+	}
+	return s.Set(ctx, key, token, v, ttl)
+}
+
+// Get returns the value at key and whether there is one. It checks and
+// records no token: a value read this way must not be written back.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if key == "" {
+		return nil, false, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	res, err := s.b.eval(ctx, scripts.FencedGet, redlock.ReplyInfo, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("fence: get %q: %w", key, err)
+	}
+	switch r := bulk(res); {
+	case r == "n":
+		return nil, false, nil
+	case strings.HasPrefix(r, "v"):
+		return []byte(r[1:]), true, nil
+	}
+	return nil, false, fmt.Errorf("fence: get %q: unexpected reply", key)
+}
+
+// Highest returns the highest token seen for key (0 when none).
+func (s *Store) Highest(ctx context.Context, key string) (uint64, error) {
+	v, ok, err := s.Get(ctx, SeenKey(key))
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fence: highest %q: not a token: %w", key, err)
+	}
+	return n, nil
+}
+
+func checkArgs(key string, token uint64) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	case token == 0:
 		return fmt.Errorf("%w: token 0 (the lock was acquired without WithFencing?)", ErrInvalid)
-	case ttl < 0 || (ttl > 0 && ttl < time.Millisecond):
-		return fmt.Errorf("%w: TTL must be 0 or at least 1ms, got %v", ErrInvalid, ttl)
-	}
-	res, err := s.do(ctx, func(c redis.Conn, timeout time.Duration) (any, error) {
-		return scripts.FencedWrite.Do(c, timeout, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
-	})
-	if err != nil {
-		return fmt.Errorf("fence: set %q: %w", key, err)
-	}
-	vals, err := redis.Values(res, nil)
-	if err != nil || len(vals) != 2 {
-		return fmt.Errorf("fence: set %q: unexpected reply %v", key, res)
-	}
-	ok, err1 := redis.Int(vals[0], nil)
-	seen, err2 := redis.Uint64(vals[1], nil)
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("fence: set %q: unexpected reply %v", key, res)
-	}
-	if ok != 1 {
-		return &StaleError{Resource: key, Token: token, Highest: seen}
 	}
 	return nil
 }
 
-// Get returns the value at key and whether there is one.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	res, err := s.do(ctx, func(c redis.Conn, timeout time.Duration) (any, error) {
-		return redis.DoWithTimeout(c, timeout, "GET", key)
-	})
-	v, err := redis.Bytes(res, err)
-	if errors.Is(err, redis.ErrNil) {
-		return nil, false, nil
+// bulk is a bulk string reply as a string ("" for any other reply).
+func bulk(v any) string {
+	switch v := v.(type) {
+	case []byte:
+		return string(v)
+	case string:
+		return v
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("fence: get %q: %w", key, err)
-	}
-	return v, true, nil
+	return ""
 }
 
-// Highest returns the highest token seen for key (0 when none).
-func (s *Store) Highest(ctx context.Context, key string) (uint64, error) {
-	res, err := s.do(ctx, func(c redis.Conn, timeout time.Duration) (any, error) {
-		return redis.DoWithTimeout(c, timeout, "GET", SeenKey(key))
-	})
-	n, err := redis.Uint64(res, err)
-	if errors.Is(err, redis.ErrNil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("fence: highest %q: %w", key, err)
-	}
-	return n, nil
-}
+// poolBackend runs scripts on connections of a redigo pool.
+type poolBackend struct{ p pool.Pool }
 
-// do runs f on a connection, bounded by ctx's deadline (the connection's
-// own read timeout when ctx has none).
-func (s *Store) do(ctx context.Context, f func(c redis.Conn, timeout time.Duration) (any, error)) (any, error) {
+// eval runs script on a connection, bounded by ctx's deadline (the
+// connection's own read timeout when ctx has none).
+func (b poolBackend) eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := s.p.GetContext(ctx)
+	c, err := b.p.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +256,42 @@ func (s *Store) do(ctx context.Context, f func(c redis.Conn, timeout time.Durati
 			return nil, context.DeadlineExceeded
 		}
 	}
-	return f(c, timeout)
+	res, err := script.Do(c, timeout, keysAndArgs...)
+	if err == nil && !shape.Fits(res) {
+		return nil, fmt.Errorf("reply of the wrong shape")
+	}
+	return res, err
+}
+
+// transportBackend runs scripts through a lock transport's Send, as plain
+// EVAL commands.
+type transportBackend struct{ t redlock.Transport }
+
+// defaultWait bounds a transport call when ctx has no deadline.
+const defaultWait = time.Second
+
+func (b transportBackend) eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(defaultWait)
+	}
+	type outcome struct {
+		reply any
+		err   error
+	}
+	done := make(chan outcome, 1)
+	args := append([]any{script.Source(), int64(script.KeyCount())}, keysAndArgs...)
+	b.t.Send(&redlock.Command{Name: "EVAL", Args: args, Deadline: deadline, Reply: shape,
+		Done: func(reply any, err error, _ redlock.SendInfo) { done <- outcome{reply, err} }})
+	select {
+	case o := <-done:
+		return o.reply, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Guard is the same check for a resource kept in the process: it runs a

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/fence"
+	"github.com/quorumlock/quorumlock/internal/fencetest"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -201,4 +202,9 @@ func TestKleppmannPause_staleHolderIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestStore_readTurnsAwayOlderHoldersOnAPool(t *testing.T) {
+	srv := redistest.StartOne(t)
+	fencetest.ReadTurnsAwayOlderHolders(ctxT(t), t, newStore(t, srv), "counter")
 }

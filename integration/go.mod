@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/quorumlock/quorumlock => ../
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/ory/dockertest/v3 v3.12.0
 	github.com/quorumlock/quorumlock v0.1.0

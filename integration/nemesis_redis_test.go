@@ -147,7 +147,6 @@ func (r *nemesisResult) String() string {
 // test only for errors of the harness, never for what it counts.
 func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfig, opts ...redlock.Option) *nemesisResult {
 	t.Helper()
-	n := len(c.Masters)
 	counterSrv := cluster.Start(t, 1, cluster.WithBackend(c.Backend())).Masters[0]
 	if cfg.keys == 0 {
 		cfg.keys = 1
@@ -270,8 +269,30 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 		}()
 	}
 
-	// The nemesis: every few hundred ms, heal the last faults and break a
-	// new random minority. Clock faults stay: a clock is not healed.
+	runFaults(ctx, t, c, cfg, res.faults)
+	<-ctx.Done()
+	must(t, c.HealAll())
+	wg.Wait()
+	res.elapsed = time.Since(began)
+
+	for i := 0; i < cfg.keys; i++ {
+		v, err := redis.Int64(counterSrv.Do("GET", counterKey(i)))
+		must(t, err)
+		res.counter += v
+	}
+	res.acquired, res.completed, res.skipped = acquired.Load(), completed.Load(), skipped.Load()
+	res.overran, res.fail = overran.Load(), failures.Load()
+	res.analyse()
+	t.Log(res)
+	return res
+}
+
+// runFaults is the nemesis: every few hundred ms until ctx ends, it heals
+// the last faults and breaks a new random minority of c's masters with
+// cfg.kinds, counting each fault in faults. Clock faults stay: a clock is
+// not healed.
+func runFaults(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg nemesisConfig, faults map[string]int) {
+	n := len(c.Masters)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for ctx.Err() == nil && len(cfg.kinds) > 0 {
 		select {
@@ -297,7 +318,7 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 				if err := c.Masters[i].JumpClock(cfg.ttl + cfg.ttl/2); err != nil {
 					t.Errorf("nemesis %s %v: %v", faultClockLeap, c.Masters[i], err)
 				}
-				res.faults[faultClockLeap]++
+				faults[faultClockLeap]++
 			}
 		}
 		for _, v := range victims {
@@ -325,24 +346,9 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 			if err != nil {
 				t.Errorf("nemesis %s %v: %v", kind, m, err)
 			}
-			res.faults[kind]++
+			faults[kind]++
 		}
 	}
-	<-ctx.Done()
-	must(t, c.HealAll())
-	wg.Wait()
-	res.elapsed = time.Since(began)
-
-	for i := 0; i < cfg.keys; i++ {
-		v, err := redis.Int64(counterSrv.Do("GET", counterKey(i)))
-		must(t, err)
-		res.counter += v
-	}
-	res.acquired, res.completed, res.skipped = acquired.Load(), completed.Load(), skipped.Load()
-	res.overran, res.fail = overran.Load(), failures.Load()
-	res.analyse()
-	t.Log(res)
-	return res
 }
 
 // analyse finds overlapping windows, tokens that went backwards and what

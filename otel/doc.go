@@ -19,6 +19,11 @@
 //	quorumlock.master.errors      counter, {error}   each master's failed commands, by master, operation and error.type
 //	quorumlock.master.failing     gauge              1 while a master is failing, else 0 (series appear at its first failure)
 //
+// A semaphore (redlock.Client.NewSemaphore) is kind "semaphore": one
+// acquisition per Acquire or TryAcquire call (its wait and the slots it
+// tried as attempts, not one per slot), and each permit as a lock in the
+// active count, the hold time, extensions, releases and losses.
+//
 // Attributes follow OpenTelemetry's conventions where one exists
 // (server.address, server.port, error.type) and are named
 // quorumlock.* otherwise: quorumlock.lock.kind, quorumlock.acquire.outcome,

@@ -471,7 +471,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	// Read before the first attempt: whether a release between its
 	// refusal and the registration could go unheard (waiting.recheck).
 	mark := c.waker.mark(key, k)
-	if c.obs != nil {
+	if c.obs != nil && !lc.quietAcquire {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
 	defer func() {

@@ -29,6 +29,7 @@ type Lock struct {
 	// one of their commands may still run late; guarded by op.
 	retaken    []*round
 	fence      uint64        // the fencing token; 0 without WithFencing
+	eventKind  string        // the kind its events name; "": its own (semaphore.go)
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
@@ -59,7 +60,7 @@ var lockIDs atomic.Uint64
 
 func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
 	l := &Lock{c: c, key: acq.key, token: acq.token, id: lockIDs.Add(1), acq: acq, until: until, ttl: lc.ttl,
-		maxHold: lc.maxHold, acquired: start}
+		maxHold: lc.maxHold, acquired: start, eventKind: lc.eventKind}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
 	}

@@ -654,7 +654,12 @@ func (l *Lock) reportLoss(ctx context.Context, err error) {
 }
 
 // kindName names the lock's kind, for events.
-func (l *Lock) kindName() string { return kindName(l.kind(), l.fence != 0) }
+func (l *Lock) kindName() string {
+	if l.eventKind != "" {
+		return l.eventKind
+	}
+	return kindName(l.kind(), l.fence != 0)
+}
 
 // Waited returns how long the acquisition that returned the lock took,
 // from the call to its result, its waits between attempts included (0

@@ -183,6 +183,10 @@ type lockConfig struct {
 	fencing    bool
 	meta       string // holder metadata; "" for none
 	election   bool   // an Election's campaign: metadata always kept, term recorded (election.go)
+	// A semaphore's permit (semaphore.go): its events name this kind, and
+	// its acquisition is reported by the semaphore, not by each slot.
+	eventKind    string
+	quietAcquire bool
 }
 
 // WithTTL sets how long the lock lives on each master; it is sent in whole

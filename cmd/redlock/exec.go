@@ -18,27 +18,33 @@ import (
 // exitNoCommand is the shell's code for a command that cannot be run.
 const exitNoCommand = 127
 
-const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]\n\n" +
+const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] [--permits K] KEY -- COMMAND [ARGS...]\n\n" +
 	"Runs COMMAND while holding the lock on KEY, with QUORUMLOCK_KEY=KEY (and,\n" +
 	"with --fence, QUORUMLOCK_FENCE=the fencing token) in its environment. The\n" +
 	"lock is extended every ttl/3; if it is lost, COMMAND gets SIGTERM, then\n" +
 	"SIGKILL after --grace, and redlock exits 76. Without the lock nothing runs\n" +
-	"and redlock exits 75."
+	"and redlock exits 75.\n\n" +
+	"With --permits K, KEY is a semaphore of K permits: COMMAND runs while it\n" +
+	"holds one of them (at most K at once), with QUORUMLOCK_PERMIT=its slot\n" +
+	"(0 to K-1); the host and process ID are kept with the permit for\n" +
+	"redlock status --permits K KEY."
 
 type execFlags struct {
 	fs               *flag.FlagSet
 	ttl, wait, grace *time.Duration
 	fence            *bool
+	permits          *int
 }
 
 func newExecFlags() *execFlags {
 	fs := newFlagSet("exec")
 	return &execFlags{
-		fs:    fs,
-		ttl:   fs.Duration("ttl", 30*time.Second, "the lock's time to live; it is extended every ttl/3 while the command runs"),
-		wait:  fs.Duration("wait", 0, "how long to wait for the lock; the default, 0, makes one attempt and exits 75 when it is held"),
-		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
-		fence: fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
+		fs:      fs,
+		ttl:     fs.Duration("ttl", 30*time.Second, "the lock's time to live; it is extended every ttl/3 while the command runs"),
+		wait:    fs.Duration("wait", 0, "how long to wait for the lock; the default, 0, makes one attempt and exits 75 when it is held"),
+		grace:   fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
+		fence:   fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
+		permits: fs.Int("permits", 0, "KEY is a semaphore of this many permits: run while holding one of them"),
 	}
 }
 
@@ -57,8 +63,11 @@ func parseExec(args []string) (runner, error) {
 	if *f.grace < 0 {
 		return nil, usageError{"--grace must not be negative"}
 	}
+	if p := *f.permits; p < 0 || p > redlock.MaxPermits {
+		return nil, usageError{fmt.Sprintf("--permits must be 1 to %d, got %d", redlock.MaxPermits, p)}
+	}
 	return func(ctx context.Context, e *env) int {
-		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence)
+		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence, *f.permits)
 	}, nil
 }
 
@@ -85,12 +94,26 @@ func keyAndCommand(rest []string) (key string, command []string, err error) {
 }
 
 // cmdExec runs a command while holding the lock.
-func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wait, grace time.Duration, fence bool) int {
+func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wait, grace time.Duration, fence bool, permits int) int {
 	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(wait), redlock.WithAutoExtend(0)}
 	if fence {
 		opts = append(opts, redlock.WithFencing())
 	}
-	l, err := e.client.Acquire(ctx, key, opts...)
+	var l *redlock.Lock
+	var err error
+	vars := []string{"QUORUMLOCK_KEY=" + key}
+	lost := "lock " + strconv.Quote(key) + " lost"
+	if permits > 0 {
+		var p *redlock.Permit
+		p, err = acquirePermit(ctx, e, key, permits, opts)
+		if err == nil {
+			l = p.Lock
+			vars = append(vars, "QUORUMLOCK_PERMIT="+strconv.Itoa(p.Slot()))
+			lost = fmt.Sprintf("permit %d of semaphore %q lost", p.Slot(), key)
+		}
+	} else {
+		l, err = e.client.Acquire(ctx, key, opts...)
+	}
 	if err != nil {
 		// The error states the key and the outcome itself.
 		printErr(e.stderr, err)
@@ -104,11 +127,22 @@ func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wai
 		}
 	}()
 
-	vars := []string{"QUORUMLOCK_KEY=" + key}
 	if fence {
 		vars = append(vars, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
 	}
-	return runHeld(ctx, e, l, "lock "+strconv.Quote(key)+" lost", command, vars, grace)
+	return runHeld(ctx, e, l, lost, command, vars, grace)
+}
+
+// acquirePermit takes one of permits permits of the semaphore on key, with
+// the host and process ID as its metadata.
+func acquirePermit(ctx context.Context, e *env, key string, permits int, opts []redlock.LockOption) (*redlock.Permit, error) {
+	host, _ := os.Hostname()
+	opts = append(opts, redlock.WithMetadata(fmt.Sprintf("host=%s pid=%d", host, os.Getpid())))
+	s, err := e.client.NewSemaphore(key, permits, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.Acquire(ctx)
 }
 
 // runHeld runs command, with vars added to its environment, while l is

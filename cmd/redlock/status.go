@@ -24,7 +24,7 @@ import (
 
 // statusLine is status's usage line and description: status.go parses its
 // own arguments.
-const statusLine = `usage: redlock status [--json] [--] KEY...
+const statusLine = `usage: redlock status [--json] [--permits K] [--] KEY...
 
 per key and master: reachable, kind, holder, remaining TTL, fence counter,
 holds; then whether the key is held on a quorum, free on one, or unknown.
@@ -44,6 +44,10 @@ A member that is a Redis Cluster (cluster://HOST:PORT[+HOST:PORT...]) is
 read on the node that owns the key's slot (CLUSTER SLOTS from a seed; a
 MOVED reply is followed once); the row names the slot and the node.
 
+With --permits K each KEY is a semaphore of K permits (redlock exec
+--permits): its K slots are shown as keys, then how many permits are held
+and by whom.
+
 --json prints one JSON object instead (fields: docs/operations.md).`
 
 // parseStatus parses status's arguments.
@@ -62,12 +66,60 @@ func parseStatus(args []string) (runner, error) {
 		}
 	}
 	asJSON := fs.Lookup("json").Value.(flag.Getter).Get().(bool)
-	return func(ctx context.Context, e *env) int { return cmdStatus(ctx, e, keys, asJSON) }, nil
+	permits := fs.Lookup("permits").Value.(flag.Getter).Get().(int)
+	if permits < 0 || permits > redlock.MaxPermits {
+		return nil, usageError{fmt.Sprintf("--permits must be 1 to %d, got %d", redlock.MaxPermits, permits)}
+	}
+	return func(ctx context.Context, e *env) int { return cmdStatus(ctx, e, keys, permits, asJSON) }, nil
+}
+
+// semaphoreSlots returns the slot keys of the semaphores sems of permits
+// permits, in order.
+func semaphoreSlots(sems []string, permits int) []string {
+	var keys []string
+	for _, s := range sems {
+		for i := 0; i < permits; i++ {
+			keys = append(keys, layout.PermitKey(s, i))
+		}
+	}
+	return keys
+}
+
+// statusSemaphore is one semaphore of status --json's "semaphores".
+type statusSemaphore struct {
+	Key     string   `json:"key"`
+	Permits int      `json:"permits"`
+	Held    int      `json:"held"`    // slots held on a quorum
+	Unknown int      `json:"unknown"` // slots whose state is unknown or split
+	Holders []string `json:"holders"` // per slot: the holder's token, "" when free
+
+	text []string // per slot: the holder as the table shows it
+}
+
+// semaphores sums up the slots of each semaphore, from status's keys.
+func semaphores(sems []string, permits int, out []statusKey) []statusSemaphore {
+	var res []statusSemaphore
+	for j, s := range sems {
+		ss := statusSemaphore{Key: s, Permits: permits, Holders: make([]string, permits), text: make([]string, permits)}
+		for i, sk := range out[j*permits : (j+1)*permits] {
+			switch sk.Verdict {
+			case "held":
+				ss.Held++
+				ss.Holders[i], ss.text[i] = sk.Holder, sk.text
+			case "free":
+			default:
+				ss.Unknown++
+			}
+		}
+		res = append(res, ss)
+	}
+	return res
 }
 
 func statusFlags() *flag.FlagSet {
 	fs := newFlagSet("status")
 	fs.Bool("json", false, "print one JSON object instead of text")
+	fs.Int("permits", 0, "each KEY is a semaphore of this many permits: show its slots and the permits held")
 	return fs
 }
 
@@ -129,7 +181,11 @@ type statusHolder struct {
 // redlock's Client.Inspect reads it (package layout describes it). A
 // master that fails is asked once and skipped for the keys after it, so a
 // hung master costs one timeout, not one per key.
-func cmdStatus(ctx context.Context, e *env, keys []string, asJSON bool) int {
+func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON bool) int {
+	sems := keys
+	if permits > 0 {
+		keys = semaphoreSlots(sems, permits)
+	}
 	timeout := max(e.timeout, statusTimeout) // no lock round: more time per round trip
 	n := len(e.pools)
 	quorum := n/2 + 1
@@ -312,18 +368,37 @@ func cmdStatus(ctx context.Context, e *env, keys []string, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
+		var ss []statusSemaphore
+		if permits > 0 {
+			ss = semaphores(sems, permits, out)
+		}
 		if err := enc.Encode(struct {
-			Masters []statusMaster `json:"masters"`
-			Keys    []statusKey    `json:"keys"`
-			Quorum  int            `json:"quorum"`
-			Failed  int            `json:"failed"`
-		}{masters, out, quorum, failed}); err != nil {
+			Masters    []statusMaster    `json:"masters"`
+			Keys       []statusKey       `json:"keys"`
+			Semaphores []statusSemaphore `json:"semaphores,omitempty"`
+			Quorum     int               `json:"quorum"`
+			Failed     int               `json:"failed"`
+		}{masters, out, ss, quorum, failed}); err != nil {
 			printErr(e.stderr, err)
 			return exitFailure
 		}
 		return code
 	}
 	printStatus(e, masters, out)
+	if permits > 0 {
+		for _, ss := range semaphores(sems, permits, out) {
+			fmt.Fprintf(e.stdout, "semaphore %s: %d of %d permits held", display(ss.Key), ss.Held, ss.Permits)
+			if ss.Unknown > 0 {
+				fmt.Fprintf(e.stdout, ", %d unknown", ss.Unknown)
+			}
+			fmt.Fprintln(e.stdout)
+			for i, h := range ss.text {
+				if h != "" {
+					fmt.Fprintf(e.stdout, "  permit %d: %s\n", i, h)
+				}
+			}
+		}
+	}
 	switch {
 	case short:
 		fmt.Fprintf(e.stderr, "redlock status: for some key fewer than a quorum (%d of %d) of masters answered: its state is unknown\n", quorum, n)

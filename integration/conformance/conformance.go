@@ -56,6 +56,7 @@ func Cases(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	t.Run("failed acquire leaves no key", func(t *testing.T) { noLeftovers(t, c, newClient) })
 	t.Run("a closed client reads and observes no more", func(t *testing.T) { closedClient(t, c, newClient) })
 	t.Run("a multi-key lock names its holder on every key", func(t *testing.T) { multiKeyMetadata(t, c, newClient) })
+	t.Run("a semaphore grants at most k permits", func(t *testing.T) { semaphore(t, c, newClient) })
 }
 
 // open makes a client of c's masters with the suite's per-master timeout,
