@@ -40,6 +40,7 @@ type Lock struct {
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
+	minHold    time.Duration // WithMinHold: an early release only shortens the key's TTL
 	acquired   time.Time
 	lost       chan struct{} // closed when the lock can no longer be trusted; made by the first Lost (lostChanLocked)
 	// The acquisition's story (Waited, Attempts, Granted): set before
@@ -67,7 +68,7 @@ var lockIDs atomic.Uint64
 
 func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
 	l := &Lock{c: c, key: acq.key, token: acq.token, id: lockIDs.Add(1), acq: acq, until: until, ttl: lc.ttl,
-		maxHold: lc.maxHold, acquired: start}
+		maxHold: lc.maxHold, minHold: lc.minHold, acquired: start}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
 	}
@@ -327,14 +328,22 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	if rk := k.forRelease(); rk != nil {
 		k = rk
 	}
-	r, err = c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), k, nil)
-	if err != nil {
-		return err
+	var t tally
+	if left := l.minHoldLeft(start); left > 0 {
+		r, t, err = l.releaseEarly(ctx, left)
+		if err != nil {
+			return err
+		}
+	} else {
+		r, err = c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), k, nil)
+		if err != nil {
+			return err
+		}
+		if valid {
+			r.final = l.finalNo
+		}
+		t = c.collect(ctx, r)
 	}
-	if valid {
-		r.final = l.finalNo
-	}
-	t := c.collect(ctx, r)
 	switch {
 	case t.no > len(c.masters)-c.quorum || !valid && !t.ok(c.quorum):
 		// Fewer than a quorum held it when the release ran, or its

@@ -18,16 +18,19 @@ import (
 // exitNoCommand is the shell's code for a command that cannot be run.
 const exitNoCommand = 127
 
-const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] KEY -- COMMAND [ARGS...]\n\n" +
+const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] [--min-hold D] KEY -- COMMAND [ARGS...]\n\n" +
 	"Runs COMMAND while holding the lock on KEY, with QUORUMLOCK_KEY=KEY (and,\n" +
 	"with --fence, QUORUMLOCK_FENCE=the fencing token) in its environment. The\n" +
 	"lock is extended every ttl/3; if it is lost, COMMAND gets SIGTERM, then\n" +
 	"SIGKILL after --grace, and redlock exits 76. Without the lock nothing runs\n" +
-	"and redlock exits 75."
+	"and redlock exits 75. With --min-hold, a command that ends sooner leaves the\n" +
+	"key held until --min-hold after the acquisition, so a replica whose schedule\n" +
+	"fires late does not run the same slot again."
 
 type execFlags struct {
 	fs               *flag.FlagSet
 	ttl, wait, grace *time.Duration
+	minHold          *time.Duration
 	fence            *bool
 }
 
@@ -39,6 +42,8 @@ func newExecFlags() *execFlags {
 		wait:  fs.Duration("wait", 0, "how long to wait for the lock; the default, 0, makes one attempt and exits 75 when it is held"),
 		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
 		fence: fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
+		minHold: fs.Duration("min-hold", 0, "keep the lock at least this long from its acquisition: a command that ends sooner leaves "+
+			"the key to expire then instead of deleting it (for scheduled jobs: at least the schedule's period)"),
 	}
 }
 
@@ -57,8 +62,12 @@ func parseExec(args []string) (runner, error) {
 	if *f.grace < 0 {
 		return nil, usageError{"--grace must not be negative"}
 	}
+	if *f.minHold < 0 {
+		return nil, usageError{"--min-hold must not be negative"}
+	}
+	o := execOpts{ttl: *f.ttl, wait: *f.wait, grace: *f.grace, minHold: *f.minHold, fence: *f.fence}
 	return func(ctx context.Context, e *env) int {
-		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence)
+		return cmdExec(ctx, e, key, command, o)
 	}, nil
 }
 
@@ -84,10 +93,17 @@ func keyAndCommand(rest []string) (key string, command []string, err error) {
 	return key, command, nil
 }
 
+// execOpts are exec's flags.
+type execOpts struct {
+	ttl, wait, grace, minHold time.Duration
+	fence                     bool
+}
+
 // cmdExec runs a command while holding the lock.
-func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wait, grace time.Duration, fence bool) int {
-	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(wait), redlock.WithAutoExtend(0)}
-	if fence {
+func cmdExec(ctx context.Context, e *env, key string, command []string, o execOpts) int {
+	opts := []redlock.LockOption{redlock.WithTTL(o.ttl), redlock.WithWait(o.wait), redlock.WithAutoExtend(0),
+		redlock.WithMinHold(o.minHold)}
+	if o.fence {
 		opts = append(opts, redlock.WithFencing())
 	}
 	l, err := e.client.Acquire(ctx, key, opts...)
@@ -105,10 +121,10 @@ func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wai
 	}()
 
 	vars := []string{"QUORUMLOCK_KEY=" + key}
-	if fence {
+	if o.fence {
 		vars = append(vars, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
 	}
-	return runHeld(ctx, e, l, "lock "+strconv.Quote(key)+" lost", command, vars, grace)
+	return runHeld(ctx, e, l, "lock "+strconv.Quote(key)+" lost", command, vars, o.grace)
 }
 
 // runHeld runs command, with vars added to its environment, while l is
