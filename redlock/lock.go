@@ -342,6 +342,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		if valid {
 			r.final = l.finalNo
 		}
+		r.fin.placers.Store(l.placers())
 		t = c.collect(ctx, r)
 	}
 	switch {
@@ -378,6 +379,13 @@ func (l *Lock) finalNo(i int) bool {
 		}
 	}
 	return true
+}
+
+// placers returns the rounds that may have put the lock's token on a
+// master: where none did, its release needs no retry. The caller holds op.
+func (l *Lock) placers() *[]*round {
+	rs := append([]*round{l.acq}, l.retaken...)
+	return &rs
 }
 
 // noteRetaken records r, a reentrant owner's round that took the lock
