@@ -171,7 +171,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	now := c.clock.Now()
 	held := heldTTL(lim, &t, ttl, c.quorum)
 	if newUntil := start.Add(held - c.drift(held)); t.ok(c.quorum) && now.Before(newUntil) {
-		return l.setUntil("extend", newUntil)
+		if err := l.setUntil("extend", newUntil); err != nil {
+			return err
+		}
+		l.heal(ctx, &t, newUntil)
+		return nil
 	}
 	// Not confirmed by a quorum in time: masters that have not answered
 	// may still run the command, so the validity is limited by it.
