@@ -86,18 +86,18 @@ type statusMaster struct {
 
 // statusKey is one key of status --json's "keys".
 type statusKey struct {
-	Key      string         `json:"key"`
-	Verdict  string         `json:"verdict"` // "held", "free", "split" or "unknown"
-	Holder   string         `json:"holder,omitempty"`
-	Meta     string         `json:"holder_metadata,omitempty"` // the holder's, on the masters that hold it
-	HeldOn   int            `json:"held_on"`
+	Key     string `json:"key"`
+	Verdict string `json:"verdict"` // "held", "free", "split" or "unknown"
+	Holder  string `json:"holder,omitempty"`
+	Meta    string `json:"holder_metadata,omitempty"` // the holder's, on the masters that hold it
+	HeldOn  int    `json:"held_on"`
 	// MissingOn counts, for a held key, the masters that answered and
 	// hold nothing there: copies a restart or flush lost, which the
 	// holder's next extension puts back.
-	MissingOn int `json:"missing_on"`
-	Answered int            `json:"answered"`
-	Quorum   int            `json:"quorum"`
-	Masters  []statusOnHost `json:"masters"`
+	MissingOn int            `json:"missing_on"`
+	Answered  int            `json:"answered"`
+	Quorum    int            `json:"quorum"`
+	Masters   []statusOnHost `json:"masters"`
 
 	text string // the holder as the table shows it
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// doctor --key runs what locks send on a probe beside the key with the
+// lock user's credentials: the minimal ACL of docs/operations.md passes,
+// one without +pexpire FAILs naming the extension script, and the probe
+// keys are gone afterwards.
+func TestDoctor_keyChecksTheLockUsersACL(t *testing.T) {
+	s := redistest.StartOne(t)
+	const rules = "on >pw resetkeys ~lock:* ~{lock:* resetchannels &quorumlock:released:lock:* -@all " +
+		"+ping +info +time +set +get +del +exists +pexpire +pttl +publish +hset +hgetall +evalsha +eval +script|load"
+	setUser := func(name, rules string) string {
+		t.Helper()
+		args := []any{"SETUSER", name, "reset"}
+		for _, r := range strings.Fields(rules) {
+			args = append(args, r)
+		}
+		if _, err := s.Do("ACL", args...); err != nil {
+			t.Fatal(err)
+		}
+		return "redis://" + name + ":pw@" + s.Addr()
+	}
+	ok := setUser("locker", rules)
+	code, out, errOut := redlockRun(t, []string{ok}, "doctor", "--rate-sample", "0", "--key", "lock:job")
+	if strings.Contains(out, "ACL") || code == exitFailure {
+		t.Errorf("the minimal ACL: exit %d:\n%s%s", code, out, errOut)
+	}
+	short := setUser("short", strings.Replace(rules, " +pexpire", "", 1))
+	code, out, _ = redlockRun(t, []string{short}, "doctor", "--rate-sample", "0", "--key", "lock:job")
+	if code != exitFailure || !strings.Contains(out, "the ACL refuses") || !strings.Contains(out, "the extension script") {
+		t.Errorf("an ACL without +pexpire: exit %d:\n%s", code, out)
+	}
+	if n, _ := s.Do("DBSIZE"); n != int64(0) {
+		t.Errorf("the probe left %v keys", n)
+	}
+}
