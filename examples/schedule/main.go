@@ -27,15 +27,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quorumlock/quorumlock/examples/internal/procs"
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -204,25 +204,6 @@ type scenarioEnv struct {
 	kill func() error
 }
 
-// proc is a running replica and its output so far.
-type proc struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	out []string
-}
-
-// find returns the first line of the replica's output containing s.
-func (p *proc) find(s string) (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.out {
-		if strings.Contains(l, s) {
-			return l, true
-		}
-	}
-	return "", false
-}
-
 // Result is what the scenario saw in the store.
 type Result struct {
 	// Commits counts the commits of each slot from the first to the last
@@ -254,44 +235,15 @@ func scenario(ctx context.Context, out io.Writer, env scenarioEnv) (Result, erro
 		defer outMu.Unlock()
 		fmt.Fprintf(out, format+"\n", args...)
 	}
-	procs := map[string]*proc{}
-	var wg sync.WaitGroup
-	for i, name := range []string{"a", "b", "c"} {
-		cmd := exec.Command(env.exe)
-		cmd.Env = append(os.Environ(), replicaEnv+"="+name, masters.Env+"="+strings.Join(env.lock, ","),
-			dataEnv+"="+env.data, skewEnv+"="+strconv.Itoa(150*i)+"ms")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return res, err
-		}
-		cmd.Stderr = cmd.Stdout
-		if err := cmd.Start(); err != nil {
-			return res, err
-		}
-		pr := &proc{cmd: cmd}
-		procs[name] = pr
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				pr.mu.Lock()
-				pr.out = append(pr.out, sc.Text())
-				pr.mu.Unlock()
-				say("  [%s] %s", name, sc.Text())
-			}
-		}()
+	names := []string{"a", "b", "c"}
+	g, err := procs.Start(env.exe, names, func(name string) []string {
+		return []string{replicaEnv + "=" + name, masters.Env + "=" + strings.Join(env.lock, ","),
+			dataEnv + "=" + env.data, skewEnv + "=" + strconv.Itoa(150*slices.Index(names, name)) + "ms"}
+	}, func(name, line string) { say("  [%s] %s", name, line) })
+	if err != nil {
+		return res, err
 	}
-	defer func() {
-		for _, pr := range procs {
-			_ = pr.cmd.Process.Signal(syscall.SIGCONT)
-			_ = pr.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, pr := range procs {
-			_ = pr.cmd.Wait()
-		}
-		wg.Wait()
-	}()
+	defer g.Stop()
 	poll := func(what string, cond func() bool) error {
 		for !cond() {
 			select {
@@ -306,11 +258,11 @@ func scenario(ctx context.Context, out io.Writer, env scenarioEnv) (Result, erro
 	// Freeze the first replica seen running a slot, holding the lock.
 	frozen := ""
 	err = poll("a replica running a slot", func() bool {
-		for name, pr := range procs {
-			if l, ok := pr.find(": running"); ok {
+		for name, pr := range g.Procs {
+			if l, ok := pr.Find(": running"); ok {
 				frozen = name
 				fmt.Sscanf(l, name+": slot %d:", &res.Frozen)
-				return pr.cmd.Process.Signal(syscall.SIGSTOP) == nil
+				return pr.Signal(syscall.SIGSTOP) == nil
 			}
 		}
 		return false
@@ -334,11 +286,11 @@ func scenario(ctx context.Context, out io.Writer, env scenarioEnv) (Result, erro
 		return res, err
 	}
 	say("slot %d committed by another replica; waking %s (SIGCONT)", res.Frozen, frozen)
-	if err := procs[frozen].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := g.Procs[frozen].Signal(syscall.SIGCONT); err != nil {
 		return res, err
 	}
 	if err := poll("the woken replica's write to be refused", func() bool {
-		_, ok := procs[frozen].find("refused")
+		_, ok := g.Procs[frozen].Find("refused")
 		return ok
 	}); err != nil {
 		return res, err
