@@ -260,8 +260,10 @@ func scenario(ctx context.Context, out io.Writer, env scenarioEnv) (Result, erro
 	err = poll("a replica running a slot", func() bool {
 		for name, pr := range g.Procs {
 			if l, ok := pr.Find(": running"); ok {
+				if _, err := fmt.Sscanf(l, name+": slot %d:", &res.Frozen); err != nil {
+					continue
+				}
 				frozen = name
-				fmt.Sscanf(l, name+": slot %d:", &res.Frozen)
 				return pr.Signal(syscall.SIGSTOP) == nil
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -113,7 +114,7 @@ func (s *store) staleRefused(ctx context.Context) (int, error) {
 	}
 	defer c.Close()
 	n, err := redis.Int(redis.DoContext(c, ctx, "GET", staleKey))
-	if err == redis.ErrNil {
+	if errors.Is(err, redis.ErrNil) {
 		return 0, nil
 	}
 	return n, err
