@@ -201,19 +201,27 @@ func cmdDoctor(ctx context.Context, e *env, asJSON bool, rc rateCheck) int {
 		}
 	}
 	sum := summarize(reports)
+	var lock *lockCopies
+	if rc.aclKey != "" && !slices.ContainsFunc(e.clusters, func(cm *clusterMember) bool { return cm != nil }) {
+		lock = copiesOf(ctx, e, rc.aclKey)
+	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
-			Masters []*report `json:"masters"`
-			Summary summary   `json:"summary"`
-		}{reports, sum})
+			Masters []*report   `json:"masters"`
+			Summary summary     `json:"summary"`
+			Lock    *lockCopies `json:"lock,omitempty"`
+		}{reports, sum, lock})
 		return code
 	}
 	for _, r := range reports {
 		printReport(e.stdout, r, "", "")
 	}
 	fmt.Fprintf(e.stdout, "\n%s\n", sum.Text)
+	if lock != nil {
+		fmt.Fprintf(e.stdout, "%s\n", lock.Text)
+	}
 	return code
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // checkACL runs, on a probe key beside key (in its hash slot, covered by
@@ -62,4 +65,62 @@ func checkACL(r *report, c redis.Conn, timeout time.Duration, key string) {
 		r.Problems = append(r.Problems, fmt.Sprintf("the ACL refuses, on %s: %s; see docs/operations.md, \"The ACL a lock user needs\"",
 			display(probe), strings.Join(refused, "; ")))
 	}
+}
+
+// lockCopies is, with --key, how many masters hold the key's lock: a
+// lock missing on masters that answered (restarted or flushed) tolerates
+// fewer failures than the masters' health says, until its holder's next
+// extension puts it back (docs/design.md, "Locks that heal"). The "lock"
+// object of doctor --json.
+type lockCopies struct {
+	Key       string `json:"key"`
+	HeldOn    int    `json:"held_on"`    // masters holding the most-held token
+	MissingOn int    `json:"missing_on"` // masters that answered and hold nothing there
+	Tolerates int    `json:"tolerates"`  // held_on − quorum; negative: not held on a quorum
+	Text      string `json:"text"`
+}
+
+// copiesOf reads key on every master (Client.Inspect) and counts the
+// copies of its plain lock; nil when it cannot be read or is no plain
+// lock (then there is nothing to say).
+func copiesOf(ctx context.Context, e *env, key string) *lockCopies {
+	c, err := redlock.New(e.poolList(), redlock.WithTimeout(max(e.timeout, time.Second)))
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	in, err := c.Inspect(ctx, key)
+	if err != nil {
+		return nil
+	}
+	tokens := map[string]int{}
+	free := 0
+	for _, m := range in.Masters {
+		switch {
+		case m.Err != nil:
+		case m.State.Kind == layout.KindFree:
+			free++
+		case m.State.Kind == layout.KindLock:
+			tokens[m.State.Holders[0].Token]++
+		}
+	}
+	lc := &lockCopies{Key: key, MissingOn: free}
+	for _, n := range tokens {
+		lc.HeldOn = max(lc.HeldOn, n)
+	}
+	if lc.HeldOn == 0 {
+		return nil
+	}
+	quorum := len(in.Masters)/2 + 1
+	lc.Tolerates = lc.HeldOn - quorum
+	lc.Text = fmt.Sprintf("lock %s held on %d of %d masters", display(key), lc.HeldOn, len(in.Masters))
+	if lc.MissingOn > 0 {
+		lc.Text += fmt.Sprintf(", missing on %d that answered (restarted or flushed; its next extension puts it back)", lc.MissingOn)
+	}
+	if lc.Tolerates >= 0 {
+		lc.Text += "; it tolerates " + plural(lc.Tolerates, "more failure")
+	} else {
+		lc.Text += fmt.Sprintf("; not on a quorum of %d", quorum)
+	}
+	return lc
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // doctor --key runs what locks send on a probe beside the key with the
@@ -38,5 +41,39 @@ func TestDoctor_keyChecksTheLockUsersACL(t *testing.T) {
 	}
 	if n, _ := s.Do("DBSIZE"); n != int64(0) {
 		t.Errorf("the probe left %v keys", n)
+	}
+}
+
+// doctor --key says on how many masters the key's lock is: after a
+// master restarted empty, it tolerates one failure fewer than the
+// masters' health says.
+func TestDoctor_keyReportsALockMissingOnARestartedMaster(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	masters := addrsOf(servers)
+	c, err := redlock.NewFromAddrs(masters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "job", redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if !redistest.WaitFor(ctx, func() bool {
+		_, out, _ := redlockRun(t, masters, "doctor", "--rate-sample", "0", "--key", "job")
+		return strings.Contains(out, "lock job held on 3 of 3 masters; it tolerates 1 more failure")
+	}) {
+		t.Fatal("doctor does not report the lock on every master")
+	}
+	if err := servers[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ := redlockRun(t, masters, "doctor", "--rate-sample", "0", "--key", "job")
+	if !strings.Contains(out, "lock job held on 2 of 3 masters, missing on 1 that answered") ||
+		!strings.Contains(out, "it tolerates 0 more failures") {
+		t.Errorf("doctor after a restart:\n%s", out)
 	}
 }
