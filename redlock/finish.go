@@ -61,6 +61,9 @@ const (
 // finishLimit is how many retries may wait per client.
 const finishLimit = 1024
 
+// tooManyRetries is why a retry is refused beyond finishLimit.
+const tooManyRetries = "too many outstanding retries"
+
 // finisher holds a client's retries of releases and rollbacks that a
 // master did not confirm. One goroutine, tracked in Client.workers, runs
 // while any retry is queued.
@@ -121,6 +124,42 @@ type roundFin struct {
 	// left for master i (no connection, no time left): its rollback there
 	// needs no retry.
 	unsent atomic.Uint64
+	// placers, for a lock's release: the lock's rounds that may have put
+	// its token on a master (Lock.placers). Set by Lock.Release once the
+	// round started, so that the finisher, when it queues, sends or gives
+	// up a retry, can tell a master that none of them reached: the
+	// release leaves nothing there, and needs no retry nor warning.
+	placers atomic.Pointer[[]*round]
+}
+
+// nothingAt reports whether r is a release of a lock none of whose rounds
+// put its token on master i, as far as is known now. Not under
+// finisher.mu: it takes the rounds' mu.
+func (rf *roundFin) nothingAt(i int) bool {
+	ps := rf.placers.Load()
+	if ps == nil {
+		return false
+	}
+	for _, p := range *ps {
+		if !p.neverPlacedAt(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// neverPlacedAt reports whether r, an acquisition or a reentrant owner's
+// round taking the lock again, certainly did not put its token on master
+// i: refused there, skipped (a led attempt), or never sent. Those
+// outcomes are final.
+func (r *round) neverPlacedAt(i int) bool {
+	if i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := &r.legs[i]
+	return l.vote == voteNo || l.vote == voteSkip || l.state == legGaveUp || l.state == legEndedUnsent
 }
 
 // markUnsent records that op, if it is the acquisition, never left for
@@ -238,8 +277,8 @@ func (a *finActs) do(c *Client) {
 // finishLater queues a retry of op of r on master i, which failed with
 // err without an answer.
 func (c *Client) finishLater(r *round, i int, op opKind, err error) {
-	if op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
-		return // nothing to roll back there
+	if op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0 || r.fin.nothingAt(i) {
+		return // nothing to roll back or release there
 	}
 	c.fin.add(c, r, i, op, err, false)
 }
@@ -273,7 +312,7 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 	var a finActs
 	f.mu.Lock()
 	if f.outstanding >= f.limit && !f.closed {
-		a.logs = append(a.logs, finLog{e, "too many pending retries"})
+		a.logs = append(a.logs, finLog{e, tooManyRetries})
 	} else {
 		f.outstanding++
 		due := now.Add(f.min)
@@ -421,6 +460,7 @@ func (f *finisher) close(c *Client) {
 			confirms++
 		}
 	}
+	dropped := f.queue
 	f.queue = nil
 	for i := range f.masters {
 		n += len(f.masters[i].held)
@@ -429,12 +469,18 @@ func (f *finisher) close(c *Client) {
 				confirms++
 			}
 		}
+		dropped = append(dropped, f.masters[i].held...)
 		f.masters[i].held = nil
 	}
 	f.outstanding -= n
 	n -= confirms
 	f.closed, f.running = true, false
 	f.mu.Unlock()
+	for _, e := range dropped {
+		if !e.confirm && e.r.fin.nothingAt(e.i) {
+			n-- // a release of a lock that never reached that master: nothing stays there
+		}
+	}
 	if n > 0 && c.logger != nil {
 		c.logger.LogAttrs(context.Background(), slog.LevelWarn,
 			"redlock: client closed with releases that masters missed still to retry; those keys stay there until their TTL",
@@ -449,6 +495,11 @@ func (f *finisher) try(c *Client, e *finEntry) {
 		f.closed = true
 		f.mu.Unlock()
 		f.ended(c, e, nil, true, false)
+		return
+	}
+	if e.r.fin.nothingAt(e.i) {
+		f.ended(c, e, nil, true, false)
+		c.workers.Done()
 		return
 	}
 	e.tries++
@@ -548,10 +599,16 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 
 // logUnfinished reports a retry given up.
 func (c *Client) logUnfinished(e *finEntry, why string) {
-	if c.logger == nil {
-		return
+	if c.logger == nil || e.r.fin.nothingAt(e.i) {
+		return // a release of a lock that never reached the master leaves nothing there
 	}
 	m := &c.masters[e.i]
+	// A master that keeps missing them is told once, with a count when it
+	// answers again; the client's own limit is told each time (rare).
+	perMaster := why != tooManyRetries
+	if perMaster && !c.firstUnconfirmed(m) {
+		return
+	}
 	attrs := []slog.Attr{slog.String("op", e.op.String()), slog.String("key", e.r.key),
 		slog.Int("master", m.index), slog.String("addr", m.addr), slog.String("reason", why), slog.Int("tries", e.tries)}
 	if err := e.err; err != nil {
@@ -561,8 +618,11 @@ func (c *Client) logUnfinished(e *finEntry, why string) {
 		}
 		attrs = append(attrs, slog.Any("error", err))
 	}
+	if perMaster && c.health != nil {
+		attrs = append(attrs, slog.String("note", "further ones for this master are counted, not logged, until it answers again"))
+	}
 	c.logger.LogAttrs(context.Background(), slog.LevelWarn,
-		"redlock: a master did not confirm; the key stays there until its TTL", attrs...)
+		"redlock: a master did not confirm a release or rollback; the key may stay there until its TTL", attrs...)
 }
 
 // waitAfter returns the retry of a superseded round in flight on master

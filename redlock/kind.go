@@ -129,6 +129,9 @@ func (c *Client) kindConfig(kind string, key string, opts []LockOption) (lockCon
 	if lc.fair || lc.fencing {
 		return lc, fmt.Errorf("%w: %s locks support neither WithFair nor WithFencing", ErrInvalid, kind)
 	}
+	if lc.minHold > 0 {
+		return lc, fmt.Errorf("%w: %s locks do not support WithMinHold", ErrInvalid, kind)
+	}
 	return lc, nil
 }
 

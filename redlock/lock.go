@@ -33,6 +33,7 @@ type Lock struct {
 	ttl        time.Duration // for auto-extension
 	autoPeriod time.Duration // 0: no auto-extension
 	maxHold    time.Duration
+	minHold    time.Duration // WithMinHold: an early release only shortens the key's TTL
 	acquired   time.Time
 	lost       chan struct{} // closed when the lock can no longer be trusted; made by the first Lost (lostChanLocked)
 	// The acquisition's story (Waited, Attempts, Granted): set before
@@ -60,7 +61,7 @@ var lockIDs atomic.Uint64
 
 func newLock(c *Client, acq *round, start, until time.Time, lc *lockConfig) *Lock {
 	l := &Lock{c: c, key: acq.key, token: acq.token, id: lockIDs.Add(1), acq: acq, until: until, ttl: lc.ttl,
-		maxHold: lc.maxHold, acquired: start, eventKind: lc.eventKind}
+		maxHold: lc.maxHold, minHold: lc.minHold, acquired: start, eventKind: lc.eventKind}
 	if lc.auto {
 		l.autoPeriod = lc.autoPeriod
 	}
@@ -151,7 +152,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	now := c.clock.Now()
 	held := heldTTL(lim, &t, ttl, c.quorum)
 	if newUntil := start.Add(held - c.drift(held)); t.ok(c.quorum) && now.Before(newUntil) {
-		return l.setUntil("extend", newUntil)
+		if err := l.setUntil("extend", newUntil); err != nil {
+			return err
+		}
+		l.heal(ctx, &t, newUntil)
+		return nil
 	}
 	// Not confirmed by a quorum in time: masters that have not answered
 	// may still run the command, so the validity is limited by it.
@@ -298,14 +303,23 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	if rk := k.forRelease(); rk != nil {
 		k = rk
 	}
-	r, err = c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), k, nil)
-	if err != nil {
-		return err
+	var t tally
+	if left := l.minHoldLeft(start); left > 0 {
+		r, t, err = l.releaseEarly(ctx, left)
+		if err != nil {
+			return err
+		}
+	} else {
+		r, err = c.startRound(ctx, opRelease, l.key, l.token, l.ttl, l.follow(), k, nil)
+		if err != nil {
+			return err
+		}
+		if valid {
+			r.final = l.finalNo
+		}
+		r.fin.placers.Store(l.placers())
+		t = c.collect(ctx, r)
 	}
-	if valid {
-		r.final = l.finalNo
-	}
-	t := c.collect(ctx, r)
 	switch {
 	case t.no > len(c.masters)-c.quorum || !valid && !t.ok(c.quorum):
 		// Fewer than a quorum held it when the release ran, or its
@@ -340,6 +354,13 @@ func (l *Lock) finalNo(i int) bool {
 		}
 	}
 	return true
+}
+
+// placers returns the rounds that may have put the lock's token on a
+// master: where none did, its release needs no retry. The caller holds op.
+func (l *Lock) placers() *[]*round {
+	rs := append([]*round{l.acq}, l.retaken...)
+	return &rs
 }
 
 // noteRetaken records r, a reentrant owner's round that took the lock

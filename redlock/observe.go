@@ -398,6 +398,20 @@ type masterHealth struct {
 	failures atomic.Int64 // since it turned failing
 	changed  atomic.Int64 // when it last changed state (UnixNano); 0 never
 	reminded atomic.Int64 // when the failures were last logged (UnixNano)
+	// unconfirmed counts the releases and rollbacks given up on it since
+	// it last answered (finish.go): the first is logged, the rest are
+	// told with its recovery.
+	unconfirmed atomic.Int64
+}
+
+// firstUnconfirmed counts a release or rollback given up on master m and
+// reports whether to log it: the first since m last answered, or any when
+// master states are not kept.
+func (c *Client) firstUnconfirmed(m *master) bool {
+	if c.health == nil {
+		return true
+	}
+	return c.health[m.index].unconfirmed.Add(1) == 1
 }
 
 // failureReminder is how often a master that keeps failing is logged
@@ -461,9 +475,12 @@ func (c *Client) masterAnswered(ctx context.Context, m *master, sent time.Time) 
 	n := h.failures.Swap(0)
 	since := time.Duration(now - h.changed.Swap(now))
 	if c.logger != nil {
-		c.logger.LogAttrs(ctx, slog.LevelInfo, "redlock: master answering again",
-			slog.Int("master", m.index), slog.String("addr", m.addr),
-			slog.Int64("failures", n), slog.Duration("failing_for", since))
+		attrs := []slog.Attr{slog.Int("master", m.index), slog.String("addr", m.addr),
+			slog.Int64("failures", n), slog.Duration("failing_for", since)}
+		if u := h.unconfirmed.Swap(0); u > 0 {
+			attrs = append(attrs, slog.Int64("unconfirmed", u))
+		}
+		c.logger.LogAttrs(ctx, slog.LevelInfo, "redlock: master answering again", attrs...)
 	}
 	if c.obs != nil {
 		c.obs.OnMasterState(ctx, MasterStateEvent{Index: m.index, Addr: m.addr, State: MasterUp, Failures: n, Since: since})

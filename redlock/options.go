@@ -179,6 +179,7 @@ type lockConfig struct {
 	auto       bool          // extend automatically
 	autoPeriod time.Duration // how often; 0: a third of the TTL
 	maxHold    time.Duration // 0: no cap
+	minHold    time.Duration // 0: a release deletes at once (minhold.go)
 	fair       bool
 	fencing    bool
 	meta       string // holder metadata; "" for none
@@ -276,6 +277,9 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 			ErrInvalid, lc.autoPeriod, lc.ttl, budget)
 	case lc.maxHold < 0:
 		return lc, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalid, lc.maxHold)
+	}
+	if err := checkMinHold(&lc); err != nil {
+		return lc, err
 	}
 	if err := checkMeta(&lc); err != nil {
 		return lc, err

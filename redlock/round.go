@@ -30,6 +30,7 @@ const (
 	opLeave                  // a fair waiter that gives up leaves the queue
 	opWait                   // the wake-up subscription (for logs only)
 	opCommit                 // a fenced acquisition raises the fencing counters
+	opHeal                   // a held lock is put back where it was lost (heal.go)
 )
 
 func (o opKind) String() string {
@@ -46,6 +47,8 @@ func (o opKind) String() string {
 		return "leave queue"
 	case opCommit:
 		return "commit fence"
+	case opHeal:
+		return "heal"
 	default:
 		return "wait"
 	}
@@ -927,7 +930,7 @@ func (w *wireCmd) fill(cmd *Command, r *round) {
 		// Run late (after commands submitted later, see muxConn.noScript), a
 		// release, rollback, extension or leave finds nothing, or its own
 		// token: no later round uses it, but a reentrant owner's do.
-		MayRunLate:   op != opAcquire && op != opCommit && !r.k.oneToken(),
+		MayRunLate:   op != opAcquire && op != opCommit && op != opHeal && !r.k.oneToken(),
 		Undo:         op == opRollback || op == opLeave, // never refused as busy (muxUndo)
 		DropWhenDown: op == opAcquire || op == opExtend,
 	}
@@ -971,6 +974,9 @@ func brokenConn(err error) bool {
 // command returns what op sends to a master: a script and its keys and
 // values, or a plain command and its arguments, appended to dst.
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
+	if op == opHeal {
+		return r.healCommand(dst)
+	}
 	if op == opCommit { // the second phase of a fenced acquisition, of any kind that has one
 		if mk, ok := r.k.(*metaKind); ok && mk.meta.term { // an election's: the term recorded with the holder
 			return scripts.FenceCommitTerm, "", append(dst, r.key, r.fence.counter, mk.meta.key, r.token, r.fence.arg)

@@ -213,6 +213,7 @@ type clusterReport struct {
 // cluster is not ok, leaves slots uncovered or has a primary that FAILs,
 // FAILs: the keys of some slots cannot be locked on it.
 func examineCluster(ctx context.Context, m *clusterMember, timeout time.Duration, rc rateCheck) *report {
+	rc.aclKey = "" // the probe key's slot lives on one node: --key checks single masters only
 	r := &report{Addr: m.spec, Cluster: &clusterReport{Nodes: []*report{}}}
 	cr := r.Cluster
 	ctx, cancel := context.WithTimeout(ctx, max(2*time.Second, 10*timeout))

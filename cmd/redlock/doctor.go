@@ -116,7 +116,7 @@ func summarize(reports []*report) summary {
 	return s
 }
 
-const doctorLine = "usage: redlock doctor [--json] [--rate-sample D] [--drift-factor F]\n\n" +
+const doctorLine = "usage: redlock doctor [--json] [--rate-sample D] [--drift-factor F] [--key KEY]\n\n" +
 	"Checks each master: reachable and answering, version, role (a primary),\n" +
 	"persistence (appendonly yes, appendfsync always), eviction (noeviction),\n" +
 	"clock offset, clock rate, round trip, and that no server is listed twice.\n" +
@@ -138,6 +138,7 @@ type doctorFlags struct {
 	json       *bool
 	rateSample *time.Duration
 	drift      *float64
+	key        *string
 }
 
 func newDoctorFlags() (*flag.FlagSet, doctorFlags) {
@@ -146,6 +147,8 @@ func newDoctorFlags() (*flag.FlagSet, doctorFlags) {
 		json:       fs.Bool("json", false, "print one JSON object instead of text"),
 		rateSample: fs.Duration("rate-sample", defaultRateSample, "how long to sample each master's clock rate (0: do not measure it)"),
 		drift:      fs.Float64("drift-factor", redlock.DefaultDriftFactor, "the clients' drift factor: a clock rate differing by more FAILs"),
+		key: fs.String("key", "", "a key like the lock keys: run what locks send (SET NX PX, the extension, heal and release scripts) "+
+			"on a probe key beside it, and FAIL a master whose ACL refuses any of it (give the lock user's credentials)"),
 	}
 }
 
@@ -165,7 +168,7 @@ func parseDoctor(args []string) (runner, error) {
 	if d := *f.drift; math.IsNaN(d) || d < 0 || d >= 1 {
 		return nil, usageError{fmt.Sprintf("--drift-factor %v: want a share of the TTL in [0, 1)", d)}
 	}
-	rc := rateCheck{sample: *f.rateSample, drift: *f.drift}
+	rc := rateCheck{sample: *f.rateSample, drift: *f.drift, aclKey: *f.key}
 	return func(ctx context.Context, e *env) int { return cmdDoctor(ctx, e, *f.json, rc) }, nil
 }
 
@@ -198,19 +201,27 @@ func cmdDoctor(ctx context.Context, e *env, asJSON bool, rc rateCheck) int {
 		}
 	}
 	sum := summarize(reports)
+	var lock *lockCopies
+	if rc.aclKey != "" && !slices.ContainsFunc(e.clusters, func(cm *clusterMember) bool { return cm != nil }) {
+		lock = copiesOf(ctx, e, rc.aclKey)
+	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
-			Masters []*report `json:"masters"`
-			Summary summary   `json:"summary"`
-		}{reports, sum})
+			Masters []*report   `json:"masters"`
+			Summary summary     `json:"summary"`
+			Lock    *lockCopies `json:"lock,omitempty"`
+		}{reports, sum, lock})
 		return code
 	}
 	for _, r := range reports {
 		printReport(e.stdout, r, "", "")
 	}
 	fmt.Fprintf(e.stdout, "\n%s\n", sum.Text)
+	if lock != nil {
+		fmt.Fprintf(e.stdout, "%s\n", lock.Text)
+	}
 	return code
 }
 
@@ -395,6 +406,10 @@ func examine(ctx context.Context, p *pool.RedisPool, timeout time.Duration, rc r
 		}
 	}
 
+	if rc.aclKey != "" {
+		checkACL(r, c, max(timeout, time.Second), rc.aclKey)
+	}
+
 	reply, err = do("CONFIG", "GET", "*")
 	if lost(err) {
 		return down(err)
@@ -436,6 +451,9 @@ func infoField(info, name string) string {
 type rateCheck struct {
 	sample time.Duration // 0: not measured
 	drift  float64
+	// aclKey, with --key: run what locks send on a probe beside it
+	// (checkACL). Not for a cluster member.
+	aclKey string
 }
 
 // measure returns how fast the master's clock ran against the local one,

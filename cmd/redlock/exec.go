@@ -18,7 +18,7 @@ import (
 // exitNoCommand is the shell's code for a command that cannot be run.
 const exitNoCommand = 127
 
-const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] [--permits K] KEY -- COMMAND [ARGS...]\n\n" +
+const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence] [--permits K] [--min-hold D] KEY -- COMMAND [ARGS...]\n\n" +
 	"Runs COMMAND while holding the lock on KEY, with QUORUMLOCK_KEY=KEY (and,\n" +
 	"with --fence, QUORUMLOCK_FENCE=the fencing token) in its environment. The\n" +
 	"lock is extended every ttl/3; if it is lost, COMMAND gets SIGTERM, then\n" +
@@ -27,11 +27,15 @@ const execLine = "usage: redlock exec [--ttl D] [--wait D] [--grace D] [--fence]
 	"With --permits K, KEY is a semaphore of K permits: COMMAND runs while it\n" +
 	"holds one of them (at most K at once), with QUORUMLOCK_PERMIT=its slot\n" +
 	"(0 to K-1); the host and process ID are kept with the permit for\n" +
-	"redlock status --permits K KEY."
+	"redlock status --permits K KEY.\n\n" +
+	"With --min-hold, a command that ends sooner leaves the\n" +
+	"key held until --min-hold after the acquisition, so a replica whose schedule\n" +
+	"fires late does not run the same slot again."
 
 type execFlags struct {
 	fs               *flag.FlagSet
 	ttl, wait, grace *time.Duration
+	minHold          *time.Duration
 	fence            *bool
 	permits          *int
 }
@@ -45,6 +49,8 @@ func newExecFlags() *execFlags {
 		grace:   fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL"),
 		fence:   fs.Bool("fence", false, "take a fencing token and export it as QUORUMLOCK_FENCE"),
 		permits: fs.Int("permits", 0, "KEY is a semaphore of this many permits: run while holding one of them"),
+		minHold: fs.Duration("min-hold", 0, "keep the lock at least this long from its acquisition: a command that ends sooner leaves "+
+			"the key to expire then instead of deleting it (for scheduled jobs: at least the schedule's period)"),
 	}
 }
 
@@ -66,8 +72,12 @@ func parseExec(args []string) (runner, error) {
 	if p := *f.permits; p < 0 || p > redlock.MaxPermits {
 		return nil, usageError{fmt.Sprintf("--permits must be 1 to %d, got %d", redlock.MaxPermits, p)}
 	}
+	if *f.minHold < 0 {
+		return nil, usageError{"--min-hold must not be negative"}
+	}
+	o := execOpts{ttl: *f.ttl, wait: *f.wait, grace: *f.grace, minHold: *f.minHold, fence: *f.fence, permits: *f.permits}
 	return func(ctx context.Context, e *env) int {
-		return cmdExec(ctx, e, key, command, *f.ttl, *f.wait, *f.grace, *f.fence, *f.permits)
+		return cmdExec(ctx, e, key, command, o)
 	}, nil
 }
 
@@ -93,19 +103,27 @@ func keyAndCommand(rest []string) (key string, command []string, err error) {
 	return key, command, nil
 }
 
+// execOpts are exec's flags.
+type execOpts struct {
+	ttl, wait, grace, minHold time.Duration
+	fence                     bool
+	permits                   int
+}
+
 // cmdExec runs a command while holding the lock.
-func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wait, grace time.Duration, fence bool, permits int) int {
-	opts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithWait(wait), redlock.WithAutoExtend(0)}
-	if fence {
+func cmdExec(ctx context.Context, e *env, key string, command []string, o execOpts) int {
+	opts := []redlock.LockOption{redlock.WithTTL(o.ttl), redlock.WithWait(o.wait), redlock.WithAutoExtend(0),
+		redlock.WithMinHold(o.minHold)}
+	if o.fence {
 		opts = append(opts, redlock.WithFencing())
 	}
 	var l *redlock.Lock
 	var err error
 	vars := []string{"QUORUMLOCK_KEY=" + key}
 	lost := "lock " + strconv.Quote(key) + " lost"
-	if permits > 0 {
+	if o.permits > 0 {
 		var p *redlock.Permit
-		p, err = acquirePermit(ctx, e, key, permits, opts)
+		p, err = acquirePermit(ctx, e, key, o.permits, opts)
 		if err == nil {
 			l = p.Lock
 			vars = append(vars, "QUORUMLOCK_PERMIT="+strconv.Itoa(p.Slot()))
@@ -127,10 +145,10 @@ func cmdExec(ctx context.Context, e *env, key string, command []string, ttl, wai
 		}
 	}()
 
-	if fence {
+	if o.fence {
 		vars = append(vars, "QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
 	}
-	return runHeld(ctx, e, l, lost, command, vars, grace)
+	return runHeld(ctx, e, l, lost, command, vars, o.grace)
 }
 
 // acquirePermit takes one of permits permits of the semaphore on key, with

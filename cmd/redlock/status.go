@@ -138,13 +138,18 @@ type statusMaster struct {
 
 // statusKey is one key of status --json's "keys".
 type statusKey struct {
-	Key      string         `json:"key"`
-	Verdict  string         `json:"verdict"` // "held", "free", "split" or "unknown"
-	Holder   string         `json:"holder,omitempty"`
-	HeldOn   int            `json:"held_on"`
-	Answered int            `json:"answered"`
-	Quorum   int            `json:"quorum"`
-	Masters  []statusOnHost `json:"masters"`
+	Key     string `json:"key"`
+	Verdict string `json:"verdict"` // "held", "free", "split" or "unknown"
+	Holder  string `json:"holder,omitempty"`
+	Meta    string `json:"holder_metadata,omitempty"` // the holder's, on the masters that hold it
+	HeldOn  int    `json:"held_on"`
+	// MissingOn counts, for a held key, the masters that answered and
+	// hold nothing there: copies a restart or flush lost, which the
+	// holder's next extension puts back.
+	MissingOn int            `json:"missing_on"`
+	Answered  int            `json:"answered"`
+	Quorum    int            `json:"quorum"`
+	Masters   []statusOnHost `json:"masters"`
 
 	text string // the holder as the table shows it
 }
@@ -175,6 +180,7 @@ type statusHolder struct {
 	Mode  string `json:"mode"` // exclusive, reentrant, read, write
 	Count int64  `json:"count,omitempty"`
 	TTLMS int64  `json:"ttl_ms"`
+	Meta  string `json:"metadata,omitempty"` // WithMetadata's value, as the table quotes it
 }
 
 // cmdStatus shows, per key and master, what the master holds, as
@@ -324,6 +330,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON b
 		}
 		holders := map[string]int{}
 		shown := map[string]string{}
+		metas := map[string]string{}
 		free := 0
 		for _, h := range sk.Masters {
 			if !h.Answered {
@@ -335,6 +342,9 @@ func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON b
 			} else {
 				holders[h.Kind+"\x00"+h.Holder]++
 				shown[h.Kind+"\x00"+h.Holder] = h.text.holder
+				if len(h.Holders) == 1 {
+					metas[h.Kind+"\x00"+h.Holder] = h.Holders[0].Meta
+				}
 			}
 		}
 		switch {
@@ -348,7 +358,8 @@ func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON b
 			for h, k := range holders {
 				if k >= quorum {
 					sk.Verdict, sk.HeldOn = "held", k
-					sk.Holder, sk.text = h[strings.IndexByte(h, 0)+1:], shown[h]
+					sk.Holder, sk.text, sk.Meta = h[strings.IndexByte(h, 0)+1:], shown[h], metas[h]
+					sk.MissingOn = free
 				}
 			}
 		}
@@ -446,7 +457,8 @@ func onHost(addr string, m redlock.MasterState, p *pool.RedisPool) statusOnHost 
 		h.Type = p.Redact(st.Type)
 	}
 	for _, hd := range st.Holders {
-		h.Holders = append(h.Holders, statusHolder{Token: p.Redact(hd.Token), Mode: hd.Mode.String(), Count: hd.Count, TTLMS: ms(hd.TTL)})
+		h.Holders = append(h.Holders, statusHolder{Token: p.Redact(hd.Token), Mode: hd.Mode.String(), Count: hd.Count, TTLMS: ms(hd.TTL),
+			Meta: p.Redact(hd.Meta)})
 	}
 	switch st.Kind {
 	case layout.KindLock:
@@ -519,6 +531,10 @@ func printStatus(e *env, masters []statusMaster, keys []statusKey) {
 		switch sk.Verdict {
 		case "held":
 			fmt.Fprintf(tw, "  held by %s on %d of %d masters (quorum %d)\n", sk.text, sk.HeldOn, n, sk.Quorum)
+			if sk.MissingOn > 0 {
+				fmt.Fprintf(tw, "  missing on %d master(s) that answered (restarted or flushed): tolerates %d more failure(s), not %d, until the holder's next extension puts it back\n",
+					sk.MissingOn, sk.HeldOn-sk.Quorum, sk.HeldOn+sk.MissingOn-sk.Quorum)
+			}
 		case "free":
 			fmt.Fprintf(tw, "  free on a quorum (%d of %d masters answered)\n", sk.Answered, n)
 		case "split":

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -20,13 +19,13 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/quorumlock/quorumlock/examples/internal/procs"
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
@@ -150,24 +149,6 @@ func lead(ctx context.Context, name string, ld *redlock.Leadership, store *fence
 	}
 }
 
-// proc is a running instance and its output so far.
-type proc struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	out []string
-}
-
-func (p *proc) saw(s string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.out {
-		if strings.Contains(l, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // scenario starts three instances of exe, freezes the leader, wakes it
 // up, then kills the next one, writing what happens to out. It returns an
 // error when two leaders overlap in the store's eyes (a lower term written
@@ -199,43 +180,13 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 		defer outMu.Unlock()
 		fmt.Fprintf(out, format+"\n", args...)
 	}
-	procs := map[string]*proc{}
-	var wg sync.WaitGroup
-	for _, name := range []string{"a", "b", "c"} {
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), instanceEnv+"="+name, masters.Env+"="+strings.Join(addrs, ","))
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		cmd.Stderr = cmd.Stdout
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		pr := &proc{cmd: cmd}
-		procs[name] = pr
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				pr.mu.Lock()
-				pr.out = append(pr.out, sc.Text())
-				pr.mu.Unlock()
-				say("  [%s] %s", name, sc.Text())
-			}
-		}()
+	g, err := procs.Start(exe, []string{"a", "b", "c"}, func(name string) []string {
+		return []string{instanceEnv + "=" + name, masters.Env + "=" + strings.Join(addrs, ",")}
+	}, func(name, line string) { say("  [%s] %s", name, line) })
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, pr := range procs {
-			_ = pr.cmd.Process.Signal(syscall.SIGCONT)
-			_ = pr.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, pr := range procs {
-			_ = pr.cmd.Wait()
-		}
-		wg.Wait()
-	}()
+	defer g.Stop()
 
 	// waitLeader waits for a leader with a term above after, and for the
 	// store to have seen its term.
@@ -260,7 +211,7 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 	}
 	say("leader: %s, term %d; freezing it (SIGSTOP)", first.Value, first.Term)
 	frozenAt := time.Now()
-	if err := procs[first.Value].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := g.Procs[first.Value].Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	second, err := waitLeader(first.Term)
@@ -269,10 +220,10 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 	}
 	say("leader: %s, term %d, %v after the freeze (TTL %v)", second.Value, second.Term, time.Since(frozenAt).Round(10*time.Millisecond), ttl)
 	say("waking %s up (SIGCONT): it still believes it leads, and writes with term %d", first.Value, first.Term)
-	if err := procs[first.Value].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := g.Procs[first.Value].Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
-	for !procs[first.Value].saw("refused") {
+	for !saw(g.Procs[first.Value], "refused") {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the woken ex-leader's write was not refused: %w", ctx.Err())
@@ -280,7 +231,7 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 		}
 	}
 	say("killing the leader %s (SIGKILL)", second.Value)
-	if err := procs[second.Value].cmd.Process.Kill(); err != nil {
+	if err := g.Procs[second.Value].Cmd.Process.Kill(); err != nil {
 		return err
 	}
 	third, err := waitLeader(second.Term)
@@ -294,4 +245,10 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 	}
 	say("the store holds %q: only ever written with a term at least the highest it had seen", v)
 	return nil
+}
+
+// saw reports whether the instance printed a line containing s.
+func saw(p *procs.Proc, s string) bool {
+	_, ok := p.Find(s)
+	return ok
 }

@@ -45,6 +45,8 @@ var (
 	rwSrc string
 	//go:embed multi.lua
 	multiSrc string
+	//go:embed heal.lua
+	healSrc string
 )
 
 // The scripts, built once.
@@ -94,10 +96,15 @@ var (
 	// takes any number of keys (pass the count to DoKeys and
 	// AppendArgsKeys). See multi.lua.
 	Multi = New("multi", -1, multiSrc)
+	// Heal sets KEYS[1] to the token ARGV[1] only where it is absent (SET
+	// NX PX), and then raises the fencing counter KEYS[2] and writes the
+	// metadata hash KEYS[3]; see heal.lua. A lock's extension sends it to
+	// masters that lost the lock.
+	Heal = New("heal", 3, healSrc)
 
 	// All lists every script, for loading them on a new connection.
 	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FenceCommitTerm, FencedWrite,
-		Reentrant, RW, Multi}, metaAll()...)
+		Reentrant, RW, Multi, Heal}, metaAll()...)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
