@@ -105,8 +105,8 @@ func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 		freed := time.Since(woke)
 		time.Sleep(300 * time.Millisecond) // any straggling confirmation
 		scripts := scriptCalls(ss[2]) - scripts0
-		t.Logf("%d failed attempts: at most %d retries pending while stopped; keys freed and queue drained %v after SIGCONT; %d SETs and %d scripts run on the woken master; %d log lines of too many pending retries",
-			n, maxPending, freed.Round(time.Millisecond), ss[2].Calls("set")-sets0, scripts, strings.Count(logs.String(), "too many pending"))
+		t.Logf("%d failed attempts: at most %d retries pending while stopped; keys freed and queue drained %v after SIGCONT; %d SETs and %d scripts run on the woken master; %d log lines of too many outstanding retries",
+			n, maxPending, freed.Round(time.Millisecond), ss[2].Calls("set")-sets0, scripts, strings.Count(logs.String(), "too many outstanding"))
 		// Pooled, each attempt's first rollback waited in the stopped
 		// master's buffers too, and so did the finisher's retries sent
 		// one at a time while it was stopped (backoff 20 ms doubling to
