@@ -285,7 +285,7 @@ func TestFinish_boundedInNumber(t *testing.T) {
 				t.Fatalf("Release with a quorum: %v", err)
 			}
 		}
-		waitUntil(t, "two releases refused", func() bool { return strings.Count(logs.String(), "too many pending") == 2 })
+		waitUntil(t, "two releases refused", func() bool { return strings.Count(logs.String(), "too many outstanding") == 2 })
 		if n := redlock.Finishing(c); n != 2 {
 			t.Errorf("%d retries pending, want the limit, 2", n)
 		}
