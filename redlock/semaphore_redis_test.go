@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -242,39 +241,10 @@ func TestRedis_SemaphoreRefusesBadArgumentsSendingNothing(t *testing.T) {
 	}
 }
 
-// semEvents records the kinds and keys of a client's events.
-type semEvents struct {
-	redlock.NopObserver
-	mu       sync.Mutex
-	acquires []redlock.AcquireEvent
-	losses   []redlock.LossEvent
-	releases []redlock.ReleaseEvent
-}
-
-func (o *semEvents) OnAcquire(_ context.Context, e redlock.AcquireEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	e.Masters = nil
-	o.acquires = append(o.acquires, e)
-}
-
-func (o *semEvents) OnLoss(_ context.Context, e redlock.LossEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.losses = append(o.losses, e)
-}
-
-func (o *semEvents) OnRelease(_ context.Context, e redlock.ReleaseEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	e.Masters = nil
-	o.releases = append(o.releases, e)
-}
-
 func TestRedis_SemaphoreReportsOneAcquisitionPerCallAndItsLoss(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
-	obs := &semEvents{}
+	obs := &recorder{}
 	c := rs.client(t, pipelinedPath, redlock.WithObserver(obs), redlock.WithTimeout(100*time.Millisecond))
 	s := newSemaphore(t, c, "jobs", 2, redlock.WithTTL(300*time.Millisecond), redlock.WithWait(50*time.Millisecond))
 	a, err := s.TryAcquire(ctx)
