@@ -24,7 +24,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // ErrStale is matched (errors.Is) by every refusal of a stale token.
@@ -85,7 +85,7 @@ type Store struct {
 // through a lock transport.
 type backend interface {
 	// eval runs script with keysAndArgs; shape is what its reply may be.
-	eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error)
+	eval(ctx context.Context, script *scripts.Script, shape transport.ReplyShape, keysAndArgs ...any) (any, error)
 }
 
 // NewStore returns a Store on the Redis behind p.
@@ -102,7 +102,7 @@ func NewStore(p pool.Pool) (*Store, error) {
 // until ctx's deadline (a second when ctx has none). The Store does not
 // close t. t may be a transport a Client uses for a lock master, but the
 // data belongs on a Redis of its own (docs/safety.md).
-func NewTransportStore(t redlock.Transport) (*Store, error) {
+func NewTransportStore(t transport.Transport) (*Store, error) {
 	if t == nil {
 		return nil, fmt.Errorf("%w: nil transport", ErrInvalid)
 	}
@@ -120,7 +120,7 @@ func (s *Store) Set(ctx context.Context, key string, token uint64, value []byte,
 	if ttl < 0 || (ttl > 0 && ttl < time.Millisecond) {
 		return fmt.Errorf("%w: TTL must be 0 or at least 1ms, got %v", ErrInvalid, ttl)
 	}
-	res, err := s.b.eval(ctx, scripts.FencedWrite, redlock.ReplyCounter, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
+	res, err := s.b.eval(ctx, scripts.FencedWrite, transport.ReplyCounter, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("fence: set %q: %w", key, err)
 	}
@@ -143,7 +143,7 @@ func (s *Store) Read(ctx context.Context, key string, token uint64) ([]byte, boo
 	if err := checkArgs(key, token); err != nil {
 		return nil, false, err
 	}
-	res, err := s.b.eval(ctx, scripts.FencedRead, redlock.ReplyInfo, key, SeenKey(key), strconv.FormatUint(token, 10))
+	res, err := s.b.eval(ctx, scripts.FencedRead, transport.ReplyInfo, key, SeenKey(key), strconv.FormatUint(token, 10))
 	if err != nil {
 		return nil, false, fmt.Errorf("fence: read %q: %w", key, err)
 	}
@@ -189,7 +189,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if key == "" {
 		return nil, false, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
-	res, err := s.b.eval(ctx, scripts.FencedGet, redlock.ReplyInfo, key)
+	res, err := s.b.eval(ctx, scripts.FencedGet, transport.ReplyInfo, key)
 	if err != nil {
 		return nil, false, fmt.Errorf("fence: get %q: %w", key, err)
 	}
@@ -241,7 +241,7 @@ type poolBackend struct{ p pool.Pool }
 
 // eval runs script on a connection, bounded by ctx's deadline (the
 // connection's own read timeout when ctx has none).
-func (b poolBackend) eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error) {
+func (b poolBackend) eval(ctx context.Context, script *scripts.Script, shape transport.ReplyShape, keysAndArgs ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -265,12 +265,12 @@ func (b poolBackend) eval(ctx context.Context, script *scripts.Script, shape red
 
 // transportBackend runs scripts through a lock transport's Send, as plain
 // EVAL commands.
-type transportBackend struct{ t redlock.Transport }
+type transportBackend struct{ t transport.Transport }
 
 // defaultWait bounds a transport call when ctx has no deadline.
 const defaultWait = time.Second
 
-func (b transportBackend) eval(ctx context.Context, script *scripts.Script, shape redlock.ReplyShape, keysAndArgs ...any) (any, error) {
+func (b transportBackend) eval(ctx context.Context, script *scripts.Script, shape transport.ReplyShape, keysAndArgs ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -284,8 +284,8 @@ func (b transportBackend) eval(ctx context.Context, script *scripts.Script, shap
 	}
 	done := make(chan outcome, 1)
 	args := append([]any{script.Source(), int64(script.KeyCount())}, keysAndArgs...)
-	b.t.Send(&redlock.Command{Name: "EVAL", Args: args, Deadline: deadline, Reply: shape,
-		Done: func(reply any, err error, _ redlock.SendInfo) { done <- outcome{reply, err} }})
+	b.t.Send(&transport.Command{Name: "EVAL", Args: args, Deadline: deadline, Reply: shape,
+		Done: func(reply any, err error, _ transport.SendInfo) { done <- outcome{reply, err} }})
 	select {
 	case o := <-done:
 		return o.reply, o.err
