@@ -25,6 +25,9 @@ const (
 	// MetaSuffix names the hash of a lock's holder metadata (field: a
 	// holder's token or a reentrant owner's ID; value: its metadata).
 	MetaSuffix = ":meta"
+	// PermitSuffix names a semaphore's permit slots: slot i of semaphore
+	// key is the lock key key + PermitSuffix + i (in key's hash slot).
+	PermitSuffix = ":permit:"
 )
 
 // The fields of a read-write lock's hash.
