@@ -55,11 +55,13 @@ func restartEachInTurn(t *testing.T, rs *realSet, l *redlock.Lock, meta string, 
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var last error
+		restarted := time.Now()
 		back := redistest.WaitFor(ctx, func() bool { last = healedOn(rs, l, meta, election); return last == nil })
 		cancel()
 		if !back {
 			t.Fatalf("after master %d restarted: %v", i, last)
 		}
+		t.Logf("master %d: the lock back on every master %v after its restart", i, time.Since(restarted).Round(time.Millisecond))
 		if err := l.Err(); err != nil {
 			t.Fatalf("the lock was lost after master %d restarted: %v", i, err)
 		}

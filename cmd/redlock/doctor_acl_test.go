@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // doctor --key runs what locks send on a probe beside the key with the
@@ -50,18 +47,7 @@ func TestDoctor_keyChecksTheLockUsersACL(t *testing.T) {
 func TestDoctor_keyReportsALockMissingOnARestartedMaster(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
-	c, err := redlock.NewFromAddrs(masters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := c.Acquire(ctx, "job", redlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
+	ctx, _ := holdLock(t, masters, "job")
 	if !redistest.WaitFor(ctx, func() bool {
 		_, out, _ := redlockRun(t, masters, "doctor", "--rate-sample", "0", "--key", "job")
 		return strings.Contains(out, "lock job held on 3 of 3 masters; it tolerates 1 more failure")

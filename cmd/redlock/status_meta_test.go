@@ -17,20 +17,8 @@ import (
 func TestStatus_jsonHasMetadataAndMissingCopies(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
-	c, err := redlock.NewFromAddrs(masters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	l, err := c.Acquire(ctx, "job", redlock.WithTTL(time.Minute), redlock.WithMetadata("host-7 pid 42"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if !redistest.WaitFor(wctx, func() bool {
+	ctx, l := holdLock(t, masters, "job", redlock.WithMetadata("host-7 pid 42"))
+	if !redistest.WaitFor(ctx, func() bool {
 		_, out, _ := redlockRun(t, masters, "status", "--json", "job")
 		return strings.Count(out, `"metadata": "host-7 pid 42"`) == 3
 	}) {
@@ -72,4 +60,23 @@ func TestStatus_jsonHasMetadataAndMissingCopies(t *testing.T) {
 		!strings.Contains(text, "tolerates 0 more failure(s), not 1") {
 		t.Errorf("text:\n%s", text)
 	}
+}
+
+// holdLock takes a lock on key for a minute (released at the test's end)
+// and returns it with a context that ends within 10 s.
+func holdLock(t *testing.T, masters []string, key string, opts ...redlock.LockOption) (context.Context, *redlock.Lock) {
+	t.Helper()
+	c, err := redlock.NewFromAddrs(masters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	l, err := c.Acquire(ctx, key, append([]redlock.LockOption{redlock.WithTTL(time.Minute)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return ctx, l
 }
