@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -119,7 +119,7 @@ func resp2(cmd layout.Command, v any) (any, error) {
 	case []any:
 		out := make([]any, 0, len(v))
 		for _, e := range v {
-			if pair, ok := e.([]any); ok && withScores(cmd) {
+			if pair, ok := e.([]any); ok && adapter.WithScores(cmd.Args) {
 				// RESP3: [member, score] per element.
 				if len(pair) != 2 {
 					return nil, fmt.Errorf("WITHSCORES element of %d parts", len(pair))
@@ -159,13 +159,4 @@ func resp2(cmd layout.Command, v any) (any, error) {
 	default:
 		return nil, fmt.Errorf("reply of type %s", typeName(v))
 	}
-}
-
-// withScores reports whether cmd asks for a sorted set's scores.
-func withScores(cmd layout.Command) bool {
-	if len(cmd.Args) == 0 {
-		return false
-	}
-	s, ok := cmd.Args[len(cmd.Args)-1].(string)
-	return ok && strings.EqualFold(s, "WITHSCORES")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -91,12 +92,8 @@ const laneBatch = 256
 const laneBeat = 5 * time.Millisecond
 
 // lateBound is the most a command may be due past its deadline (stalls of
-// this process, a batch sent late): its own time to its deadline, at
-// least a second (as the redlock.Client waits for a reply read late, see
-// its docs/design.md).
-func lateBound(budget time.Duration) time.Duration {
-	return max(budget, time.Second)
-}
+// this process, a batch sent late): adapter.LateBound.
+var lateBound = adapter.LateBound
 
 // errBusy is returned for a command refused because too many wait.
 var errBusy = errors.New("too many commands queued for this master")
@@ -109,16 +106,8 @@ var errClosed = fmt.Errorf("goredis: transport closed: %w", redlock.ErrClosed)
 // leaves a command unanswered past its deadline.
 var errDown = errors.New("master is not answering")
 
-// timeoutError is a command's deadline passing before its reply. It
-// matches context.DeadlineExceeded and is a net.Error timeout.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "no reply before the command's deadline" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-func (timeoutError) Is(target error) bool {
-	return target == context.DeadlineExceeded
-}
+// timeoutError is a command's deadline passing before its reply.
+type timeoutError = adapter.TimeoutError
 
 var errTimeout error = timeoutError{}
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/adapter"
 )
 
 // Release notices through go-redis's PubSub.
@@ -34,10 +36,8 @@ type subscription struct {
 	owner  *Transport // set once by Transport.Subscribe, before the caller sees it
 
 	mu     sync.Mutex
-	want   map[string]bool // channels asked for
-	acked  map[string]bool // the last acknowledgement was a subscribe
-	pend   map[string]int  // SUBSCRIBEs and UNSUBSCRIBEs not yet acknowledged
-	err    error           // why it ended
+	chans  *adapter.Channels
+	err    error // why it ended
 	ended  bool
 	opened bool          // the first PING was written: ps holds no lock of the opening
 	ready  chan struct{} // closed when the master answered the first PING
@@ -56,9 +56,7 @@ func subscribe(ctx context.Context, client redis.UniversalClient, addr string, n
 		ps:     ps,
 		addr:   addr,
 		notify: notify,
-		want:   make(map[string]bool),
-		acked:  make(map[string]bool),
-		pend:   make(map[string]int),
+		chans:  adapter.NewChannels(),
 		ready:  make(chan struct{}),
 		done:   make(chan struct{}),
 		exited: make(chan struct{}),
@@ -107,7 +105,7 @@ func (s *subscription) read() {
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.mu.Lock()
-			want := s.want[m.Channel] && !s.ended
+			want := s.chans.Wanted(m.Channel) && !s.ended
 			s.mu.Unlock()
 			if want && m.Pattern == "" {
 				s.notify(m.Channel, m.Payload)
@@ -145,21 +143,7 @@ func receive(ps *redis.PubSub) (msg any, err error) {
 func (s *subscription) ack(m *redis.Subscription) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pend[m.Channel] == 0 {
-		return false
-	}
-	switch m.Kind {
-	case "subscribe":
-		s.acked[m.Channel] = true
-	case "unsubscribe":
-		delete(s.acked, m.Channel)
-	default:
-		return false
-	}
-	if s.pend[m.Channel]--; s.pend[m.Channel] == 0 {
-		delete(s.pend, m.Channel)
-	}
-	return true
+	return s.chans.Ack(m.Kind, m.Channel)
 }
 
 // set makes the subscribed channels equal to channels.
@@ -170,25 +154,7 @@ func (s *subscription) set(ctx context.Context, channels []string) error {
 		s.mu.Unlock()
 		return err
 	}
-	next := make(map[string]bool, len(channels))
-	var add, drop []string
-	for _, ch := range channels {
-		if next[ch] {
-			continue
-		}
-		next[ch] = true
-		if !s.want[ch] {
-			add = append(add, ch)
-			s.pend[ch]++
-		}
-	}
-	for ch := range s.want {
-		if !next[ch] {
-			drop = append(drop, ch)
-			s.pend[ch]++
-		}
-	}
-	s.want = next
+	add, drop := s.chans.Set(channels)
 	s.mu.Unlock()
 	// Never call go-redis with no channels: an UNSUBSCRIBE of none is one
 	// of every channel.
@@ -212,7 +178,7 @@ func (s *subscription) set(ctx context.Context, channels []string) error {
 func (s *subscription) live(channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.ended && s.want[channel] && s.acked[channel] && s.pend[channel] == 0
+	return !s.ended && s.chans.Live(channel)
 }
 
 // end ends the subscription for err (the first cause wins).
@@ -224,7 +190,7 @@ func (s *subscription) end(err error) {
 	}
 	s.ended = true
 	s.err = fmt.Errorf("subscription to %s: %w", s.addr, err)
-	clear(s.acked)
+	s.chans.Lost()
 	opened := s.opened
 	s.mu.Unlock()
 	close(s.done)

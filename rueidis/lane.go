@@ -3,6 +3,7 @@ package rueidis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -397,8 +398,8 @@ func strs(args []any) []string {
 			out[i] = strconv.FormatInt(a, 10)
 		case int:
 			out[i] = strconv.Itoa(a)
-		default:
-			panic("rueidis: argument of unexpected type")
+		default: // not one the contract names (string, []byte, int64)
+			out[i] = fmt.Sprint(a)
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ package valkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -399,8 +400,8 @@ func strs(args []any) []string {
 			out[i] = strconv.FormatInt(a, 10)
 		case int:
 			out[i] = strconv.Itoa(a)
-		default:
-			panic("valkey: argument of unexpected type")
+		default: // not one the contract names (string, []byte, int64)
+			out[i] = fmt.Sprint(a)
 		}
 	}
 	return out

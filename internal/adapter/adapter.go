@@ -93,8 +93,12 @@ func (c *Channels) Lost() { clear(c.acked) }
 // matches context.DeadlineExceeded and is a net.Error timeout.
 type TimeoutError struct{}
 
-func (TimeoutError) Error() string   { return "no reply before the command's deadline" }
-func (TimeoutError) Timeout() bool   { return true }
+func (TimeoutError) Error() string { return "no reply before the command's deadline" }
+
+// Timeout reports true: it is a net.Error timeout.
+func (TimeoutError) Timeout() bool { return true }
+
+// Temporary reports true, as a net.Error timeout does.
 func (TimeoutError) Temporary() bool { return true }
 
 // Is reports whether target is context.DeadlineExceeded.
