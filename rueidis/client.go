@@ -7,6 +7,7 @@ import (
 	lib "github.com/redis/rueidis"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // New returns a redlock.Client over rueidis clients, one per independent
@@ -32,7 +33,7 @@ func New(clients []lib.Client, opts ...redlock.Option) (*redlock.Client, error) 
 			return nil, fmt.Errorf("%s: %w: client %d is nil", pkg, redlock.ErrInvalid, i)
 		}
 	}
-	ts := make([]redlock.Transport, len(clients))
+	ts := make([]transport.Transport, len(clients))
 	cluster := false
 	for i, c := range clients {
 		t := NewTransport(c)

@@ -1,5 +1,5 @@
 // Package rueidis plugs rueidis clients (github.com/redis/rueidis) into
-// quorumlock: a redlock.Transport per master over a rueidis.Client the
+// quorumlock: a transport.Transport per master over a rueidis.Client the
 // caller already has (its dialer, TLS, credentials, connections and hooks
 // stay as they are). It lives in a module of its own, so the core module
 // never depends on rueidis. The package valkey of the module

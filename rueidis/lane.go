@@ -14,7 +14,7 @@ import (
 	lib "github.com/redis/rueidis"
 
 	"github.com/quorumlock/quorumlock/internal/adapter"
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // The lane: one master's lock commands over one rueidis client.
@@ -93,7 +93,7 @@ var (
 
 // req is one command in the lane.
 type req struct {
-	cmd      *redlock.Command
+	cmd      *transport.Command
 	deadline time.Time
 	budget   time.Duration
 	sent     bool // a try was written
@@ -103,7 +103,7 @@ type req struct {
 
 // newReq returns cmd's request: its deadline, or defaultBound from now
 // when it has none.
-func newReq(cmd *redlock.Command) *req {
+func newReq(cmd *transport.Command) *req {
 	now := time.Now()
 	deadline := cmd.Deadline
 	if deadline.IsZero() {
@@ -113,7 +113,7 @@ func newReq(cmd *redlock.Command) *req {
 }
 
 func (r *req) finish(v any, err error) {
-	r.cmd.Complete(v, err, redlock.SendInfo{Sent: r.sent, Resent: r.resent})
+	r.cmd.Complete(v, err, transport.SendInfo{Sent: r.sent, Resent: r.resent})
 }
 
 type lane struct {
@@ -132,8 +132,8 @@ type lane struct {
 	flight atomic.Int64 // when the batch in flight was sent (UnixNano), 0 when none
 	due    atomic.Int64 // the earliest deadline in the batch in flight (UnixNano)
 
-	loaded map[*redlock.Script]bool // the writer's: scripts loaded on the master
-	direct sync.WaitGroup           // sendDirect's goroutines
+	loaded map[*transport.Script]bool // the writer's: scripts loaded on the master
+	direct sync.WaitGroup             // sendDirect's goroutines
 }
 
 func newLane(client lib.Client, addr string) *lane {
@@ -143,7 +143,7 @@ func newLane(client lib.Client, addr string) *lane {
 		keyed:  client.Mode() == lib.ClientModeCluster,
 		wake:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
-		loaded: make(map[*redlock.Script]bool),
+		loaded: make(map[*transport.Script]bool),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	go l.run()
@@ -151,7 +151,7 @@ func newLane(client lib.Client, addr string) *lane {
 }
 
 // send queues cmd.
-func (l *lane) send(cmd *redlock.Command) {
+func (l *lane) send(cmd *transport.Command) {
 	r := newReq(cmd)
 	now := time.Now()
 	l.mu.Lock()
@@ -334,7 +334,7 @@ func (l *lane) settle(r *req, rr lib.RedisResult, last bool) (retry, broke bool)
 // then reach the master in no particular order (the transport is not
 // Ordered), and scripts are not loaded ahead (a first NOSCRIPT is
 // answered by EVAL).
-func (l *lane) sendDirect(cmd *redlock.Command) {
+func (l *lane) sendDirect(cmd *transport.Command) {
 	r := newReq(cmd)
 	l.mu.Lock()
 	if l.closed {

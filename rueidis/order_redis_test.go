@@ -8,7 +8,7 @@ import (
 	lib "github.com/redis/rueidis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // A standalone client's lock commands all go through one of its
@@ -23,9 +23,9 @@ func TestLane_standaloneCommandsShareOneConnection(t *testing.T) {
 	defer tr.Close()
 	done := make(chan error, 1)
 	for i := 0; i < 32; i++ {
-		tr.Send(&redlock.Command{Name: "SET", Args: []any{"k" + string(rune('a'+i%26)), "v", "PX", int64(10000)},
-			Reply: redlock.ReplySet, Deadline: time.Now().Add(2 * time.Second),
-			Done: func(_ any, err error, _ redlock.SendInfo) { done <- err }})
+		tr.Send(&transport.Command{Name: "SET", Args: []any{"k" + string(rune('a'+i%26)), "v", "PX", int64(10000)},
+			Reply: transport.ReplySet, Deadline: time.Now().Add(2 * time.Second),
+			Done: func(_ any, err error, _ transport.SendInfo) { done <- err }})
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}

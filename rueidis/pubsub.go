@@ -9,7 +9,7 @@ import (
 	lib "github.com/redis/rueidis"
 
 	"github.com/quorumlock/quorumlock/internal/adapter"
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Release notices through a dedicated connection's pub/sub hooks.
@@ -43,7 +43,7 @@ type subscription struct {
 // client's own (Dedicate); it returns once the master answered a PING
 // there, or when ctx ends. The connection is closed when the
 // subscription ends.
-func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload string)) (redlock.Subscription, error) {
+func (t *Transport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -126,7 +126,7 @@ func (s *subscription) ack(m lib.PubSubSubscription) {
 }
 
 // Set makes the subscribed channels equal to channels (see
-// redlock.Subscription); it returns once rueidis wrote the commands.
+// transport.Subscription); it returns once rueidis wrote the commands.
 func (s *subscription) Set(ctx context.Context, channels []string) error {
 	s.mu.Lock()
 	if s.ended {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Locks through New on one and on five masters: a lock, a fenced one, a
@@ -289,12 +290,12 @@ func TestTransport_closedConnectionIsNotRetried(t *testing.T) {
 			type outcome struct {
 				v    any
 				err  error
-				info redlock.SendInfo
+				info transport.SendInfo
 			}
 			got := make(chan outcome, 1)
-			tr.Send(&redlock.Command{Name: "INCR", Args: []any{key}, NumKeys: 1, Reply: redlock.ReplyFlag,
+			tr.Send(&transport.Command{Name: "INCR", Args: []any{key}, NumKeys: 1, Reply: transport.ReplyFlag,
 				Deadline: time.Now().Add(2 * time.Second), Resend: resend,
-				Done: func(v any, err error, info redlock.SendInfo) { got <- outcome{v, err, info} }})
+				Done: func(v any, err error, info transport.SendInfo) { got <- outcome{v, err, info} }})
 			o := <-got
 			runs, err := s.Do("GET", key)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // BenchmarkLane_lockUnlock measures what the lane is worth over valkey's
@@ -25,7 +26,7 @@ func BenchmarkLane_lockUnlock(b *testing.B) {
 		servers := redistest.Start(b, cell.n)
 		for _, mode := range []string{"lane", "direct"} {
 			b.Run(fmt.Sprintf("N=%d/clients=%d/%s", cell.n, cell.par, mode), func(b *testing.B) {
-				ts := make([]redlock.Transport, cell.n)
+				ts := make([]transport.Transport, cell.n)
 				for i, s := range servers {
 					t := NewTransport(dialB(b, s.Addr()))
 					t.direct = mode == "direct"

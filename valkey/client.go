@@ -9,6 +9,7 @@ import (
 	lib "github.com/valkey-io/valkey-go"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // New returns a redlock.Client over valkey clients, one per independent
@@ -34,7 +35,7 @@ func New(clients []lib.Client, opts ...redlock.Option) (*redlock.Client, error) 
 			return nil, fmt.Errorf("%s: %w: client %d is nil", pkg, redlock.ErrInvalid, i)
 		}
 	}
-	ts := make([]redlock.Transport, len(clients))
+	ts := make([]transport.Transport, len(clients))
 	cluster := false
 	for i, c := range clients {
 		t := NewTransport(c)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Close with a SIGSTOPped master, a waiter subscribed and commands in
@@ -82,8 +83,8 @@ func TestTransport_sendAfterCloseFailsUnsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	tr.Send(&redlock.Command{Name: "SET", Args: []any{"k", "v", "NX", "PX", int64(1000)}, Reply: redlock.ReplySet,
-		Done: func(_ any, err error, info redlock.SendInfo) {
+	tr.Send(&transport.Command{Name: "SET", Args: []any{"k", "v", "NX", "PX", int64(1000)}, Reply: transport.ReplySet,
+		Done: func(_ any, err error, info transport.SendInfo) {
 			if info.Sent {
 				err = errors.New("reported sent")
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/layout"
 )
 
-// Inspection (redlock.Inspector): Client.Inspect's read-only commands run
+// Inspection (transport.Inspector): Client.Inspect's read-only commands run
 // as one DoMulti on the client (its hooks see them), not on the lane,
 // and their replies are handed back in the RESP2 shapes layout.Reader
 // reads. Over RESP3 (valkey speaks it to every server that does) a hash
@@ -27,7 +27,7 @@ import (
 // Inspect runs cmds on the master as one pipeline and returns one reply
 // per command, in order: nil, int64, a string (status and bulk strings
 // alike, which layout.Reader accepts), []any, or an error reply as a
-// redlock.ReplyError in its place (redlock.Inspector). valkey bounds it
+// transport.ReplyError in its place (transport.Inspector). valkey bounds it
 // by ctx.
 func (t *Transport) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error) {
 	t.mu.Lock()

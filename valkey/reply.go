@@ -8,7 +8,7 @@ import (
 
 	lib "github.com/valkey-io/valkey-go"
 
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Replies. valkey decodes a reply into a message that tells an integer,
@@ -20,7 +20,7 @@ import (
 
 // value returns msg (null when isNil) as a reply of shape: SET's "OK" as
 // a string, every other string as []byte (a bulk string).
-func value(shape redlock.ReplyShape, msg *lib.ValkeyMessage, isNil bool) (any, error) {
+func value(shape transport.ReplyShape, msg *lib.ValkeyMessage, isNil bool) (any, error) {
 	var v any
 	switch {
 	case isNil:
@@ -30,12 +30,12 @@ func value(shape redlock.ReplyShape, msg *lib.ValkeyMessage, isNil bool) (any, e
 		v = n
 	case msg.IsString():
 		s, _ := msg.ToString()
-		if shape == redlock.ReplySet {
+		if shape == transport.ReplySet {
 			v = s
 		} else {
 			v = []byte(s)
 		}
-	case shape == redlock.ReplyInfo && verbatim(msg):
+	case shape == transport.ReplyInfo && verbatim(msg):
 		s, _ := msg.ToString()
 		v = []byte(s[4:])
 	default:
@@ -57,13 +57,13 @@ func verbatim(msg *lib.ValkeyMessage) bool {
 	return err == nil && len(s) >= 4 && s[3] == ':'
 }
 
-// replyError returns an error reply as a redlock.ReplyError: the master's
+// replyError returns an error reply as a transport.ReplyError: the master's
 // message whole (valkey's ValkeyError drops a leading "ERR ").
-func replyError(msg *lib.ValkeyMessage, re *lib.ValkeyError) redlock.ReplyError {
+func replyError(msg *lib.ValkeyMessage, re *lib.ValkeyError) transport.ReplyError {
 	if s, _ := msg.ToString(); s != "" {
-		return redlock.ReplyError(s)
+		return transport.ReplyError(s)
 	}
-	return redlock.ReplyError(re.Error())
+	return transport.ReplyError(re.Error())
 }
 
 // typeName names a message's type without printing its bytes.

@@ -16,9 +16,10 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/adapter"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
-// Transport is a redlock.Transport over one valkey client: one master's
+// Transport is a transport.Transport over one valkey client: one master's
 // lock commands (through a lane, see lane.go) and its release notices
 // (through a dedicated connection's pub/sub hooks, see pubsub.go). It is
 // safe for concurrent use. It does not close the client, which stays the
@@ -38,11 +39,11 @@ type Transport struct {
 }
 
 var (
-	_ redlock.Transport    = (*Transport)(nil)
-	_ redlock.Ordered      = (*Transport)(nil)
-	_ redlock.Silencer     = (*Transport)(nil)
-	_ redlock.Inspector    = (*Transport)(nil)
-	_ redlock.Subscription = (*subscription)(nil)
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Ordered      = (*Transport)(nil)
+	_ transport.Silencer     = (*Transport)(nil)
+	_ transport.Inspector    = (*Transport)(nil)
+	_ transport.Subscription = (*subscription)(nil)
 )
 
 // NewTransport returns a transport over client, which must reach one
@@ -83,7 +84,7 @@ func (t *Transport) Addr() string { return t.addr }
 func (t *Transport) Ordered() bool { return t.ordered && !t.direct }
 
 // Silence reports how long the master has kept the lane's batch in
-// flight unanswered (redlock.Silencer): 0 when none is in flight. It
+// flight unanswered (transport.Silencer): 0 when none is in flight. It
 // does not subtract stalls of this process, so it may report a master
 // silent that had answered unread; it never reports a hung master as
 // answering.
@@ -91,11 +92,11 @@ func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 
 // Send queues cmd for the master and returns at once; cmd.Complete is
 // called exactly once (see lane.go for when): with the reply in redigo's
-// shapes (see redlock.ReplyShape), a redlock.ReplyError, or an error
+// shapes (see transport.ReplyShape), a transport.ReplyError, or an error
 // (matching context.DeadlineExceeded when no reply came in time). A
 // command without a deadline (built by other code than a redlock.Client)
 // gets defaultBound.
-func (t *Transport) Send(cmd *redlock.Command) {
+func (t *Transport) Send(cmd *transport.Command) {
 	if t.direct {
 		t.lane.sendDirect(cmd)
 		return

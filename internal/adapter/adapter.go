@@ -1,5 +1,5 @@
 // Package adapter holds what the client libraries' adapters (the nested
-// modules goredis, rueidis and valkey) share beside the redlock.Transport
+// modules goredis, rueidis and valkey) share beside the transport.Transport
 // contract: a release-notice subscription's channel bookkeeping, the
 // error of a command whose deadline passed, and small helpers. It is
 // internal to this repository: the adapters import it by path, at the
