@@ -71,7 +71,7 @@ func restartEachInTurn(t *testing.T, rs *realSet, l *redlock.Lock, meta string, 
 // An auto-extended lock held while each master restarts in turn is back on
 // every master after each restart, with its fencing counter and metadata;
 // a later holder's fence is above it, though every master restarted.
-func TestRedis_autoExtendedLockHealsAfterEachMasterRestarts(t *testing.T) {
+func TestHeal_autoExtendedLockAfterEachMasterRestarts(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, aof := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aof=%v", aof), func(t *testing.T) {
@@ -105,7 +105,7 @@ func TestRedis_autoExtendedLockHealsAfterEachMasterRestarts(t *testing.T) {
 
 // The same under an election: the leader's key, term and value are back
 // on every master after each restart, and Leader reads it.
-func TestRedis_electionHealsAfterEachMasterRestarts(t *testing.T) {
+func TestHeal_electionAfterEachMasterRestarts(t *testing.T) {
 	redistest.SkipShort(t)
 	rs := startReal(t, 3)
 	c := rs.client(t, pooledPath)
@@ -138,7 +138,7 @@ func TestRedis_electionHealsAfterEachMasterRestarts(t *testing.T) {
 
 // A master that holds another token where the lock was lost is never
 // overwritten: the lock stays off it.
-func TestRedis_healNeverOverwritesAnotherHolder(t *testing.T) {
+func TestHeal_neverOverwritesAnotherHolder(t *testing.T) {
 	rs := startReal(t, 5)
 	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)
@@ -175,7 +175,7 @@ func TestRedis_healNeverOverwritesAnotherHolder(t *testing.T) {
 
 // The minimal ACL of docs/operations.md is enough to heal a lock (fenced)
 // and to release one before its minimum hold.
-func TestRedis_minimalACLIsEnoughToHealAndHoldAMinimum(t *testing.T) {
+func TestHeal_minimalACLIsEnoughToHealAndHoldAMinimum(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	c := addrClient(t, pipelinedPath, aclUser(t, servers, "locker", minimalACL))
 	ctx := ctxT(t)

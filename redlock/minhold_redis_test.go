@@ -15,7 +15,7 @@ import (
 // A release before the minimum hold leaves the key on every master, with
 // its time to live cut to what is left of the minimum: nobody takes the
 // slot again before then, and the key is gone right after.
-func TestRedis_releaseBeforeMinHoldLeavesTheKeyUntilTheMinimum(t *testing.T) {
+func TestMinHold_releaseBeforeItLeavesTheKeyUntilTheMinimum(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		c := rs.client(t, path)
@@ -74,7 +74,7 @@ func TestRedis_releaseBeforeMinHoldLeavesTheKeyUntilTheMinimum(t *testing.T) {
 }
 
 // A release after the minimum has passed deletes the key.
-func TestRedis_releaseAfterMinHoldDeletes(t *testing.T) {
+func TestMinHold_releaseAfterItDeletes(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)

@@ -18,7 +18,7 @@ import (
 // A master down for 5 s under three clients contending for one key: each
 // client logs at most two lines per master per change of its state (it
 // fails, it answers again; releases it missed are counted in between).
-func TestRedis_outageUnderContentionLogsOneLinePerChange(t *testing.T) {
+func TestOutageLog_underContentionOneLinePerChange(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
@@ -118,7 +118,7 @@ func TestRedis_outageUnderContentionLogsOneLinePerChange(t *testing.T) {
 // A lock that never reached a master (it refused the connection) leaves
 // nothing there: its release is not retried there, and no warning says a
 // key stays there until its TTL.
-func TestRedis_releaseNeverSentToARefusingMasterIsNotWarnedAbout(t *testing.T) {
+func TestOutageLog_releaseNeverSentToARefusingMasterIsNotWarnedAbout(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		var buf syncBuffer

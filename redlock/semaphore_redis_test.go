@@ -22,7 +22,7 @@ func newSemaphore(t *testing.T, c *redlock.Client, key string, k int, opts ...re
 	return s
 }
 
-func TestRedis_SemaphoreGrantsKPermitsOnDistinctSlots(t *testing.T) {
+func TestSemaphore_grantsKPermitsOnDistinctSlots(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -72,7 +72,7 @@ func TestRedis_SemaphoreGrantsKPermitsOnDistinctSlots(t *testing.T) {
 	})
 }
 
-func TestRedis_SemaphoreWaiterWokenByAnySlotsRelease(t *testing.T) {
+func TestSemaphore_waiterWokenByAnySlotsRelease(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -132,7 +132,7 @@ func TestRedis_SemaphoreWaiterWokenByAnySlotsRelease(t *testing.T) {
 	})
 }
 
-func TestRedis_SemaphoreSmallerCountLeavesHigherSlotsToDrain(t *testing.T) {
+func TestSemaphore_smallerCountLeavesHigherSlotsToDrain(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
@@ -175,7 +175,7 @@ func TestRedis_SemaphoreSmallerCountLeavesHigherSlotsToDrain(t *testing.T) {
 	})
 }
 
-func TestRedis_SemaphoreDoHoldsPermitThroughTTLsAndReleases(t *testing.T) {
+func TestSemaphore_doHoldsPermitThroughTTLsAndReleases(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forN1N5(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)
@@ -217,7 +217,7 @@ func TestRedis_SemaphoreDoHoldsPermitThroughTTLsAndReleases(t *testing.T) {
 	})
 }
 
-func TestRedis_SemaphoreRefusesBadArgumentsSendingNothing(t *testing.T) {
+func TestSemaphore_refusesBadArgumentsSendingNothing(t *testing.T) {
 	rs := startReal(t, 1)
 	c := rs.client(t, pipelinedPath)
 	for _, tc := range []struct {
@@ -241,7 +241,7 @@ func TestRedis_SemaphoreRefusesBadArgumentsSendingNothing(t *testing.T) {
 	}
 }
 
-func TestRedis_SemaphoreReportsOneAcquisitionPerCallAndItsLoss(t *testing.T) {
+func TestSemaphore_reportsOneAcquisitionPerCallAndItsLoss(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	obs := &recorder{}
