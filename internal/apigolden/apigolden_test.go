@@ -22,6 +22,8 @@ var published = []struct{ dir, golden string }{
 	{"clock", "clock.txt"},
 	{"transport", "transport.txt"},
 	{"goredis", "goredis.txt"},
+	{"rueidis", "rueidis.txt"},
+	{"valkey", "valkey.txt"},
 	{"otel", "otel.txt"},
 }
 
