@@ -77,6 +77,9 @@ type Client struct {
 	// beforeWait, when set (tests), runs after a failed attempt, before
 	// the waiter registers for release notices.
 	beforeWait func()
+	// settled, when set (tests), runs as a waiter begins a pause with no
+	// re-check pending: its latest attempt is over.
+	settled func()
 }
 
 type master struct {
@@ -523,7 +526,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				c.beforeWait()
 			}
 			waitFrom = time.Now()
-			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued())
+			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued(), arrivalOf(k))
 		} else {
 			c.waker.revive()
 		}
@@ -570,6 +573,9 @@ func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, del
 	var poll <-chan time.Time
 	var pollT *time.Timer
 	var pollEnd time.Time
+	if c.settled != nil && !wt.recheck {
+		c.settled()
+	}
 	if wt.recheck {
 		wt.recheck = false
 		pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
