@@ -159,48 +159,9 @@ func selfCPU() time.Duration {
 // bench's handoff cell is the full measurement; this one is for
 // side-by-side runs of a change to waking.
 func BenchmarkHandoff(b *testing.B) {
-	const n, clients = 5, 8
-	servers := redistest.Start(b, n)
-	addrs := make([]string, n)
-	for i, s := range servers {
-		addrs[i] = s.Addr()
-	}
-	cs := make([]*redlock.Client, clients)
-	for i := range cs {
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		cs[i] = c
-	}
-	ctx := context.Background()
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	waits := make([][]time.Duration, clients)
+	const clients = 8
 	b.ReportAllocs()
-	b.ResetTimer()
-	done := make(chan struct{})
-	for i, c := range cs {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for left.Add(-1) >= 0 {
-				start := time.Now()
-				l, err := c.Acquire(ctx, "bench:handoff", redlock.WithWait(time.Minute))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				waits[i] = append(waits[i], time.Since(start))
-				l.Release(ctx) // a release not confirmed leaves the key until its TTL: it shows in wait-ms
-
-			}
-		}()
-	}
-	for range cs {
-		<-done
-	}
-	b.StopTimer()
+	waits := handoffWaits(b, 5, clients, "bench:handoff", 0)
 	var all []time.Duration
 	var sum, sq float64
 	for _, w := range waits {
@@ -215,4 +176,53 @@ func BenchmarkHandoff(b *testing.B) {
 	if sq > 0 {
 		b.ReportMetric(sum*sum/(clients*sq), "jain")
 	}
+}
+
+// handoffWaits runs b.N cycles of Acquire, hold, Release on key by
+// clients Clients (each its own, as separate processes) of n masters, and
+// returns each client's waits.
+func handoffWaits(b *testing.B, n, clients int, key string, hold time.Duration) [][]time.Duration {
+	servers := redistest.Start(b, n)
+	addrs := make([]string, n)
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	cs := make([]*redlock.Client, clients)
+	for i := range cs {
+		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	ctx := context.Background()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	waits := make([][]time.Duration, clients)
+	b.ResetTimer()
+	done := make(chan struct{})
+	for i, c := range cs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for left.Add(-1) >= 0 {
+				start := time.Now()
+				l, err := c.Acquire(ctx, key, redlock.WithWait(time.Minute))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				waits[i] = append(waits[i], time.Since(start))
+				if hold > 0 {
+					time.Sleep(hold) // the subject: the holder's work
+				}
+				l.Release(ctx) // a release not confirmed leaves the key until its TTL: it shows in the waits
+			}
+		}()
+	}
+	for range cs {
+		<-done
+	}
+	b.StopTimer()
+	return waits
 }

@@ -77,6 +77,9 @@ type Client struct {
 	// beforeWait, when set (tests), runs after a failed attempt, before
 	// the waiter registers for release notices.
 	beforeWait func()
+	// settled, when set (tests), runs as a waiter begins a pause with no
+	// re-check pending: its latest attempt is over.
+	settled func()
 }
 
 type master struct {
@@ -523,7 +526,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				c.beforeWait()
 			}
 			waitFrom = time.Now()
-			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued())
+			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued(), arrivalOf(k))
 		} else {
 			c.waker.revive()
 		}
@@ -570,6 +573,9 @@ func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, del
 	var poll <-chan time.Time
 	var pollT *time.Timer
 	var pollEnd time.Time
+	if c.settled != nil && !wt.recheck {
+		c.settled()
+	}
 	if wt.recheck {
 		wt.recheck = false
 		pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
@@ -606,12 +612,23 @@ func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, del
 // the masters only once it granted. When no master can lead (each failed
 // lately), a short random spread (real time, shorter than a few round
 // trips) lets one of them reach a quorum before the others split the
-// vote. In fair mode only the head of the queue can win: a fair waiter is
+// vote. On a single master there is no pilot, but the waiter waits the
+// same age-weighted delay (leadDelay) when it has rivals in other
+// clients. In fair mode only the head of the queue can win: a fair waiter is
 // not led (no vote to split, and its attempts must refresh its place on
 // every master). A waiting writer is led; its backoff attempts, never
 // led, renew its intent on every master (docs/design.md, "Waiters that
 // leave a mark").
 func (c *Client) woken(ctx context.Context, wt *waiting, key string, k kind, waitFrom time.Time) int {
+	if len(c.masters) == 1 && !k.queued() {
+		// One master, no pilot: the woken waiters of every client race to
+		// it all the same, and the age-weighted delay keeps the client
+		// told first from winning every race.
+		if wt.rivals() != 1 {
+			c.leadDelay(ctx, time.Since(waitFrom))
+		}
+		return -1
+	}
 	lead := c.leadFor(key)
 	if lead < 0 || k.queued() {
 		c.spread(ctx, k)

@@ -57,3 +57,15 @@ func (f *fairness) command(r *round, op opKind, dst []any) (*scripts.Script, str
 func (f *fairness) holder() string { return "f:" + f.waiter }
 func (f *fairness) leaves() bool   { return true }
 func (f *fairness) queued() bool   { return true }
+
+// arrivalOf returns a fair waiter's arrival (its place in the key's
+// queue), or 0 for a lock of any other kind.
+func arrivalOf(k kind) int64 {
+	if mk, ok := k.(*metaKind); ok {
+		k = mk.kind
+	}
+	if f, ok := k.(*fairness); ok {
+		return f.arrival
+	}
+	return 0
+}

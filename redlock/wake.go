@@ -151,6 +151,10 @@ type waiter struct {
 	// might hear none of the release's notices (a waiter on a clock that
 	// does not run, or whose backoff is long, would sleep on).
 	ahead bool
+	// arrival: a fair waiter's place in the key's queue (µs since the
+	// epoch, fairness.arrival), 0 for any other. Fair waiters keep arrival
+	// order in the local queue and are never sent to its back (wakeFirst).
+	arrival int64
 }
 
 func newWaker(c *Client) *waker {
@@ -190,8 +194,8 @@ func (w *waker) mark(key string, k kind) mark {
 // channel. It reports whether the key was followed since gen with no
 // notice heard: a key's entry (and its subscriptions) older than gen,
 // no notice since.
-func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahead bool) (*waiter, bool) {
-	wt := &waiter{key: key, ch: ch, multi: multi, ahead: ahead}
+func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahead bool, arrival int64) (*waiter, bool) {
+	wt := &waiter{key: key, ch: ch, multi: multi, ahead: ahead, arrival: arrival}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.waiters[key]
@@ -205,6 +209,13 @@ func (w *waker) registerOn(key string, ch chan struct{}, gen uint64, multi, ahea
 		delete(w.lingering, key)
 	}
 	kw.queue = append(kw.queue, wt)
+	if arrival != 0 {
+		// A fair waiter takes its place by arrival: one that arrived
+		// earlier may register later (its first attempt took longer).
+		for i := len(kw.queue) - 1; i > 0 && kw.queue[i-1].arrival > arrival; i-- {
+			kw.queue[i-1], kw.queue[i] = kw.queue[i], kw.queue[i-1]
+		}
+	}
 	w.syncLocked()
 	return wt, kw.born <= gen && kw.heard <= gen
 }
@@ -225,10 +236,11 @@ type waiting struct {
 
 // wait registers a waiter for each key, all on one channel, and compares
 // the keys with m, read before the first attempt (see waiting.recheck).
-func (w *waker) wait(keys []string, m mark, ahead bool) *waiting {
+// arrival is a fair waiter's place in the queue (waiter.arrival), else 0.
+func (w *waker) wait(keys []string, m mark, ahead bool, arrival int64) *waiting {
 	wg := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, k := range keys {
-		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1, ahead)
+		wt, quiet := w.registerOn(k, wg.ch, m.gen, len(keys) > 1, ahead, arrival)
 		wg.ws = append(wg.ws, wt)
 		wg.recheck = wg.recheck || !quiet
 	}
@@ -461,7 +473,7 @@ func (w *waker) syncLocked() {
 // notify wakes the longest-waiting waiter for key alone for master
 // from's notice of release id when announce says the notice should wake
 // one. The woken waiter goes to the back of the queue: if it loses the
-// race it waits its turn again.
+// race it waits its turn again; a fair waiter keeps its place (wakeFirst).
 //
 // A multi-key waiter is woken by every notice of each of its keys, from
 // every master, whether announce says the notice wakes or not: a master
@@ -530,9 +542,13 @@ func (wg *waiting) rivals() int {
 
 // wakeFirst wakes the key's longest-waiting waiter for this key alone
 // and sends it to the back of the queue: if it loses the race it waits
-// its turn again. Multi-key waiters are left out: they hear every notice
-// (notify). The caller holds waker.mu. It returns the waiter woken, or nil
-// when none waits for this key alone.
+// its turn again. A fair waiter keeps its place: only the head of the
+// key's queue can win, and of this client's fair waiters that can only be
+// the one that arrived first; sent back, the next release would wake one
+// behind it, which cannot win, while it slept until its backoff.
+// Multi-key waiters are left out: they hear every notice (notify). The
+// caller holds waker.mu. It returns the waiter woken, or nil when none
+// waits for this key alone.
 func (k *keyWaiters) wakeFirst() *waiter {
 	i := -1
 	for j, q := range k.queue {
@@ -551,8 +567,10 @@ func (k *keyWaiters) wakeFirst() *waiter {
 		return nil
 	}
 	wt := k.queue[i]
-	copy(k.queue[i:], k.queue[i+1:])
-	k.queue[len(k.queue)-1] = wt
+	if wt.arrival == 0 {
+		copy(k.queue[i:], k.queue[i+1:])
+		k.queue[len(k.queue)-1] = wt
+	}
 	k.wake(wt)
 	return wt
 }

@@ -1,0 +1,31 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// On a single master there is no pilot, but the woken waiters of every
+// client race to it: a woken waiter with rivals in other clients waits the
+// age-weighted delay (leadDelay) before its attempt, at least half of
+// wakeSpread for one that has just begun to wait, so that the client Redis
+// tells first does not win every race.
+func TestWake_singleMasterWokenWaiterWithRivalsWaitsAgeWeightedDelay(t *testing.T) {
+	servers := redistest.Start(t, 1)
+	c := leadClient(t, servers, true)
+	wg := c.waker.wait([]string{"k"}, mark{}, false, 0)
+	defer wg.stop(false, false)
+	c.waker.mu.Lock()
+	c.waker.waiters["k"].subs = 2 // the notice said: two clients wait
+	c.waker.mu.Unlock()
+	begun := time.Now()
+	if lead := c.woken(context.Background(), wg, "k", plainKind{}, begun); lead != -1 {
+		t.Fatalf("woken asks master %d first on a single master", lead)
+	}
+	if waited := time.Since(begun); waited < wakeSpread/2 {
+		t.Fatalf("woken waiter with rivals attempted after %v, want at least %v", waited, wakeSpread/2)
+	}
+}
