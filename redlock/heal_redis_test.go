@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -36,7 +37,7 @@ func healedOn(rs *realSet, l *redlock.Lock, meta string, election bool) error {
 			}
 		}
 		if election {
-			term, _ := redis.String(s.Do("HGET", layout.MetaKey(l.Key()), layout.TermField(l.Token())))
+			term, _ := redis.String(s.Do("HGET", layout.MetaKey(l.Key()), keys.TermField(l.Token())))
 			if term != strconv.FormatUint(l.Fence(), 10) {
 				return fmt.Errorf("master %d: term %q, want %d", i, term, l.Fence())
 			}
