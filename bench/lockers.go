@@ -21,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	qlredigo "github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -130,7 +131,7 @@ func newQuorumlockFair(e *env, n int) locker {
 }
 
 func newQuorumlockPooled(e *env, n int) locker {
-	return newQuorumlockWith(e, n, redlock.WithPipelining(false))
+	return newQuorumlockWith(e, n, qlredigo.WithPipelining(false))
 }
 
 func newQuorumlock(e *env, n int) locker { return newQuorumlockWith(e, n) }
@@ -151,7 +152,7 @@ func newQuorumlockOwnPools(e *env, n int) locker {
 		e.closers = append(e.closers, func() { p.Close() })
 		pools[i] = p
 	}
-	c, err := redlock.New(pools)
+	c, err := qlredigo.New(pools)
 	if err != nil {
 		panic(err)
 	}
@@ -161,7 +162,7 @@ func newQuorumlockOwnPools(e *env, n int) locker {
 // newQuorumlockAddrs is quorumlock on a Client built from the masters'
 // addresses (redlock.NewFromAddrs), as most applications make it.
 func newQuorumlockAddrs(e *env, n int, opts ...redlock.Option) locker {
-	c, err := redlock.NewFromAddrs(e.addrs[:n], opts...)
+	c, err := qlredigo.NewFromAddrs(e.addrs[:n], opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -178,7 +179,7 @@ func newQuorumlockWith(e *env, n int, opts ...redlock.Option) locker {
 		pools[i] = p
 		e.closers = append(e.closers, func() { p.Close() })
 	}
-	c, err := redlock.New(pools, opts...)
+	c, err := qlredigo.New(pools, opts...)
 	if err != nil {
 		panic(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -36,7 +37,7 @@ func redigoClusterMembers(t *testing.T, k, s int) ([]*cluster.RedisCluster, []st
 
 func newRedigoClusterClient(t *testing.T, specs []string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.NewFromAddrs(specs, append([]redlock.Option{redlock.WithTimeout(500 * time.Millisecond)}, opts...)...)
+	c, err := redigo.NewFromAddrs(specs, append([]redlock.Option{redlock.WithTimeout(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,7 @@ func TestRedigoCluster_conformance(t *testing.T) {
 		for i, a := range addrs {
 			specs[i] = "cluster://" + a
 		}
-		cl, err := redlock.NewFromAddrs(specs, opts...)
+		cl, err := redigo.NewFromAddrs(specs, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -338,7 +339,7 @@ func TestAttack18_MetadataGoneAfterRollbackEveryKind(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			rs := startReal(t, 3)
-			blocker, err := redlock.New(rs.pools[1:], redlock.WithTimeout(realTimeout))
+			blocker, err := redigo.New(rs.pools[1:], redlock.WithTimeout(realTimeout))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -347,7 +348,7 @@ func probeAnswerResult(reply any, err error) probeResult {
 		var re redis.Error
 		var rpe ReplyError
 		var pe *pool.ProtocolError
-		var de *desyncError
+		var de *fault.DesyncError
 		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, errPanic) {
 			// It answered: an error reply (an ACL without INFO), or bytes
 			// no server sends. Not identified, not asked again.

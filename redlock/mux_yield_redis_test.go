@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -197,7 +198,7 @@ func TestAttack25a_yieldCloseDuringBurst(t *testing.T) {
 		addrs[i] = s.Addr()
 	}
 	for rep := range 4 {
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout), redlock.WithPipelining(true))
+		c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout), redigo.WithPipelining(true))
 		if err != nil {
 			t.Fatal(err)
 		}

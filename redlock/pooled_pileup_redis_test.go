@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -41,7 +42,7 @@ func TestAttack25c_pooledPileUpOnAStoppedMaster(t *testing.T) {
 				pools[i] = rps[i]
 			}
 			const timeout = 50 * time.Millisecond
-			c, err := redlock.New(pools, redlock.WithTimeout(timeout), redlock.WithPipelining(false))
+			c, err := redigo.New(pools, redlock.WithTimeout(timeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}

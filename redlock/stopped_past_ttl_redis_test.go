@@ -17,6 +17,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -230,8 +231,8 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 // release it; each lock is printed as it is released.
 func a25cStoppedChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
-	c, err := redlock.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(a25cTimeout),
-		redlock.WithPipelining(path == "pipelined"))
+	c, err := redigo.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(a25cTimeout),
+		redigo.WithPipelining(path == "pipelined"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -136,7 +137,7 @@ func TestRedis_CloseAfterWaitersWithPlainPools(t *testing.T) {
 					defer rp.Close()
 					pools[i] = tc.wrap(rp)
 				}
-				c, err := redlock.New(pools, redlock.WithTimeout(realTimeout))
+				c, err := redigo.New(pools, redlock.WithTimeout(realTimeout))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -137,7 +137,7 @@ type Ordered interface {
 // once the lead granted. Down must be cheap, safe for concurrent use, and
 // must not report a master that answers as down; a NotSentError says
 // since when. The pooled redigo transport of redlock.New (pools that
-// cannot dial, or redlock.WithPipelining(false)) implements it. An Ordered transport has no use for it: the Client sends
+// cannot dial, or redigo.WithPipelining(false)) implements it. An Ordered transport has no use for it: the Client sends
 // it every command at once, and it may fail one that is worthless late
 // itself (Command.DropWhenDown).
 type Downer interface {

@@ -15,6 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -133,7 +134,7 @@ func TestAttack18_LeaderCLIPairsDuringHandOver(t *testing.T) {
 	defer cancel()
 	candidates := make([]*redlock.Election, 3)
 	for i := range candidates {
-		c, err := redlock.NewFromAddrs(masters)
+		c, err := redigo.NewFromAddrs(masters)
 		if err != nil {
 			t.Fatal(err)
 		}

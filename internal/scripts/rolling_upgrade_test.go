@@ -12,6 +12,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -108,7 +109,7 @@ func TestMultiWithMeta_previousVersionClientBesideThisOne(t *testing.T) {
 	for i, s := range servers {
 		ps[i] = s.Pool()
 	}
-	c, err := redlock.New(ps, redlock.WithTimeout(time.Second))
+	c, err := redigo.New(ps, redlock.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

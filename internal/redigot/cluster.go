@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -13,9 +13,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Quorum members that are Redis Clusters, on redigo.
@@ -73,7 +76,7 @@ type clusterTransport struct {
 	spec    pool.ClusterSpec
 	opts    []pool.Option
 	timeout time.Duration // the client's per-master timeout
-	stalls  *stalls       // the client's stall detector, shared by its nodes' muxes
+	stalls  *stall.Stalls // the client's stall detector, shared by its nodes' muxes
 
 	slots atomic.Pointer[slotMap] // nil until first read
 	done  chan struct{}           // closed by Close
@@ -110,7 +113,7 @@ type clusterNode struct {
 
 // newClusterTransport returns the transport of the member spec
 // (cluster://...), whose nodes are dialed with opts.
-func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration, st *stalls) (*clusterTransport, error) {
+func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration, st *stall.Stalls) (*clusterTransport, error) {
 	cs, err := pool.ParseClusterURL(spec)
 	if err != nil {
 		return nil, err
@@ -140,20 +143,20 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	if ct.closed {
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	if n := ct.nodes[addr]; n != nil {
 		return n, nil
 	}
 	if err := ct.spec.Dialable(addr); err != nil {
-		return nil, &clusterNodeError{node: addr, err: err}
+		return nil, &ClusterNodeError{node: addr, err: err}
 	}
 	if len(ct.nodes) >= pool.MaxClusterNodes {
-		return nil, &clusterNodeError{node: addr, err: fmt.Errorf("the member named more than %d nodes: not dialed", pool.MaxClusterNodes)}
+		return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("the member named more than %d nodes: not dialed", pool.MaxClusterNodes)}
 	}
 	p, err := pool.New(addr, ct.opts...)
 	if err != nil {
-		return nil, &clusterNodeError{node: addr, err: err}
+		return nil, &ClusterNodeError{node: addr, err: err}
 	}
 	n := &clusterNode{addr: addr, pool: p,
 		mx: &mux{addr: addr, pool: p, dial: p, redact: p.RedactError, timeout: ct.timeout, stalls: ct.stalls}}
@@ -164,13 +167,13 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 
 // clusterNodeError is a failure on one node of a member: the Client names
 // the member, this names the node.
-type clusterNodeError struct {
+type ClusterNodeError struct {
 	node string
 	err  error
 }
 
-func (e *clusterNodeError) Error() string { return "cluster node " + e.node + ": " + e.err.Error() }
-func (e *clusterNodeError) Unwrap() error { return e.err }
+func (e *ClusterNodeError) Error() string { return "cluster node " + e.node + ": " + e.err.Error() }
+func (e *ClusterNodeError) Unwrap() error { return e.err }
 
 // ownerOf returns the address of slot's owner as last known, or the first
 // seed when it is not known (a MOVED then tells). slot -1 (no key) is the
@@ -291,16 +294,16 @@ func (ct *clusterTransport) slotsFrom(ctx context.Context, addr string) (*slotMa
 	defer cancel()
 	conn, err := n.pool.GetContext(ctx)
 	if err != nil {
-		return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
+		return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
 	}
 	defer conn.Close()
 	v, err := redis.DoContext(conn, ctx, "CLUSTER", "SLOTS")
 	if err != nil {
-		return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
+		return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
 	}
 	ranges, err := pool.ParseClusterSlots(v, addr)
 	if err != nil {
-		return nil, &clusterNodeError{node: addr, err: err}
+		return nil, &ClusterNodeError{node: addr, err: err}
 	}
 	m := &slotMap{}
 	for _, r := range ranges {
@@ -332,7 +335,7 @@ func slotOf(args []any) int {
 
 // Send hands cmd to the node that owns its key's slot, following MOVED,
 // ASK and TRYAGAIN within cmd.Deadline (Transport).
-func (ct *clusterTransport) Send(cmd *Command) {
+func (ct *clusterTransport) Send(cmd *transport.Command) {
 	if ct.slots.Load() == nil {
 		ct.refresh()
 	}
@@ -348,7 +351,7 @@ func (ct *clusterTransport) Send(cmd *Command) {
 // tries are sequential: only the one in flight touches it.
 type clusterSend struct {
 	ct           *clusterTransport
-	cmd          *Command
+	cmd          *transport.Command
 	slot         int
 	deadline     time.Time
 	node         string // where the current try went
@@ -390,13 +393,13 @@ func (s *clusterSend) deliver(v any, err error) {
 func (s *clusterSend) handle(v any, err error) {
 	re, isReply := replyTo(err)
 	if !isReply {
-		if err != nil && !errors.Is(err, ErrClosed) {
+		if err != nil && !errors.Is(err, transport.ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
 			if s.nextSeed() {
 				return
 			}
-			if ne := (*clusterNodeError)(nil); !errors.As(err, &ne) {
-				err = &clusterNodeError{node: s.node, err: err}
+			if ne := (*ClusterNodeError)(nil); !errors.As(err, &ne) {
+				err = &ClusterNodeError{node: s.node, err: err}
 			}
 		}
 		s.finish(v, err)
@@ -406,24 +409,24 @@ func (s *clusterSend) handle(v any, err error) {
 	ask, slot, addr, ok, perr := pool.ParseRedirect(msg, s.node)
 	switch {
 	case ok && perr != nil:
-		s.finish(nil, &clusterNodeError{node: s.node, err: perr})
+		s.finish(nil, &ClusterNodeError{node: s.node, err: perr})
 		return
 	case ok:
 		if derr := s.ct.spec.Dialable(addr); derr != nil {
-			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("redirected: %w", derr)})
+			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("redirected: %w", derr)})
 			return
 		}
 		s.redirects++
 		if s.redirects > maxRedirects && s.tryAgain {
-			s.finish(nil, &clusterNodeError{node: s.node, err: errTryAgain})
+			s.finish(nil, &ClusterNodeError{node: s.node, err: errTryAgain})
 			return
 		}
 		if s.redirects > maxRedirects {
-			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
+			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
 			return
 		}
 		if time.Now().After(s.deadline) {
-			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("redirected past the command's deadline: %w", context.DeadlineExceeded)})
+			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("redirected past the command's deadline: %w", context.DeadlineExceeded)})
 			return
 		}
 		if !ask {
@@ -470,7 +473,7 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 	ct.mu.Lock()
 	if ct.closed {
 		ct.mu.Unlock()
-		s.finish(nil, ErrClosed)
+		s.finish(nil, transport.ErrClosed)
 		return
 	}
 	ct.wg.Add(1)
@@ -483,7 +486,7 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 			select {
 			case <-t.C:
 			case <-ct.done:
-				s.finish(nil, ErrClosed)
+				s.finish(nil, transport.ErrClosed)
 				return
 			}
 		}
@@ -507,7 +510,7 @@ func (s *clusterSend) asking() {
 	defer cancel()
 	conn, err := n.pool.Dial(ctx)
 	if err != nil {
-		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	defer conn.Close()
@@ -526,18 +529,18 @@ func (s *clusterSend) asking() {
 		err = conn.Flush()
 	}
 	if err != nil {
-		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	s.sent = true
 	left := time.Until(s.deadline)
 	ok, err := receive(conn, max(left, time.Millisecond))
 	if err == nil && ok != "OK" {
-		err = &desyncError{cmd: "ASKING", reply: describe(ok)}
+		err = &fault.DesyncError{Cmd: "ASKING", Reply: fault.Describe(ok)}
 	}
 	if err != nil {
 		if _, isReply := replyTo(err); !isReply {
-			s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+			s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 			return
 		}
 		// ASKING refused: the command still comes; its reply says more.
@@ -549,15 +552,15 @@ func (s *clusterSend) asking() {
 	}
 	v, err := receive(conn, max(time.Until(s.deadline), time.Millisecond))
 	if err == nil && !s.cmd.Reply.Fits(v) {
-		err = &desyncError{cmd: name, reply: describe(v)}
+		err = &fault.DesyncError{Cmd: name, Reply: fault.Describe(v)}
 	}
 	if err != nil {
 		if _, isReply := replyTo(err); !isReply {
 			if s.ct.life.Err() != nil {
-				s.finish(nil, ErrClosed)
+				s.finish(nil, transport.ErrClosed)
 				return
 			}
-			err = &clusterNodeError{node: s.node, err: n.pool.RedactError(err)}
+			err = &ClusterNodeError{node: s.node, err: n.pool.RedactError(err)}
 		}
 	}
 	s.handle(v, err)
@@ -567,7 +570,7 @@ func (s *clusterSend) asking() {
 // connection, or with ErrClosed when Close closed that connection.
 func (s *clusterSend) finishAsking(err error) {
 	if s.ct.life.Err() != nil {
-		err = ErrClosed
+		err = transport.ErrClosed
 	}
 	s.finish(nil, err)
 }
@@ -575,27 +578,27 @@ func (s *clusterSend) finishAsking(err error) {
 // finish completes the command.
 func (s *clusterSend) finish(v any, err error) {
 	if re, ok := replyTo(err); ok {
-		err = ReplyError(re)
+		err = transport.ReplyError(re)
 	}
-	s.cmd.Complete(v, err, SendInfo{Sent: s.sent, Resent: s.resent})
+	s.cmd.Complete(v, err, transport.SendInfo{Sent: s.sent, Resent: s.resent})
 }
 
 // Subscribe opens the release-notice subscription on the first node that
 // answers, seeds first: a cluster broadcasts every PUBLISH to all its
 // nodes (Transport).
-func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	var errs []error
 	for _, addr := range ct.candidates() {
 		n, err := ct.node(addr)
 		if err == nil {
-			var sub Subscription
+			var sub transport.Subscription
 			if sub, err = subscribeRedigo(ctx, n.pool, nil, notify); err == nil {
 				return sub, nil
 			}
-			err = &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
+			err = &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
 		}
 		errs = append(errs, err)
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 			break
 		}
 	}
@@ -663,11 +666,11 @@ func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) 
 		}
 		out, err := inspectPool(ctx, n.pool, send)
 		if err != nil {
-			return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
+			return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
 		}
 		if asking {
 			if len(out) != len(send) {
-				return nil, &clusterNodeError{node: addr, err: fmt.Errorf("%d replies to %d commands", len(out), len(send))}
+				return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("%d replies to %d commands", len(out), len(send))}
 			}
 			kept := make([]any, 0, len(cmds))
 			for i := 1; i < len(out); i += 2 {
@@ -689,10 +692,10 @@ func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) 
 				continue
 			}
 			if perr != nil {
-				return nil, &clusterNodeError{node: addr, err: perr}
+				return nil, &ClusterNodeError{node: addr, err: perr}
 			}
 			if derr := ct.spec.Dialable(to); derr != nil {
-				return nil, &clusterNodeError{node: addr, err: fmt.Errorf("redirected: %w", derr)}
+				return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("redirected: %w", derr)}
 			}
 			if !ask && rslot == slot {
 				ct.moved(rslot, to)
