@@ -20,6 +20,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
@@ -80,7 +81,7 @@ func (s *Store) Set(ctx context.Context, key string, token uint64, value []byte,
 		return fmt.Errorf("%w: TTL must be 0 or at least 1ms, got %v", ErrInvalid, ttl)
 	}
 	res, err := s.do(ctx, func(c redis.Conn, timeout time.Duration) (any, error) {
-		return scripts.FencedWrite.Do(c, timeout, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
+		return redigot.Do(scripts.FencedWrite, c, timeout, key, SeenKey(key), strconv.FormatUint(token, 10), value, ttl.Milliseconds())
 	})
 	if err != nil {
 		return fmt.Errorf("fence: set %q: %w", key, err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -459,7 +458,7 @@ var ErrPanic = errPanic
 // redact removes the credentials the master's pool knows of from err's
 // text (pool.Redactor); other pools' errors are returned as they are.
 func (m *master) redact(err error) error {
-	if r, ok := m.t.(pool.Redactor); ok {
+	if r, ok := m.t.(interface{ RedactError(error) error }); ok { // pool.Redactor
 		return r.RedactError(err)
 	}
 	return err

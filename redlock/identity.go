@@ -12,10 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/internal/fault"
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // Two addresses, one server.
@@ -345,11 +342,10 @@ func (c *Client) askRunIDs(idx []int) {
 // probeAnswerResult reads a master's answer to INFO server (untrusted).
 func probeAnswerResult(reply any, err error) probeResult {
 	if err != nil {
-		var re redis.Error
 		var rpe ReplyError
-		var pe *pool.ProtocolError
+		var be *fault.BadBytesError
 		var de *fault.DesyncError
-		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, errPanic) {
+		if errors.As(err, &rpe) || errors.As(err, &be) || errors.As(err, &de) || errors.Is(err, errPanic) {
 			// It answered: an error reply (an ACL without INFO), or bytes
 			// no server sends. Not identified, not asked again.
 			return probeResult{final: true}

@@ -10,8 +10,7 @@ import (
 // coreImports is every package outside the standard library that the
 // core package's production files may import, with why. A new one is a
 // deliberate choice: the core reaches its masters only through package
-// transport. The two redigo entries go once the redigo transports have
-// left the package.
+// transport: no redigo, no pool, no transport implementation.
 var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/transport":           "the seam every transport is reached through",
 	"github.com/quorumlock/quorumlock/clock":               "the Client's clock",
@@ -25,8 +24,6 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/testhook":   "test-only settings that other modules' tests reach",
 	"github.com/google/uuid":                               "tokens",
 	"github.com/hashicorp/go-multierror":                   "errors of many masters",
-	"github.com/gomodule/redigo/redis":                     "the redigo transports, still in the package",
-	"github.com/quorumlock/quorumlock/pool":                "the redigo transports' pools, still in the package",
 }
 
 // transportImpls are packages of transport implementations and of the

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/fault"
@@ -1023,11 +1022,10 @@ func (e expect) fits(v any) bool { return transport.ReplyShape(e).Fits(v) }
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
-	if re := ReplyError(""); errors.As(err, &re) {
-		err = redis.Error(re) // as redigo reports it: what callers of this package see
-	}
 	if err != nil {
-		err = scripts.Explain(err)
+		if re := ReplyError(""); errors.As(err, &re) {
+			err = scripts.Explain(re, string(re)) // the master's reply, as every transport reports it
+		}
 		if errors.Is(err, ErrWrongKind) {
 			// The master's copy of the key is a lock of another kind:
 			// this token is not there, and cannot get there while it

@@ -307,7 +307,8 @@ func allIn(b []byte, digits string) bool {
 // ReplyError is a master's error reply (a RESP "-" line), as a transport
 // reports it by calling Command.Complete: the master's message, whole. A
 // NOSCRIPT reply the transport could not answer by EVAL is reported as
-// one too. The Client finds it with errors.As, so a transport may wrap it.
+// one too. The Client finds it with errors.As, so a transport may wrap it,
+// and it is what the Client's callers find in its errors.
 type ReplyError string
 
 func (e ReplyError) Error() string { return string(e) }

@@ -82,3 +82,14 @@ func quotable(s string) bool {
 func BrokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
+
+// BadBytesError says that a master answered with bytes no server sends:
+// a guarded connection broke on them (*pool.ProtocolError, which Err
+// holds). The master answered, unlike one that timed out. Its message and
+// what it wraps are Err's.
+type BadBytesError struct{ Err error }
+
+func (e *BadBytesError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *BadBytesError) Unwrap() error { return e.Err }

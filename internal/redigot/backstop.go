@@ -63,10 +63,20 @@ func replyTo(err error) (redis.Error, bool) {
 		de *pool.DialError
 		nt *transport.NotSentError
 		ns *transport.NotSentError
-		ce *ClusterNodeError
+		ce *clusterNodeError
 	)
 	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ns) || errors.As(err, &ce) {
 		return "", false
 	}
 	return re, true
+}
+
+// answered marks a guarded connection's protocol error for the Client
+// (fault.BadBytesError): the master answered, with bytes no server sends.
+func answered(err error) error {
+	var pe *pool.ProtocolError
+	if err != nil && errors.As(err, &pe) {
+		return &fault.BadBytesError{Err: err}
+	}
+	return err
 }

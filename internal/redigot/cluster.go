@@ -149,14 +149,14 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 		return n, nil
 	}
 	if err := ct.spec.Dialable(addr); err != nil {
-		return nil, &ClusterNodeError{node: addr, err: err}
+		return nil, &clusterNodeError{node: addr, err: err}
 	}
 	if len(ct.nodes) >= pool.MaxClusterNodes {
-		return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("the member named more than %d nodes: not dialed", pool.MaxClusterNodes)}
+		return nil, &clusterNodeError{node: addr, err: fmt.Errorf("the member named more than %d nodes: not dialed", pool.MaxClusterNodes)}
 	}
 	p, err := pool.New(addr, ct.opts...)
 	if err != nil {
-		return nil, &ClusterNodeError{node: addr, err: err}
+		return nil, &clusterNodeError{node: addr, err: err}
 	}
 	n := &clusterNode{addr: addr, pool: p,
 		mx: &mux{addr: addr, pool: p, dial: p, redact: p.RedactError, timeout: ct.timeout, stalls: ct.stalls}}
@@ -167,13 +167,13 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 
 // clusterNodeError is a failure on one node of a member: the Client names
 // the member, this names the node.
-type ClusterNodeError struct {
+type clusterNodeError struct {
 	node string
 	err  error
 }
 
-func (e *ClusterNodeError) Error() string { return "cluster node " + e.node + ": " + e.err.Error() }
-func (e *ClusterNodeError) Unwrap() error { return e.err }
+func (e *clusterNodeError) Error() string { return "cluster node " + e.node + ": " + e.err.Error() }
+func (e *clusterNodeError) Unwrap() error { return e.err }
 
 // ownerOf returns the address of slot's owner as last known, or the first
 // seed when it is not known (a MOVED then tells). slot -1 (no key) is the
@@ -294,16 +294,16 @@ func (ct *clusterTransport) slotsFrom(ctx context.Context, addr string) (*slotMa
 	defer cancel()
 	conn, err := n.pool.GetContext(ctx)
 	if err != nil {
-		return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
+		return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
 	}
 	defer conn.Close()
 	v, err := redis.DoContext(conn, ctx, "CLUSTER", "SLOTS")
 	if err != nil {
-		return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
+		return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
 	}
 	ranges, err := pool.ParseClusterSlots(v, addr)
 	if err != nil {
-		return nil, &ClusterNodeError{node: addr, err: err}
+		return nil, &clusterNodeError{node: addr, err: err}
 	}
 	m := &slotMap{}
 	for _, r := range ranges {
@@ -398,8 +398,8 @@ func (s *clusterSend) handle(v any, err error) {
 			if s.nextSeed() {
 				return
 			}
-			if ne := (*ClusterNodeError)(nil); !errors.As(err, &ne) {
-				err = &ClusterNodeError{node: s.node, err: err}
+			if ne := (*clusterNodeError)(nil); !errors.As(err, &ne) {
+				err = &clusterNodeError{node: s.node, err: err}
 			}
 		}
 		s.finish(v, err)
@@ -409,24 +409,24 @@ func (s *clusterSend) handle(v any, err error) {
 	ask, slot, addr, ok, perr := pool.ParseRedirect(msg, s.node)
 	switch {
 	case ok && perr != nil:
-		s.finish(nil, &ClusterNodeError{node: s.node, err: perr})
+		s.finish(nil, &clusterNodeError{node: s.node, err: perr})
 		return
 	case ok:
 		if derr := s.ct.spec.Dialable(addr); derr != nil {
-			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("redirected: %w", derr)})
+			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("redirected: %w", derr)})
 			return
 		}
 		s.redirects++
 		if s.redirects > maxRedirects && s.tryAgain {
-			s.finish(nil, &ClusterNodeError{node: s.node, err: errTryAgain})
+			s.finish(nil, &clusterNodeError{node: s.node, err: errTryAgain})
 			return
 		}
 		if s.redirects > maxRedirects {
-			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
+			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("more than %d redirections (the last to %s): the cluster's slots keep moving", maxRedirects, addr)})
 			return
 		}
 		if time.Now().After(s.deadline) {
-			s.finish(nil, &ClusterNodeError{node: s.node, err: fmt.Errorf("redirected past the command's deadline: %w", context.DeadlineExceeded)})
+			s.finish(nil, &clusterNodeError{node: s.node, err: fmt.Errorf("redirected past the command's deadline: %w", context.DeadlineExceeded)})
 			return
 		}
 		if !ask {
@@ -510,7 +510,7 @@ func (s *clusterSend) asking() {
 	defer cancel()
 	conn, err := n.pool.Dial(ctx)
 	if err != nil {
-		s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	defer conn.Close()
@@ -529,7 +529,7 @@ func (s *clusterSend) asking() {
 		err = conn.Flush()
 	}
 	if err != nil {
-		s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+		s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 		return
 	}
 	s.sent = true
@@ -540,7 +540,7 @@ func (s *clusterSend) asking() {
 	}
 	if err != nil {
 		if _, isReply := replyTo(err); !isReply {
-			s.finishAsking(&ClusterNodeError{node: s.node, err: n.pool.RedactError(err)})
+			s.finishAsking(&clusterNodeError{node: s.node, err: n.pool.RedactError(err)})
 			return
 		}
 		// ASKING refused: the command still comes; its reply says more.
@@ -560,7 +560,7 @@ func (s *clusterSend) asking() {
 				s.finish(nil, transport.ErrClosed)
 				return
 			}
-			err = &ClusterNodeError{node: s.node, err: n.pool.RedactError(err)}
+			err = &clusterNodeError{node: s.node, err: n.pool.RedactError(err)}
 		}
 	}
 	s.handle(v, err)
@@ -579,6 +579,8 @@ func (s *clusterSend) finishAsking(err error) {
 func (s *clusterSend) finish(v any, err error) {
 	if re, ok := replyTo(err); ok {
 		err = transport.ReplyError(re)
+	} else {
+		err = answered(err)
 	}
 	s.cmd.Complete(v, err, transport.SendInfo{Sent: s.sent, Resent: s.resent})
 }
@@ -595,7 +597,7 @@ func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, 
 			if sub, err = subscribeRedigo(ctx, n.pool, nil, notify); err == nil {
 				return sub, nil
 			}
-			err = &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
+			err = &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
@@ -666,11 +668,11 @@ func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) 
 		}
 		out, err := inspectPool(ctx, n.pool, send)
 		if err != nil {
-			return nil, &ClusterNodeError{node: addr, err: n.pool.RedactError(err)}
+			return nil, &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
 		}
 		if asking {
 			if len(out) != len(send) {
-				return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("%d replies to %d commands", len(out), len(send))}
+				return nil, &clusterNodeError{node: addr, err: fmt.Errorf("%d replies to %d commands", len(out), len(send))}
 			}
 			kept := make([]any, 0, len(cmds))
 			for i := 1; i < len(out); i += 2 {
@@ -692,10 +694,10 @@ func (ct *clusterTransport) Inspect(ctx context.Context, cmds []layout.Command) 
 				continue
 			}
 			if perr != nil {
-				return nil, &ClusterNodeError{node: addr, err: perr}
+				return nil, &clusterNodeError{node: addr, err: perr}
 			}
 			if derr := ct.spec.Dialable(to); derr != nil {
-				return nil, &ClusterNodeError{node: addr, err: fmt.Errorf("redirected: %w", derr)}
+				return nil, &clusterNodeError{node: addr, err: fmt.Errorf("redirected: %w", derr)}
 			}
 			if !ask && rslot == slot {
 				ct.moved(rslot, to)

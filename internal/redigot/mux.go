@@ -166,6 +166,8 @@ var cmdReqs = sync.Pool{New: func() any { return new(cmdReq) }}
 func (q *cmdReq) deliver(v any, err error) {
 	if re, ok := replyTo(err); ok {
 		err = transport.ReplyError(re)
+	} else {
+		err = answered(err)
 	}
 	cmd, info := q.c, transport.SendInfo{Sent: !q.sent.IsZero(), Resent: q.resent}
 	*q = cmdReq{}
@@ -643,7 +645,7 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 	mc.oldest.Store(0)
 	mc.unanswered.Add(-1)
 	if _, isReply := replyTo(err); isReply {
-		if r.script != nil && scripts.IsNoScript(err) {
+		if r.script != nil && IsNoScript(err) {
 			err = mc.noScript(r, err)
 			if err == nil {
 				return false // r went again, as EVAL

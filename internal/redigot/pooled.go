@@ -10,7 +10,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/fault"
-	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
@@ -168,7 +167,7 @@ func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
 	if err != nil && !sent && !afterClose && p.life.Err() != nil {
 		err = transport.ErrClosed // Close ended the wait for a connection
 	}
-	cmd.Complete(v, err, info)
+	cmd.Complete(v, answered(err), info)
 }
 
 // once sends cmd once, on a connection got within ctx, and reads its reply
@@ -200,7 +199,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *trans
 		}
 	}
 	if cmd.Script != nil {
-		v, err = scripts.DoEvalSHA(conn, timeout, cmd.Script.Source(), cmd.WireArgs())
+		v, err = DoEvalSHA(conn, timeout, cmd.Script.Source(), cmd.WireArgs())
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}

@@ -61,15 +61,30 @@ func LendsNothing(t *testing.T, what string, stats func() redis.PoolStats) {
 // breaking anything.
 type TimeoutOnlyConn struct{ C redis.Conn }
 
-func (w TimeoutOnlyConn) Close() error                            { return w.C.Close() }
-func (w TimeoutOnlyConn) Err() error                              { return w.C.Err() }
+// Close is C's.
+func (w TimeoutOnlyConn) Close() error { return w.C.Close() }
+
+// Err is C's.
+func (w TimeoutOnlyConn) Err() error { return w.C.Err() }
+
+// Do is C's.
 func (w TimeoutOnlyConn) Do(cmd string, args ...any) (any, error) { return w.C.Do(cmd, args...) }
-func (w TimeoutOnlyConn) Send(cmd string, args ...any) error      { return w.C.Send(cmd, args...) }
-func (w TimeoutOnlyConn) Flush() error                            { return w.C.Flush() }
-func (w TimeoutOnlyConn) Receive() (any, error)                   { return w.C.Receive() }
+
+// Send is C's.
+func (w TimeoutOnlyConn) Send(cmd string, args ...any) error { return w.C.Send(cmd, args...) }
+
+// Flush is C's.
+func (w TimeoutOnlyConn) Flush() error { return w.C.Flush() }
+
+// Receive is C's.
+func (w TimeoutOnlyConn) Receive() (any, error) { return w.C.Receive() }
+
+// ReceiveWithTimeout is C's.
 func (w TimeoutOnlyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 	return redis.ReceiveWithTimeout(w.C, d)
 }
+
+// DoWithTimeout is C's.
 func (w TimeoutOnlyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
 	return redis.DoWithTimeout(w.C, d, cmd, args...)
 }

@@ -1,5 +1,13 @@
 // Package stall is a Client's process-stall detector, shared by its
-// rounds and its transports (docs/design.md, "Process stalls").
+// rounds and its transports.
+//
+// A process stall is a time this process did not run: the CPUs were busy
+// with other work, or it was stopped. Its readers read nothing then, so
+// every master looks silent, and its timers fire late, all at once, when
+// it runs again. A timer that fired late is the evidence: Note keeps the
+// latest, and what judges a master by its silence takes that stall off
+// (In), so a master whose answers waited in the socket while this process
+// did not run is not counted down for it.
 package stall
 
 import (
@@ -9,14 +17,6 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 )
 
-// A process stall is a time this process did not run: the CPUs were busy
-// with other work, or it was stopped. Its readers read nothing then, so
-// every master looks silent, and its timers fire late, all at once, when
-// it runs again. A timer that fired late is the evidence: note keeps the
-// latest, and what judges a master by its silence takes that stall off
-// (in), so a master whose answers waited in the socket while this process
-// did not run is not counted down for it.
-//
 // Stalls is one Client's detector: its rounds' timers and its
 // transports' beats feed it, its transports' silences read it. It reads
 // the Client's clock; on any clock but clock.Real() the lateness of a
