@@ -163,8 +163,9 @@ var kindNames = map[string]string{"reentrant": "reentrant", "rw": "read-write"}
 
 // WrongKindError is a script's WRONGTYPE refusal, explained: which kind of
 // lock the script runs and which kinds hold a key of the type it found.
-// It matches ErrWrongKind, and the master's redis.Error, with errors.Is
-// and errors.As; its message leaves the master's raw text out.
+// It matches ErrWrongKind, and the master's reply (transport.ReplyError),
+// with errors.Is and errors.As; its message leaves the master's raw text
+// out.
 type WrongKindError struct {
 	Script string // the kind of lock the refused script runs: "read-write", "plain", …
 	Holder string // the kinds of lock that hold such a key
