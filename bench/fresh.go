@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	qlredigo "github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -46,7 +47,7 @@ func fresh(ctx context.Context, e *env) string {
 			case qlName:
 				l = newQuorumlockAddrs(e, 5)
 			case qlPooledName:
-				l = newQuorumlockAddrs(e, 5, redlock.WithPipelining(false))
+				l = newQuorumlockAddrs(e, 5, qlredigo.WithPipelining(false))
 			default:
 				l = lb.make(e, 5)
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	qlredigo "github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -136,7 +137,7 @@ func newQuorumlockFair(e *env, n int) locker {
 }
 
 func newQuorumlockPooled(e *env, n int) locker {
-	return newQuorumlockWith(e, n, redlock.WithPipelining(false))
+	return newQuorumlockWith(e, n, qlredigo.WithPipelining(false))
 }
 
 func newQuorumlock(e *env, n int) locker { return newQuorumlockWith(e, n) }
@@ -157,7 +158,7 @@ func newQuorumlockOwnPools(e *env, n int) locker {
 		e.closers = append(e.closers, func() { p.Close() })
 		pools[i] = p
 	}
-	c, err := redlock.New(pools)
+	c, err := qlredigo.New(pools)
 	if err != nil {
 		panic(err)
 	}
@@ -165,9 +166,9 @@ func newQuorumlockOwnPools(e *env, n int) locker {
 }
 
 // newQuorumlockAddrs is quorumlock on a Client built from the masters'
-// addresses (redlock.NewFromAddrs), as most applications make it.
+// addresses (redigo.NewFromAddrs), as most applications make it.
 func newQuorumlockAddrs(e *env, n int, opts ...redlock.Option) locker {
-	c, err := redlock.NewFromAddrs(e.addrs[:n], opts...)
+	c, err := qlredigo.NewFromAddrs(e.addrs[:n], opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -184,7 +185,7 @@ func newQuorumlockWith(e *env, n int, opts ...redlock.Option) locker {
 		pools[i] = p
 		e.closers = append(e.closers, func() { p.Close() })
 	}
-	c, err := redlock.New(pools, opts...)
+	c, err := qlredigo.New(pools, opts...)
 	if err != nil {
 		panic(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
@@ -256,7 +257,7 @@ func (b poolBackend) eval(ctx context.Context, script *scripts.Script, shape tra
 			return nil, context.DeadlineExceeded
 		}
 	}
-	res, err := script.Do(c, timeout, keysAndArgs...)
+	res, err := redigot.Do(script, c, timeout, keysAndArgs...)
 	if err == nil && !shape.Fits(res) {
 		return nil, fmt.Errorf("reply of the wrong shape")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/fencetest"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -156,12 +157,12 @@ func TestKleppmannPause_staleHolderIsRefused(t *testing.T) {
 			for i, m := range masters {
 				pools[i] = m.Pool()
 			}
-			c1, err := redlock.New(pools, redlock.WithTimeout(500*time.Millisecond))
+			c1, err := redigo.New(pools, redlock.WithTimeout(500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c1.Close()
-			c2, err := redlock.New(pools, redlock.WithTimeout(500*time.Millisecond))
+			c2, err := redigo.New(pools, redlock.WithTimeout(500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

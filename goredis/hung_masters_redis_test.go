@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -76,7 +77,7 @@ type attack26bKind struct {
 
 var attack26bKinds = []attack26bKind{
 	{"core", func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client {
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(timeout))
+		c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}

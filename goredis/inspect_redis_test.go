@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -37,7 +38,7 @@ func TestTransport_Inspect_readsWhatRedigoReads(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer gc.Close()
-			rc, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(lockTimeout))
+			rc, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(lockTimeout))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -47,8 +48,8 @@ func TestExclusion_goredisAndRedigoClientsUnderFrozenMasters(t *testing.T) {
 	clients := map[string]*redlock.Client{
 		"goredis":   mk(New(ms.clients, redlock.WithTimeout(timeout))),
 		"opaque":    mk(New(opaque, redlock.WithTimeout(timeout))),
-		"pipelined": mk(redlock.NewFromAddrs(addrs, redlock.WithTimeout(timeout))),
-		"pooled":    mk(redlock.NewFromAddrs(addrs, redlock.WithTimeout(timeout), redlock.WithPipelining(false))),
+		"pipelined": mk(redigo.NewFromAddrs(addrs, redlock.WithTimeout(timeout))),
+		"pooled":    mk(redigo.NewFromAddrs(addrs, redlock.WithTimeout(timeout), redigo.WithPipelining(false))),
 	}
 	for _, c := range clients {
 		t.Cleanup(func() { c.Close() })

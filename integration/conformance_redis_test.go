@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -35,7 +36,7 @@ func redigoClients(c *cluster.Cluster, path connPath) conformance.NewClient {
 		if !slices.Equal(addrs, c.Addrs()) {
 			t.Fatalf("conformance asked for masters %q of a cluster of %q", addrs, c.Addrs())
 		}
-		client, err := redlock.New(c.Pools(), append(opts, redlock.WithPipelining(path.pipelined))...)
+		client, err := redigo.New(c.Pools(), append(opts, redigo.WithPipelining(path.pipelined))...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -52,8 +53,8 @@ func forEachPath(t *testing.T, f func(t *testing.T, path connPath)) {
 // per-master timeout unless opts set another.
 func newClient(t *testing.T, path connPath, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	opts = append(append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...), redlock.WithPipelining(path.pipelined))
-	client, err := redlock.New(c.Pools(), opts...)
+	opts = append(append([]redlock.Option{redlock.WithTimeout(timeout)}, opts...), redigo.WithPipelining(path.pipelined))
+	client, err := redigo.New(c.Pools(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

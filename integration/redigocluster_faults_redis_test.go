@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -186,7 +187,7 @@ func TestClusterMember_oneClusterDownOthersGrant(t *testing.T) {
 	members, specs := redigoClusterMembers(t, 2, 2)
 	single := cluster.Start(t, 1, cluster.WithBackend(cluster.Process))
 	all := append(slices.Clone(specs), single.Addrs()[0])
-	c, err := redlock.NewFromAddrs(all, redlock.WithTimeout(500*time.Millisecond))
+	c, err := redigo.NewFromAddrs(all, redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestClusterMember_oneClusterDownOthersGrant(t *testing.T) {
 		}
 	}
 	// The down member alone: its error names it.
-	one, err := redlock.NewFromAddrs(specs[:1], redlock.WithTimeout(500*time.Millisecond))
+	one, err := redigo.NewFromAddrs(specs[:1], redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package integration_test
 
 // Quorum members that are Redis Clusters through the redigo transport
-// (redlock.NewFromAddrs with cluster://SEED+SEED members; issue 17).
+// (redigo.NewFromAddrs with cluster://SEED+SEED members).
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -37,7 +38,7 @@ func redigoClusterMembers(t *testing.T, k, s int) ([]*cluster.RedisCluster, []st
 
 func newRedigoClusterClient(t *testing.T, specs []string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.NewFromAddrs(specs, append([]redlock.Option{redlock.WithTimeout(500 * time.Millisecond)}, opts...)...)
+	c, err := redigo.NewFromAddrs(specs, append([]redlock.Option{redlock.WithTimeout(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestRedigoCluster_conformance(t *testing.T) {
 		for i, a := range addrs {
 			specs[i] = "cluster://" + a
 		}
-		cl, err := redlock.NewFromAddrs(specs, opts...)
+		cl, err := redigo.NewFromAddrs(specs, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -214,7 +215,7 @@ func BenchmarkSemaphore_permitsBusy(b *testing.B) {
 // newTBClient is newClient for a test or a benchmark.
 func newTBClient(t testing.TB, path connPath, c *cluster.Cluster) *redlock.Client {
 	t.Helper()
-	client, err := redlock.New(c.Pools(), redlock.WithTimeout(timeout), redlock.WithPipelining(path.pipelined))
+	client, err := redigo.New(c.Pools(), redlock.WithTimeout(timeout), redigo.WithPipelining(path.pipelined))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
@@ -80,7 +81,7 @@ func do(t *testing.T, c redis.Conn, cmd string, args ...any) any {
 
 func run(t *testing.T, c redis.Conn, s *scripts.Script, keysAndArgs ...any) int {
 	t.Helper()
-	n, err := redis.Int(s.Do(c, timeout, keysAndArgs...))
+	n, err := redis.Int(redigot.Do(s, c, timeout, keysAndArgs...))
 	if err != nil {
 		t.Fatalf("%s: %v", s.Name(), err)
 	}
@@ -115,7 +116,7 @@ func TestReader_everyKindOnRealRedis(t *testing.T) {
 
 	t.Run("fenced", func(t *testing.T) {
 		key := "fenced"
-		if v, err := redis.String(scripts.FencedAcquire.Do(c, timeout, key, layout.FenceKey(key), "tok-f", 30000)); err != nil || v != "0" {
+		if v, err := redis.String(redigot.Do(scripts.FencedAcquire, c, timeout, key, layout.FenceKey(key), "tok-f", 30000)); err != nil || v != "0" {
 			t.Fatalf("fenced acquire: %q, %v", v, err)
 		}
 		if run(t, c, scripts.FenceCommit, key, layout.FenceKey(key), "tok-f", "7") != 1 {
@@ -203,7 +204,7 @@ func TestReader_everyKindOnRealRedis(t *testing.T) {
 
 	t.Run("multi", func(t *testing.T) {
 		ks := []any{"m1", "m2"}
-		if n, err := redis.Int(scripts.Multi.DoKeys(c, timeout, 2, append(ks, "acquire", "tok-m", 30000)...)); err != nil || n != 1 {
+		if n, err := redis.Int(redigot.DoKeys(scripts.Multi, c, timeout, 2, append(ks, "acquire", "tok-m", 30000)...)); err != nil || n != 1 {
 			t.Fatalf("multi: %d, %v", n, err)
 		}
 		for _, k := range ks {

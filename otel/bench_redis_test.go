@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/otel"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -65,7 +66,7 @@ func benchClient(b *testing.B, addrs []string, obs redlock.Observer) *redlock.Cl
 	if obs != nil {
 		opts = append(opts, redlock.WithObserver(obs))
 	}
-	c, err := redlock.NewFromAddrs(addrs, opts...)
+	c, err := redigo.NewFromAddrs(addrs, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

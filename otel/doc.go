@@ -4,7 +4,7 @@
 //
 //	obs, err := otel.New(otel.WithMeterProvider(mp), otel.WithTracerProvider(tp))
 //	…
-//	c, err := redlock.NewFromAddrs(addrs, redlock.WithObserver(obs))
+//	c, err := redigo.NewFromAddrs(addrs, redlock.WithObserver(obs))
 //
 // Metrics (instrumentation scope github.com/quorumlock/quorumlock/otel):
 //

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	otelapi "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -19,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -460,7 +460,7 @@ func (o *Observer) end(sp trace.Span, end time.Time, masters []redlock.MasterRes
 // errorType classifies a master's failure for error.type: "timeout",
 // "connection", "error_reply", "wrong_kind", "closed" or "other".
 func errorType(err error) string {
-	var re redis.Error
+	var re transport.ReplyError
 	var ne net.Error
 	switch {
 	case err == nil:

@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/otel"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -55,7 +56,7 @@ func (h *harness) client(timeout time.Duration, opts ...redlock.Option) *redlock
 	for i, s := range h.servers {
 		pools[i] = s.Pool()
 	}
-	c, err := redlock.New(pools, append([]redlock.Option{redlock.WithTimeout(timeout), redlock.WithObserver(h.obs)}, opts...)...)
+	c, err := redigo.New(pools, append([]redlock.Option{redlock.WithTimeout(timeout), redlock.WithObserver(h.obs)}, opts...)...)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func ExampleGuardConn() {
 		},
 	}
 	defer p.Close()
-	// redlock.New([]pool.Pool{p, ...}) pipelines over connections dialed
+	// redigo.New([]pool.Pool{p, ...}) pipelines over connections dialed
 	// by p.DialContext, guarded as the pool's own.
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -36,7 +37,7 @@ func benchAcquireRelease(b *testing.B, n int, pipelined bool) {
 			for i, s := range servers {
 				pools[i] = s.Pool()
 			}
-			c, err := redlock.New(pools, redlock.WithPipelining(pipelined))
+			c, err := redigo.New(pools, redigo.WithPipelining(pipelined))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -88,10 +89,10 @@ func BenchmarkParallelOwnPools(b *testing.B) {
 		name string
 		make func(b *testing.B) (*redlock.Client, error)
 	}{
-		{"NewFromAddrs", func(b *testing.B) (*redlock.Client, error) { return redlock.NewFromAddrs(addrs, timeout) }},
-		{"redis.Pool", func(b *testing.B) (*redlock.Client, error) { return redlock.New(ownPools(b), timeout) }},
+		{"NewFromAddrs", func(b *testing.B) (*redlock.Client, error) { return redigo.NewFromAddrs(addrs, timeout) }},
+		{"redis.Pool", func(b *testing.B) (*redlock.Client, error) { return redigo.New(ownPools(b), timeout) }},
 		{"redis.Pool/pooled", func(b *testing.B) (*redlock.Client, error) {
-			return redlock.New(ownPools(b), timeout, redlock.WithPipelining(false))
+			return redigo.New(ownPools(b), timeout, redigo.WithPipelining(false))
 		}},
 	} {
 		b.Run(fmt.Sprintf("%s/N=%d", tc.name, n), func(b *testing.B) {
@@ -189,7 +190,7 @@ func handoffWaits(b *testing.B, n, clients int, key string, hold time.Duration) 
 	}
 	cs := make([]*redlock.Client, clients)
 	for i := range cs {
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
+		c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -32,7 +33,7 @@ func durMetrics(b *testing.B, name string, ds []time.Duration) {
 func BenchmarkFairHandoffToHead(b *testing.B) {
 	servers := redistest.Start(b, 1)
 	newClient := func() *redlock.Client {
-		c, err := redlock.NewFromAddrs([]string{servers[0].Addr()}, redlock.WithTimeout(realTimeout))
+		c, err := redigo.NewFromAddrs([]string{servers[0].Addr()}, redlock.WithTimeout(realTimeout))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,14 +9,14 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
-	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Client acquires locks on a set of independent Redis masters. A lock is
@@ -34,12 +34,12 @@ type Client struct {
 	timeout     time.Duration
 	driftFactor float64
 	clock       clock.Clock
-	realClock   bool    // clock is clock.Real(): its timers' lateness is this process's
-	stalls      *stalls // this process's stalls, as the client's timers saw them (stall.go)
+	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
+	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
-	obs         Observer          // nil: none (observe.go)
-	health      []masterHealth    // each master's state; nil without logger and observer
-	owned       []*pool.RedisPool // pools made by NewFromAddrs, closed by Close
+	obs         Observer       // nil: none (observe.go)
+	health      []masterHealth // each master's state; nil without logger and observer
+	closeMade   func()         // closes what the transports' maker made besides them (clienthook.Made)
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
 
@@ -89,65 +89,13 @@ type master struct {
 	ordered bool // t is Ordered
 }
 
-// New returns a client for the masters behind pools, one pool per master;
-// the masters must be independent servers. An empty list, a nil pool or a
-// master given twice is refused with ErrInvalid. New does no network
-// traffic: two addresses of one server are found at first contact (by
-// run_id), and every call then fails (docs/operations.md, "Two addresses,
-// one server"). A pool that can dial its own connections (pool.Dialer, a
-// *redis.Pool's dial function) is pipelined; guard that dial with
-// pool.GuardConn and let it honour its context, TLS handshake included
-// (docs/operations.md, "TLS"). How the client uses the pools:
-// docs/design.md, "Pipelining (the default) and the pooled path".
-func New(pools []pool.Pool, opts ...Option) (*Client, error) {
-	cfg, err := newConfig(len(pools), opts)
-	if err != nil {
-		return nil, err
-	}
-	ts := make([]Transport, len(pools))
-	seen := make(map[any]int, len(pools))
-	for i, p := range pools {
-		if isNil(p) {
-			return nil, fmt.Errorf("%w: pool %d is nil", ErrInvalid, i)
-		}
-		addr := "master-" + strconv.Itoa(i)
-		if a, ok := p.(pool.Addresser); ok {
-			addr = a.Addr()
-		} else if reflect.TypeOf(p).Comparable() {
-			// The same pool twice, without an address to tell it by.
-			if j, dup := seen[p]; dup {
-				return nil, fmt.Errorf("%w: masters %d and %d are the same master (%s): a master given twice would fake a quorum",
-					ErrInvalid, j, i, addr)
-			}
-			seen[p] = i
-		}
-		ts[i] = transportOf(addr, p, cfg)
-	}
-	return newClient(ts, cfg)
-}
-
-// transportOf returns the transport New makes of the pool p of the master
-// named addr: pipelined when p can dial a connection of its own and
-// pipelining is on, else pooled.
-func transportOf(addr string, p pool.Pool, cfg config) Transport {
-	dial := dialerOf(p)
-	if cfg.pipelining && dial != nil {
-		mx := &mux{addr: addr, pool: p, dial: dial, timeout: cfg.timeout, stalls: cfg.stalls}
-		if r, ok := p.(pool.Redactor); ok {
-			mx.redact = r.RedactError
-		}
-		return mx
-	}
-	return newPooled(addr, p, dial, cfg.timeout, cfg.stalls)
-}
-
 // NewWithTransports returns a client for the masters behind ts, one
 // Transport per master, such as the go-redis adapter of the nested module
 // github.com/quorumlock/quorumlock/goredis. The masters must be
 // independent servers: two transports with the same Addr (compared
 // without case) are rejected, as are an empty list and a nil transport.
-// Options about pools (WithPoolOptions, WithPipelining) do not apply: the
-// transports are configured on their own. Close closes the transports
+// Options of package redigo (WithPoolOptions, WithPipelining) do not
+// apply: the transports are configured on their own. Close closes the transports
 // (Transport.Close), after the commands in flight had one per-master
 // timeout to be answered.
 func NewWithTransports(ts []Transport, opts ...Option) (*Client, error) {
@@ -228,61 +176,34 @@ func withoutCredentials(addr string) string {
 	return addr[:start] + addr[at+1:]
 }
 
-// NewFromAddrs returns a client for the masters at addrs, each "host:port",
-// a URL as pool.NewFromURL takes it, or a quorum member that is a Redis
-// Cluster, cluster://HOST:PORT[+HOST:PORT...] with some of its nodes as
-// seeds. It makes one pool per master and per node of a cluster member,
-// configured by WithPoolOptions, which Close closes. With any cluster
-// member WithClusterSlots is on, and its commands follow the slot's owner
-// (docs/operations.md, "Quorum members that are Redis Clusters").
-func NewFromAddrs(addrs []string, opts ...Option) (*Client, error) {
-	cfg, err := newConfig(len(addrs), opts)
+func init() {
+	clienthook.NewClient = newMade
+	clienthook.TransportOption = transportOption
+}
+
+// newMade is clienthook.NewClient: the Client of n masters whose
+// transports mk makes from its settings (redigo.New, redigo.NewFromAddrs).
+func newMade(n int, opts []Option, mk func(clienthook.Settings) (clienthook.Made, error)) (*Client, error) {
+	cfg, err := newConfig(n, opts)
 	if err != nil {
 		return nil, err
 	}
-	var owned []*pool.RedisPool
-	var clusters []*clusterTransport
-	closeAll := func() {
-		for _, p := range owned {
-			p.Close()
-		}
-		for _, ct := range clusters {
-			ct.Close()
-		}
-	}
-	ts := make([]Transport, 0, len(addrs))
-	for i, a := range addrs {
-		if pool.IsClusterURL(a) {
-			ct, err := newClusterTransport(a, cfg.poolOptions, cfg.timeout, cfg.stalls)
-			if err != nil {
-				closeAll()
-				return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
-			}
-			clusters = append(clusters, ct)
-			ts = append(ts, ct)
-			cfg.clusterSlots = true
-			continue
-		}
-		var p *pool.RedisPool
-		var err error
-		if strings.Contains(a, "://") {
-			p, err = pool.NewFromURL(a, cfg.poolOptions...)
-		} else {
-			p, err = pool.New(a, cfg.poolOptions...)
-		}
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("%w: master %d: %w", ErrInvalid, i, err)
-		}
-		owned = append(owned, p)
-		ts = append(ts, transportOf(p.Addr(), p, cfg))
-	}
-	c, err := newClient(ts, cfg)
+	m, err := mk(clienthook.Settings{Timeout: cfg.timeout, Stalls: cfg.stalls, Values: cfg.transport})
 	if err != nil {
-		closeAll()
 		return nil, err
 	}
-	c.owned = owned
+	cfg.clusterSlots = cfg.clusterSlots || m.ClusterSlots
+	c, err := newClient(m.Transports, cfg)
+	if err != nil {
+		for _, t := range m.Transports {
+			t.Close()
+		}
+		if m.Close != nil {
+			m.Close()
+		}
+		return nil, err
+	}
+	c.closeMade = m.Close
 	return c, nil
 }
 
@@ -382,10 +303,10 @@ func (c *Client) Close() error {
 		c.abandon()
 		<-idle
 	}
-	for _, p := range c.owned {
-		p.Close()
+	if c.closeMade != nil {
+		c.closeMade()
 	}
-	c.stalls.stop()
+	c.stalls.Stop()
 	return nil
 }
 

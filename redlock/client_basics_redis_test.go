@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -43,7 +44,7 @@ func startReal(t *testing.T, n int, opts ...redistest.Option) *realSet {
 // timeout.
 func (rs *realSet) client(t *testing.T, path connPath, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(rs.pools, testOptions(path, opts)...)
+	c, err := redigo.New(rs.pools, testOptions(path, opts)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func (rs *realSet) client(t *testing.T, path connPath, opts ...redlock.Option) *
 // (NewFromAddrs).
 func addrClient(t *testing.T, path connPath, addrs []string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.NewFromAddrs(addrs, testOptions(path, opts)...)
+	c, err := redigo.NewFromAddrs(addrs, testOptions(path, opts)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +566,7 @@ func TestClient_lockIsSafeForConcurrentUse(t *testing.T) {
 func TestClient_newFromAddrs(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), "redis://" + servers[1].Addr() + "/0", "redis://" + servers[2].Addr()}
-	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
+	c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,11 +579,11 @@ func TestClient_newFromAddrs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = redlock.NewFromAddrs([]string{servers[0].Addr(), "redis://" + servers[0].Addr() + "/1"})
+	_, err = redigo.NewFromAddrs([]string{servers[0].Addr(), "redis://" + servers[0].Addr() + "/1"})
 	if !errors.Is(err, redlock.ErrInvalid) || !strings.Contains(err.Error(), "same master") {
 		t.Errorf("the same server twice (other db): %v", err)
 	}
-	_, err = redlock.NewFromAddrs([]string{"redis://user:s3cret@127.0.0.1:notaport"})
+	_, err = redigo.NewFromAddrs([]string{"redis://user:s3cret@127.0.0.1:notaport"})
 	if !errors.Is(err, redlock.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL: %v", err)
 	}

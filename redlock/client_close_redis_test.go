@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -57,7 +58,7 @@ var closePoolCases = []closePoolCase{
 // it (and t.Cleanup once more, which does nothing).
 func closeCaseClient(t *testing.T, pc closePoolCase, pools []pool.Pool) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(pools, testOptions(pc.path, nil)...)
+	c, err := redigo.New(pools, testOptions(pc.path, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -56,8 +57,8 @@ func TestClose_concurrentEndsDialsInTheirHandshake(t *testing.T) {
 				for _, a := range set.silent(silent) {
 					urls = append(urls, "rediss://"+a)
 				}
-				c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(silentTLSTimeout),
-					redlock.WithPoolOptions(pool.WithTLS(cfg)), path.Option())
+				c, err := redigo.NewFromAddrs(urls, redlock.WithTimeout(silentTLSTimeout),
+					redigo.WithPoolOptions(pool.WithTLS(cfg)), path.Option())
 				if err != nil {
 					t.Fatal(err)
 				}

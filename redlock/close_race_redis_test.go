@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -78,7 +79,7 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 		ignore := goleak.IgnoreCurrent()
 		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 		defer cancel()
-		cand, err := redlock.New(rs.pools, testOptions(path, nil)...)
+		cand, err := redigo.New(rs.pools, testOptions(path, nil)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 		var maxClose time.Duration
 		for round := 0; round < rounds; round++ {
 			obs := &lateObserver{}
-			watcher, err := redlock.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithObserver(obs)})...)
+			watcher, err := redigo.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithObserver(obs)})...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/slots"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -64,7 +65,7 @@ func TestClusterMember_hostileRedirect(t *testing.T) {
 				return err
 			})
 			member := "cluster://" + seed
-			c, err := redlock.NewFromAddrs([]string{member, reals[0].Addr(), reals[1].Addr()},
+			c, err := redigo.NewFromAddrs([]string{member, reals[0].Addr(), reals[1].Addr()},
 				redlock.WithTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +82,7 @@ func TestClusterMember_hostileRedirect(t *testing.T) {
 			}
 
 			// The member alone: its error names it and says why.
-			one, err := redlock.NewFromAddrs([]string{member}, redlock.WithTimeout(300*time.Millisecond))
+			one, err := redigo.NewFromAddrs([]string{member}, redlock.WithTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +137,7 @@ func TestClusterMember_hugeClusterSlots(t *testing.T) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c, err := redlock.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(300*time.Millisecond))
+	c, err := redigo.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestNewFromAddrs_clusterSpec(t *testing.T) {
 		"cluster://127.0.0.1",
 		"cluster://" + strings.Repeat("127.0.0.1:7000+", 64) + "127.0.0.1:7000",
 	} {
-		_, err := redlock.NewFromAddrs([]string{spec})
+		_, err := redigo.NewFromAddrs([]string{spec})
 		if !errors.Is(err, redlock.ErrInvalid) || !errors.Is(err, pool.ErrBadCluster) {
 			t.Errorf("%.40q: %v, want ErrInvalid and pool.ErrBadCluster", spec, err)
 		}
@@ -183,7 +184,7 @@ func TestNewFromAddrs_clusterSpec(t *testing.T) {
 		}
 	}
 	// Two members with the same seeds, in any order, are one member.
-	_, err := redlock.NewFromAddrs([]string{"cluster://127.0.0.1:7000+127.0.0.1:7001", "cluster://127.0.0.1:7001+127.0.0.1:7000"})
+	_, err := redigo.NewFromAddrs([]string{"cluster://127.0.0.1:7000+127.0.0.1:7001", "cluster://127.0.0.1:7001+127.0.0.1:7000"})
 	if !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("a cluster given twice: %v, want ErrInvalid", err)
 	}

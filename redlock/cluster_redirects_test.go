@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -79,7 +80,7 @@ func TestCluster_redirectLoopIsBounded(t *testing.T) {
 			}))
 			addrB.Store(b)
 			member := "cluster://" + a
-			c, err := redlock.NewFromAddrs([]string{member}, redlock.WithTimeout(2*time.Second))
+			c, err := redigo.NewFromAddrs([]string{member}, redlock.WithTimeout(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +128,7 @@ func TestCluster_redirectLoopIsBounded(t *testing.T) {
 // then gives what is in flight at most one per-master timeout.
 func ctxAndCloseHonoured(t *testing.T, seed, key, what string) {
 	t.Helper()
-	c, err := redlock.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(attack17Timeout))
+	c, err := redigo.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(attack17Timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +218,8 @@ func TestCluster_passwordNeverQuoted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var seen atomic.Int64
 			seed := hostile.Start(t, echo(&seen, "+OK\r\n", reply))
-			c, err := redlock.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(time.Second),
-				redlock.WithPoolOptions(pool.WithAuth("", secret)))
+			c, err := redigo.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(time.Second),
+				redigo.WithPoolOptions(pool.WithAuth("", secret)))
 			if err != nil {
 				t.Fatal(err)
 			}

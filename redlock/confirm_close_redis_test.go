@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -43,7 +44,7 @@ func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 		p := hostile.NewProxy(t, s.Addr(), hook)
 		ignore := goleak.IgnoreCurrent()
 		var logs syncBuffer
-		c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option(),
+		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option(),
 			redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +105,7 @@ func TestConfirm_closeWithAConfirmationInFlight(t *testing.T) {
 			return hostile.Forward
 		}
 		p := hostile.NewProxy(t, s.Addr(), hook)
-		c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option())
+		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -38,7 +39,7 @@ func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 			}
 		}
 		var logs syncBuffer
-		c, err := redlock.NewFromAddrs([]string{ss[0].Addr(), ss[1].Addr(), ss[2].Addr()},
+		c, err := redigo.NewFromAddrs([]string{ss[0].Addr(), ss[1].Addr(), ss[2].Addr()},
 			redlock.WithTimeout(atk28Timeout), path.Option(), redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -219,12 +220,12 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 				return hostile.Forward
 			}
 			p := hostile.NewProxy(t, s.Addr(), hook)
-			c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), redlock.WithPipelining(false))
+			c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			direct, err := redlock.NewFromAddrs([]string{s.Addr()})
+			direct, err := redigo.NewFromAddrs([]string{s.Addr()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -110,7 +111,7 @@ func TestRollback_overtakenBySETIsConfirmed(t *testing.T) {
 				return hostile.Forward
 			}
 			p := hostile.NewProxy(t, s.Addr(), hook)
-			c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(timeout), redlock.WithPipelining(false))
+			c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(timeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -221,7 +222,7 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 // key+":warm" taken and released), so that each rollback is one EVALSHA.
 func atk28FailedFirstHold(t *testing.T, addr, key, owner string, path connPath) *redlock.Reentrant {
 	t.Helper()
-	c, err := redlock.NewFromAddrs([]string{addr}, redlock.WithTimeout(atk28Timeout), path.Option())
+	c, err := redigo.NewFromAddrs([]string{addr}, redlock.WithTimeout(atk28Timeout), path.Option())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -98,7 +99,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 				for _, s := range ss[1:] {
 					addrs = append(addrs, s.Addr())
 				}
-				c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(atk28Timeout), path.Option())
+				c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(atk28Timeout), path.Option())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"testing"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // FuzzDecode: whatever a master answers, decoding gives exactly one of
@@ -30,14 +28,14 @@ func FuzzDecode(f *testing.F) {
 		case 4:
 			reply = n
 		case 5:
-			reply = redis.Error(s)
+			reply = ReplyError(s)
 		default:
 			reply = []any{[]byte(s), n}
 		}
 		o := opKind(op % 8)
 		want := expect(op / 8 % 6) // including 0, which nothing fits
 		var err error
-		if e, ok := reply.(redis.Error); ok {
+		if e, ok := reply.(ReplyError); ok {
 			reply, err = nil, e
 		}
 		r := &round{counters: make([]uint64, 1)}

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -67,8 +68,8 @@ func TestDial_silentTLSMasterHoldsNoCallNorClosePastTheTimeout(t *testing.T) {
 			for _, a := range addrs {
 				urls = append(urls, "rediss://"+a)
 			}
-			c, err := redlock.NewFromAddrs(urls, redlock.WithTimeout(silentTLSTimeout),
-				redlock.WithPoolOptions(pool.WithTLS(cfg)), path.Option())
+			c, err := redigo.NewFromAddrs(urls, redlock.WithTimeout(silentTLSTimeout),
+				redigo.WithPoolOptions(pool.WithTLS(cfg)), path.Option())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +82,7 @@ func TestDial_silentTLSMasterHoldsNoCallNorClosePastTheTimeout(t *testing.T) {
 				t.Cleanup(func() { p.Close() })
 				pools = append(pools, p)
 			}
-			c, err := redlock.New(pools, redlock.WithTimeout(silentTLSTimeout), path.Option())
+			c, err := redigo.New(pools, redlock.WithTimeout(silentTLSTimeout), path.Option())
 			if err != nil {
 				t.Fatal(err)
 			}

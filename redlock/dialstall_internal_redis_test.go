@@ -11,6 +11,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -32,7 +33,7 @@ type flakyDialer struct {
 	pause time.Duration
 	dials atomic.Int64
 	// stalls is the detector the stall is recorded in: the client's.
-	stalls *stalls
+	stalls *stall.Stalls
 }
 
 func (d *flakyDialer) GetContext(ctx context.Context) (redis.Conn, error) {
@@ -44,7 +45,7 @@ func (d *flakyDialer) Dial(ctx context.Context) (redis.Conn, error) {
 		time.Sleep(d.pause) // the subject: a dial stalled this long
 		if d.stall {
 			now := time.Now()
-			d.stalls.note(now.Add(-20*time.Millisecond), now)
+			d.stalls.Note(now.Add(-20*time.Millisecond), now)
 		}
 		return nil, dialTimeout{}
 	}
@@ -63,7 +64,7 @@ func TestMux_dialThatTimedOutInAStallIsTriedAgain(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := &flakyDialer{p: s.Pool(), stall: stalled}
 			t.Cleanup(func() { d.p.Close() })
-			c, err := New([]pool.Pool{d}, WithTimeout(time.Second))
+			c, err := newRedigo([]pool.Pool{d}, WithTimeout(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -28,13 +28,14 @@
 //
 // # Connections
 //
-// New takes one pool per master (package pool; a *redis.Pool of one's own
-// fits as is) and NewFromAddrs makes them. By default a Client carries
-// the commands of all its goroutines to a master over one pipelined
-// connection, dialed outside the pool by the pool's Dial (pool.Dialer) or
-// a *redis.Pool's DialContext or Dial, with the caller's dial settings.
-// With WithPipelining(false), or a pool that cannot dial, each command
-// borrows a pooled connection.
+// Package redigo (github.com/quorumlock/quorumlock/redigo) makes a Client
+// on redigo: redigo.New takes one pool per master (package pool; a
+// *redis.Pool of one's own fits as is) and redigo.NewFromAddrs makes
+// them. By default such a Client carries the commands of all its
+// goroutines to a master over one pipelined connection, dialed outside the
+// pool by the pool's Dial (pool.Dialer) or a *redis.Pool's DialContext or
+// Dial, with the caller's dial settings. With redigo.WithPipelining(false),
+// or a pool that cannot dial, each command borrows a pooled connection.
 //
 // Both are Transports: the Client reaches every master through that
 // interface, which moves commands and release notices and decides

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/resp"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
@@ -284,7 +285,7 @@ func (c *Client) readLeaderOn(ctx context.Context, m *master, key string) (lr le
 	fail := func(err error) leaderRead { return leaderRead{err: c.nodeError(m, err)} }
 	defer func() {
 		if p := recover(); p != nil { // redigo's parser on a pool that is not guarded
-			lr = fail(panicError(p))
+			lr = fail(fault.PanicError(p))
 		}
 	}()
 	in, ok := m.t.(Inspector)

@@ -6,11 +6,12 @@ import (
 	"log"
 	"time"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func ExampleElection() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func ExampleElection() {
 }
 
 func ExampleWithMetadata() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -317,7 +318,7 @@ func TestMetadata_goneAfterRollbackEveryKind(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			rs := startReal(t, 3)
-			blocker, err := redlock.New(rs.pools[1:], redlock.WithTimeout(realTimeout))
+			blocker, err := redigo.New(rs.pools[1:], redlock.WithTimeout(realTimeout))
 			if err != nil {
 				t.Fatal(err)
 			}

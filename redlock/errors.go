@@ -10,11 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -62,7 +61,7 @@ var (
 
 	// ErrInvalid is matched by errors for bad arguments or options; the
 	// message names the problem. Nothing is sent to any master.
-	ErrInvalid = errors.New("redlock: invalid argument")
+	ErrInvalid = fault.ErrInvalid
 
 	// ErrWriterWaiting is matched, besides ErrNotAcquired, by the error of
 	// a read acquisition (AcquireRead, TryAcquireRead) that masters turned
@@ -445,26 +444,22 @@ func (e *notTriedError) Unwrap() error {
 	return e.cause
 }
 
-// replyTo returns the master's error reply (a RESP "-" line, as redigo
-// reports it) that err is, also behind a wrapper a user's connection or
-// pool may add. A failure that holds a reply to another command as its
-// cause is not a reply to this one: a dial refused by AUTH or HELLO
-// (*pool.DialError), a command never sent (*notTriedError,
-// *transport.NotSentError), a failed
-// ASKING (*clusterNodeError).
-func replyTo(err error) (redis.Error, bool) {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return "", false
+// errPanic is matched by the error of a master whose reply made the reply
+// parser panic (only on pools that package pool did not make).
+var errPanic = fault.ErrPanic
+
+// ErrPanic is matched by the error of a master whose reply made the reply
+// parser panic.
+//
+// Deprecated: a failed master's error is a *NodeError whatever failed it;
+// match that. ErrPanic is removed in the next minor release.
+var ErrPanic = errPanic
+
+// redact removes the credentials the master's pool knows of from err's
+// text (pool.Redactor); other pools' errors are returned as they are.
+func (m *master) redact(err error) error {
+	if r, ok := m.t.(interface{ RedactError(error) error }); ok { // pool.Redactor
+		return r.RedactError(err)
 	}
-	var (
-		de *pool.DialError
-		nt *notTriedError
-		ns *transport.NotSentError
-		ce *clusterNodeError
-	)
-	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ns) || errors.As(err, &ce) {
-		return "", false
-	}
-	return re, true
+	return err
 }

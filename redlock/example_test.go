@@ -7,6 +7,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -14,7 +15,7 @@ import (
 // (started for these examples by TestMain).
 
 func Example() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func Example() {
 }
 
 func ExampleClient_TryAcquire() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func ExampleClient_TryAcquire() {
 }
 
 func ExampleLock_Extend() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func ExampleLock_Extend() {
 
 func ExampleNodeError() {
 	// Masters that fail are reported one by one, by address.
-	client, err := redlock.NewFromAddrs([]string{exampleMasters[0], "127.0.0.1:1"},
+	client, err := redigo.NewFromAddrs([]string{exampleMasters[0], "127.0.0.1:1"},
 		redlock.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
@@ -99,7 +100,7 @@ func ExampleNodeError() {
 }
 
 func ExampleClient_Do() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func ExampleClient_Do() {
 }
 
 func ExampleLock_Lost() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func ExampleLock_Lost() {
 }
 
 func ExampleWithFair() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func ExampleWithFair() {
 }
 
 func ExampleWithFencing() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func ExampleWithFencing() {
 }
 
 func ExampleLockFromContext() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func ExampleLockFromContext() {
 }
 
 func ExampleClient_NewReentrant() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func ExampleClient_NewReentrant() {
 }
 
 func ExampleClient_AcquireRead() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func ExampleClient_AcquireRead() {
 }
 
 func ExampleClient_AcquireMulti() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func ExampleClient_AcquireMulti() {
 }
 
 func ExampleClient_TryAcquireMulti() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func ExampleClient_TryAcquireMulti() {
 }
 
 func ExampleReentrant_TryAcquire() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

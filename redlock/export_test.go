@@ -1,6 +1,10 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redigot"
+)
 
 // BackoffFloor is the shortest delay bound WithBackoff accepts.
 const BackoffFloor = minBackoff
@@ -24,8 +28,8 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	releasing = len(c.releasing) + len(c.chains)
 	c.mu.Unlock()
 	for _, m := range c.masters {
-		if mx, ok := m.t.(*mux); ok {
-			muxConns += mx.liveConns()
+		if mx, ok := m.t.(redigot.MuxState); ok {
+			muxConns += mx.LiveConns()
 		}
 	}
 	c.waker.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -95,7 +96,7 @@ func TestLockExtend_pooledLateShortExtendAfterLongerOne(t *testing.T) {
 		gp[i] = &gatedPool{inner: p}
 		gated[i] = gp[i]
 	}
-	c, err := redlock.New(gated, redlock.WithTimeout(time.Second), redlock.WithPipelining(false))
+	c, err := redigo.New(gated, redlock.WithTimeout(time.Second), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func proxiedClient(t *testing.T, rs *realSet, opts []redlock.Option) (*redlock.C
 		t.Cleanup(func() { p.Close() })
 		pools[i] = p
 	}
-	c, err := redlock.New(pools, opts...)
+	c, err := redigo.New(pools, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +418,7 @@ func TestLockExtend_delayedShortExtendLandsAfterLongerOne(t *testing.T) {
 // per-master timeout, and that master stays limited.)
 func TestLockExtend_lateAnswerSettlesInFlight(t *testing.T) {
 	rs := startReal(t, 3)
-	c, proxies := proxiedClient(t, rs, []redlock.Option{redlock.WithTimeout(300 * time.Millisecond), redlock.WithPipelining(true)})
+	c, proxies := proxiedClient(t, rs, []redlock.Option{redlock.WithTimeout(300 * time.Millisecond), redigo.WithPipelining(true)})
 	ctx := ctxT(t)
 	l, err := c.Acquire(ctx, "k", redlock.WithTTL(10*time.Second))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -229,7 +230,7 @@ func TestFinish_closeStopsPendingFinishes(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		ignore := goleak.IgnoreCurrent()
-		c, err := redlock.New(rs.pools, redlock.WithTimeout(200*time.Millisecond), path.Option())
+		c, err := redigo.New(rs.pools, redlock.WithTimeout(200*time.Millisecond), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}

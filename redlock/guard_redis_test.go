@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -126,13 +127,13 @@ func TestHostileMaster_plainPoolBackstop(t *testing.T) {
 				}
 				bad := hostile.Start(t, answer)
 				forEachPath(t, func(t *testing.T, path connPath) {
-					c, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad), plain(real[1].Addr())}, path.Option(), redlock.WithTimeout(realTimeout))
+					c, err := redigo.New([]pool.Pool{plain(real[0].Addr()), plain(bad), plain(real[1].Addr())}, path.Option(), redlock.WithTimeout(realTimeout))
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer c.Close()
 					lockAndWake(t, c, "k")
-					c2, err := redlock.New([]pool.Pool{plain(real[0].Addr()), plain(bad)}, path.Option(), redlock.WithTimeout(realTimeout))
+					c2, err := redigo.New([]pool.Pool{plain(real[0].Addr()), plain(bad)}, path.Option(), redlock.WithTimeout(realTimeout))
 					if err != nil {
 						t.Fatal(err)
 					}

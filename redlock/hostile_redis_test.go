@@ -11,6 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -87,14 +88,14 @@ func TestHostileInput_rejectedWithClearErrors(t *testing.T) {
 
 	// Bad client settings.
 	for name, f := range map[string]func() (*redlock.Client, error){
-		"no masters": func() (*redlock.Client, error) { return redlock.New(nil) },
-		"nil pool":   func() (*redlock.Client, error) { return redlock.New([]pool.Pool{rs.pools[0], nil}) },
+		"no masters": func() (*redlock.Client, error) { return redigo.New(nil) },
+		"nil pool":   func() (*redlock.Client, error) { return redigo.New([]pool.Pool{rs.pools[0], nil}) },
 		"duplicate masters": func() (*redlock.Client, error) {
-			return redlock.New([]pool.Pool{rs.pools[0], rs.pools[1], rs.pools[0]})
+			return redigo.New([]pool.Pool{rs.pools[0], rs.pools[1], rs.pools[0]})
 		},
-		"zero timeout": func() (*redlock.Client, error) { return redlock.New(rs.pools, redlock.WithTimeout(0)) },
-		"drift 1":      func() (*redlock.Client, error) { return redlock.New(rs.pools, redlock.WithDriftFactor(1)) },
-		"bad URL":      func() (*redlock.Client, error) { return redlock.NewFromAddrs([]string{"redis://h:99999"}) },
+		"zero timeout": func() (*redlock.Client, error) { return redigo.New(rs.pools, redlock.WithTimeout(0)) },
+		"drift 1":      func() (*redlock.Client, error) { return redigo.New(rs.pools, redlock.WithDriftFactor(1)) },
+		"bad URL":      func() (*redlock.Client, error) { return redigo.NewFromAddrs([]string{"redis://h:99999"}) },
 	} {
 		if _, err := f(); err == nil || (!errors.Is(err, redlock.ErrInvalid) && !errors.Is(err, pool.ErrBadURL)) {
 			t.Errorf("%s: err = %v, want ErrInvalid or ErrBadURL", name, err)

@@ -12,9 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
-	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/internal/fault"
 )
 
 // Two addresses, one server.
@@ -326,8 +324,8 @@ func (c *Client) askRunIDs(idx []int) {
 	// The probe is a client's first traffic, which dials its masters: the
 	// round beat tells a dial that timed out in a stall of this process
 	// from one the master failed (mux.dialer), as it does for a round.
-	c.stalls.rounds.enter()
-	defer c.stalls.rounds.leave()
+	c.stalls.Rounds.Enter()
+	defer c.stalls.Rounds.Leave()
 	t := time.NewTimer(time.Until(deadline) + probeGrace)
 	defer t.Stop()
 	for range idx {
@@ -349,11 +347,10 @@ func (c *Client) askRunIDs(idx []int) {
 // probeAnswerResult reads a master's answer to INFO server (untrusted).
 func probeAnswerResult(reply any, err error) probeResult {
 	if err != nil {
-		var re redis.Error
 		var rpe ReplyError
-		var pe *pool.ProtocolError
-		var de *desyncError
-		if errors.As(err, &re) || errors.As(err, &rpe) || errors.As(err, &pe) || errors.As(err, &de) || errors.Is(err, errPanic) {
+		var be *fault.BadBytesError
+		var de *fault.DesyncError
+		if errors.As(err, &rpe) || errors.As(err, &be) || errors.As(err, &de) || errors.Is(err, errPanic) {
 			// It answered: an error reply (an ACL without INFO), or bytes
 			// no server sends. Not identified, not asked again.
 			return probeResult{final: true}

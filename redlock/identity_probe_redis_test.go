@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -26,7 +27,7 @@ func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	const timeout = 4 * time.Second
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +132,7 @@ func TestIdentity_reentrantRefusesSameServerTwice(t *testing.T) {
 	servers := redistest.Start(t, 2)
 	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
-	c, err := redlock.NewFromAddrs(addrs)
+	c, err := redigo.NewFromAddrs(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -25,7 +26,7 @@ func TestClient_sameServerUnderTwoAddressesIsRefused(t *testing.T) {
 	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c, err := redlock.NewFromAddrs(addrs, path.Option())
+		c, err := redigo.NewFromAddrs(addrs, path.Option())
 		if err != nil {
 			t.Fatalf("New must not block or probe: %v", err)
 		}
@@ -66,7 +67,7 @@ func TestClient_identityProbeIsBounded(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 		const timeout = time.Second
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func TestIdentity_firstCallHonoursCtx_pausedMaster(t *testing.T) {
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	const timeout = 5 * time.Second
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +185,7 @@ func TestIdentity_closeDuringProbe_pausedMaster(t *testing.T) {
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	const timeout = 3 * time.Second
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +263,7 @@ func TestIdentity_userPools_probeOverTransport(t *testing.T) {
 					user = append(user, u)
 					pools = append(pools, u.pool)
 				}
-				c, err := redlock.New(pools, redlock.WithTimeout(time.Second))
+				c, err := redigo.New(pools, redlock.WithTimeout(time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -10,20 +10,20 @@ import (
 // coreImports is every package outside the standard library that the
 // core package's production files may import, with why. A new one is a
 // deliberate choice: the core reaches its masters only through package
-// transport. The two redigo entries go once the redigo transports have
-// left the package.
+// transport: no redigo, no pool, no transport implementation.
 var coreImports = map[string]string{
-	"github.com/quorumlock/quorumlock/transport":         "the seam every transport is reached through",
-	"github.com/quorumlock/quorumlock/clock":             "the Client's clock",
-	"github.com/quorumlock/quorumlock/layout":            "the key layout on the masters",
-	"github.com/quorumlock/quorumlock/internal/keys":     "key validation",
-	"github.com/quorumlock/quorumlock/internal/resp":     "RESP reply decoding",
-	"github.com/quorumlock/quorumlock/internal/scripts":  "the lock's scripts",
-	"github.com/quorumlock/quorumlock/internal/testhook": "test-only settings other modules' tests reach",
-	"github.com/google/uuid":                             "tokens",
-	"github.com/hashicorp/go-multierror":                 "errors of many masters",
-	"github.com/gomodule/redigo/redis":                   "the redigo transports, still in the package",
-	"github.com/quorumlock/quorumlock/pool":              "the redigo transports' pools, still in the package",
+	"github.com/quorumlock/quorumlock/transport":           "the seam every transport is reached through",
+	"github.com/quorumlock/quorumlock/clock":               "the Client's clock",
+	"github.com/quorumlock/quorumlock/layout":              "the key layout on the masters",
+	"github.com/quorumlock/quorumlock/internal/keys":       "key validation",
+	"github.com/quorumlock/quorumlock/internal/resp":       "RESP reply decoding",
+	"github.com/quorumlock/quorumlock/internal/scripts":    "the lock's scripts",
+	"github.com/quorumlock/quorumlock/internal/fault":      "failures the core and the redigo transports both name",
+	"github.com/quorumlock/quorumlock/internal/stall":      "the Client's process-stall detector",
+	"github.com/quorumlock/quorumlock/internal/clienthook": "the hook package redigo makes its Clients through",
+	"github.com/quorumlock/quorumlock/internal/testhook":   "test-only settings that other modules' tests reach",
+	"github.com/google/uuid":                               "tokens",
+	"github.com/hashicorp/go-multierror":                   "errors of many masters",
 }
 
 // transportImpls are packages of transport implementations and of the
@@ -31,7 +31,6 @@ var coreImports = map[string]string{
 // coreImports says.
 var transportImpls = []string{
 	"github.com/quorumlock/quorumlock/goredis",
-	"github.com/quorumlock/quorumlock/internal/redigot",
 	"github.com/quorumlock/quorumlock/redigo",
 	"github.com/quorumlock/quorumlock/sim",
 	"github.com/redis/go-redis",

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func ExampleClient_Inspect() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

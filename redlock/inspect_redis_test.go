@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -190,7 +191,7 @@ func TestClient_Inspect_failuresNamedByAddress(t *testing.T) {
 	}
 	pools = append(pools, unguarded)
 	const timeout = 300 * time.Millisecond
-	c, err := redlock.New(pools, redlock.WithTimeout(timeout))
+	c, err := redigo.New(pools, redlock.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -89,7 +90,7 @@ func TestKillResend_flushAfterTheMastersCloseIsStillAReset(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	race := &closeRace{flushed: make(chan struct{}), readFail: make(chan struct{})}
-	c, err := redlock.New([]pool.Pool{closeRacePool{addr: s.Addr(), r: race}}, redlock.WithTimeout(realTimeout))
+	c, err := redigo.New([]pool.Pool{closeRacePool{addr: s.Addr(), r: race}}, redlock.WithTimeout(realTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -420,7 +421,7 @@ func TestRW_failedAttemptIsRolledBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = scripts.RW.Do(conn, time.Second, "doc", "write", "foreign", 60000, 1000, "w")
+			_, err = redigot.Do(scripts.RW, conn, time.Second, "doc", "write", "foreign", 60000, 1000, "w")
 			conn.Close()
 			if err != nil {
 				t.Fatal(err)

@@ -35,7 +35,7 @@ func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts 
 	for i, s := range servers {
 		pools[i] = s.Pool() // closed with the test
 	}
-	return identified(t)(New(pools, append([]Option{WithPipelining(pipelined)}, opts...)...))
+	return identified(t)(newRedigo(pools, append([]Option{withPipelining(pipelined)}, opts...)...))
 }
 
 // identified takes a new Client, closed with the test, once it identified

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -49,7 +50,7 @@ func TestMessages_hungAndKilledMasters(t *testing.T) {
 		return out
 	}
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(50*time.Millisecond))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,12 +120,12 @@ func TestMessages_notAwaitedWhenTheQuorumIsOutOfReach(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		ctx := context.Background()
 		key := "not-awaited-" + path.name
-		holder, err := redlock.NewFromAddrs(addrs, path.Option())
+		holder, err := redigo.NewFromAddrs(addrs, path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer holder.Close()
-		c, err := redlock.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(2*time.Second))
+		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,12 +14,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // attack26: a dial that timed out while this process stalled is dialed
-// again at once, up to dialTries (3bda09a). With the master truly
+// again at once, up to redigot.DialTries (3bda09a). With the master truly
 // stopped and the process stalling all the while, the dials must still
 // end and count the master down; Close during them must not hang or
 // leak; and the backlog must reach the master once, in order.
@@ -42,7 +45,7 @@ func (d *countingDialer) Dial(ctx context.Context) (redis.Conn, error) {
 // attack26Stalling makes this process stall as far as the mux can tell,
 // for the rest of the test: goroutines that spin on every CPU (timers
 // fire late), and a stall recorded every 10 ms as a late timer would.
-func attack26Stalling(t *testing.T, st *stalls) {
+func attack26Stalling(t *testing.T, st *stall.Stalls) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 2*runtime.GOMAXPROCS(0); i++ {
@@ -72,7 +75,7 @@ func attack26Stalling(t *testing.T, st *stalls) {
 				return
 			case <-tk.C:
 				now := time.Now()
-				st.note(now.Add(-20*time.Millisecond), now)
+				st.Note(now.Add(-20*time.Millisecond), now)
 			}
 		}
 	}()
@@ -81,7 +84,7 @@ func attack26Stalling(t *testing.T, st *stalls) {
 
 // A stopped master (SIGSTOP: the TCP connect succeeds, the SCRIPT LOADs
 // are never answered) on a process that stalls all the while: each
-// dialer dials at most dialTries times, the acquisition fails within a
+// dialer dials at most redigot.DialTries times, the acquisition fails within a
 // bound, and the master is then counted down (the next acquisition fails
 // at once, "its last dial failed", without a dial).
 func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
@@ -89,7 +92,7 @@ func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
 	s := redistest.StartOne(t)
 	d := &countingDialer{p: s.Pool()}
 	const timeout = 100 * time.Millisecond
-	c, err := New([]pool.Pool{d}, WithTimeout(timeout))
+	c, err := newRedigo([]pool.Pool{d}, WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,18 +109,15 @@ func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
 	if err == nil {
 		t.Fatal("acquired on a stopped master")
 	}
-	// The dialer ends after dialTries dials at most.
+	// The dialer ends after redigot.DialTries dials at most.
 	ok := redistest.WaitFor(context.Background(), func() bool {
-		mx := c.masters[0].t.(*mux)
-		mx.mu.Lock()
-		defer mx.mu.Unlock()
-		return mx.dialing == nil
+		return !c.masters[0].t.(redigot.MuxState).Dialing()
 	})
 	if !ok {
 		t.Fatal("the dialer still dials")
 	}
-	if n := d.dials.Load(); n < 1 || n > dialTries {
-		t.Fatalf("%d dials, want 1 to %d", n, dialTries)
+	if n := d.dials.Load(); n < 1 || n > redigot.DialTries {
+		t.Fatalf("%d dials, want 1 to %d", n, redigot.DialTries)
 	}
 	if el > 10*time.Second {
 		t.Errorf("the acquisition failed after %v (timeout %v)", el, timeout)
@@ -143,7 +143,7 @@ func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 	d := &countingDialer{p: s.Pool()}
 	const timeout = 200 * time.Millisecond
 	ignore := goleak.IgnoreCurrent()
-	c, err := New([]pool.Pool{d}, WithTimeout(timeout))
+	c, err := newRedigo([]pool.Pool{d}, WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +180,8 @@ func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the acquisition did not end after Close")
 	}
-	if n := d.dials.Load(); n > dialTries {
-		t.Fatalf("%d dials, at most %d", n, dialTries)
+	if n := d.dials.Load(); n > redigot.DialTries {
+		t.Fatalf("%d dials, at most %d", n, redigot.DialTries)
 	}
 	_ = s.Resume()
 	d.p.Close()
@@ -195,10 +195,10 @@ func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	st := newStalls(clock.Real())
-	d := &flakyDialer{p: s.Pool(), stall: true, fails: dialTries - 1, pause: 30 * time.Millisecond, stalls: st} // commands pile up in the backlog
+	st := stall.New(clock.Real())
+	d := &flakyDialer{p: s.Pool(), stall: true, fails: redigot.DialTries - 1, pause: 30 * time.Millisecond, stalls: st} // commands pile up in the backlog
 	t.Cleanup(func() { d.p.Close() })
-	mx := &mux{addr: s.Addr(), pool: d, dial: d, timeout: time.Second, stalls: st}
+	mx := redigot.New(s.Addr(), d, true, time.Second, st)
 	defer mx.Close()
 	const n = 200
 	var wg sync.WaitGroup
@@ -206,8 +206,8 @@ func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	wg.Add(n)
 	for i := 0; i < n; i++ {
 		i := i
-		mx.submit(&muxReq{cmd: "EVAL", args: []any{"redis.call('RPUSH', KEYS[1], ARGV[1]) return 1", 1, "attack26:list", i}, want: expectFlag,
-			to: replyFunc(func(v any, err error) { errs[i] = err; wg.Done() })})
+		mx.Send(&Command{Name: "EVAL", Args: []any{"redis.call('RPUSH', KEYS[1], ARGV[1]) return 1", 1, "attack26:list", i}, Reply: transport.ReplyFlag,
+			Done: func(_ any, err error, _ SendInfo) { errs[i] = err; wg.Done() }})
 		if i%20 == 0 {
 			time.Sleep(5 * time.Millisecond) // across the dials
 		}
@@ -218,8 +218,8 @@ func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 			t.Fatalf("command %d: %v", i, err)
 		}
 	}
-	if got := d.dials.Load(); got != dialTries {
-		t.Fatalf("%d dials, want %d", got, dialTries)
+	if got := d.dials.Load(); got != redigot.DialTries {
+		t.Fatalf("%d dials, want %d", got, redigot.DialTries)
 	}
 	v, err := redis.Strings(s.Do("LRANGE", "attack26:list", 0, -1))
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -231,7 +232,7 @@ func TestHostile_droppedConnectionIsResentInOrder(t *testing.T) {
 		// Writing the big command again, through the fake master, may
 		// take longer than the default write timeout.
 		c := addrClient(t, pipelinedPath, []string{fm.Addr(), reals[1].Addr(), reals[2].Addr()},
-			redlock.WithPoolOptions(pool.WithWriteTimeout(time.Minute)), redlock.WithTimeout(2*time.Second))
+			redigo.WithPoolOptions(pool.WithWriteTimeout(time.Minute)), redlock.WithTimeout(2*time.Second))
 		ctx := ctxT(t)
 		l, err := c.Acquire(ctx, key, redlock.WithTTL(time.Minute)) // granted by masters 1 and 2
 		if err != nil {
@@ -346,7 +347,7 @@ func TestHostile_mixedMastersSurviveConnectionsThatDieAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { piped.Close() })
-	c, err := redlock.New([]pool.Pool{plainPool{plain}, piped}, redlock.WithTimeout(realTimeout))
+	c, err := redigo.New([]pool.Pool{plainPool{plain}, piped}, redlock.WithTimeout(realTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -369,7 +370,7 @@ func TestMux_frozenPastTheStallBound(t *testing.T) {
 func TestMux_masterStopsReadingThenResumes(t *testing.T) {
 	var logBuf syncBuffer
 	srv := redistest.StartOne(t)
-	c := addrClient(t, pipelinedPath, []string{srv.Addr()}, redlock.WithPoolOptions(pool.WithWriteTimeout(10*time.Second)),
+	c := addrClient(t, pipelinedPath, []string{srv.Addr()}, redigo.WithPoolOptions(pool.WithWriteTimeout(10*time.Second)),
 		redlock.WithTimeout(300*time.Millisecond), redlock.WithLogger(slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelWarn})))) // stall bound 3 s
 	// 6000 goroutines under -race on a loaded machine: more than ctxT's 10 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -83,8 +84,8 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	proxy, sets := trickleProxy(t, reals[2].Addr())
 	const timeout = 50 * time.Millisecond
-	c, err := redlock.NewFromAddrs([]string{reals[0].Addr(), reals[1].Addr(), proxy.Addr()},
-		redlock.WithTimeout(timeout), redlock.WithPipelining(true))
+	c, err := redigo.NewFromAddrs([]string{reals[0].Addr(), reals[1].Addr(), proxy.Addr()},
+		redlock.WithTimeout(timeout), redigo.WithPipelining(true))
 	if err != nil {
 		t.Fatal(err)
 	}

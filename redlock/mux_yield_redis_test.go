@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -188,7 +189,7 @@ func TestMux_yieldCloseDuringBurst(t *testing.T) {
 		addrs[i] = s.Addr()
 	}
 	for rep := range 4 {
-		c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout), redlock.WithPipelining(true))
+		c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(realTimeout), redigo.WithPipelining(true))
 		if err != nil {
 			t.Fatal(err)
 		}

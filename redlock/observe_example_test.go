@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -18,7 +19,7 @@ func (outcomes) OnAcquire(_ context.Context, e redlock.AcquireEvent) {
 }
 
 func ExampleWithObserver() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond),
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond),
 		redlock.WithObserver(outcomes{}))
 	if err != nil {
 		log.Fatal(err)
@@ -38,7 +39,7 @@ func ExampleWithObserver() {
 }
 
 func ExampleLock_Granted() {
-	client, err := redlock.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
+	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -505,7 +506,7 @@ func TestObserve_waitedCountsTheWholeCall(t *testing.T) {
 func TestObserve_closeWithObserver(t *testing.T) {
 	rs := startReal(t, 3)
 	rec := &recorder{}
-	c, err := redlock.New(rs.pools, testOptions(pipelinedPath, []redlock.Option{redlock.WithObserver(rec)})...)
+	c, err := redigo.New(rs.pools, testOptions(pipelinedPath, []redlock.Option{redlock.WithObserver(rec)})...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/internal/testhook"
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // Defaults, as the Redlock specification suggests them.
@@ -60,12 +60,13 @@ type config struct {
 	clock        clock.Clock
 	logger       *slog.Logger
 	observer     Observer
-	poolOptions  []pool.Option
-	pipelining   bool
 	clusterSlots bool
+	// transport holds the options of the package that makes the
+	// transports (transportOption), by its keys.
+	transport map[any]any
 	// stalls is the detector of the client made of this config, shared
 	// with the transports made for it (set by newConfig).
-	stalls *stalls
+	stalls *stall.Stalls
 }
 
 func defaultConfig() config {
@@ -73,7 +74,6 @@ func defaultConfig() config {
 		timeout:     DefaultTimeout,
 		driftFactor: DefaultDriftFactor,
 		clock:       clock.Real(),
-		pipelining:  true,
 	}
 }
 
@@ -90,7 +90,7 @@ func newConfig(masters int, opts []Option) (config, error) {
 	if masters == 0 {
 		return cfg, fmt.Errorf("%w: no masters given", ErrInvalid)
 	}
-	cfg.stalls = newStalls(cfg.clock)
+	cfg.stalls = stall.New(cfg.clock)
 	return cfg, nil
 }
 
@@ -138,16 +138,6 @@ func init() { testhook.WithClock = withClock }
 // errors the operations return.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithPipelining chooses how commands reach the masters. On (the
-// default), all of the client's goroutines share one pipelined connection
-// per master: concurrent operations share writes and reads, and a round
-// needs no goroutine per master (see docs/design.md). It needs pools that
-// can dial connections of their own: those of package pool, any
-// pool.Dialer, and a *redis.Pool through its DialContext or Dial field
-// (with its dial settings); with other pools, or off, each command borrows
-// a pooled connection and a goroutine carries it.
-func WithPipelining(on bool) Option { return func(c *config) { c.pipelining = on } }
-
 // WithClusterSlots says that the masters are Redis Cluster nodes (each
 // master may be a node of its own cluster): every script must touch keys
 // of one hash slot, so AcquireMulti rejects keys in different slots.
@@ -155,10 +145,16 @@ func WithPipelining(on bool) Option { return func(c *config) { c.pipelining = on
 // key's slot. Off by default: standalone masters take any keys.
 func WithClusterSlots() Option { return func(c *config) { c.clusterSlots = true } }
 
-// WithPoolOptions configures the pools that NewFromAddrs makes. New
-// ignores it.
-func WithPoolOptions(opts ...pool.Option) Option {
-	return func(c *config) { c.poolOptions = append(c.poolOptions, opts...) }
+// transportOption is clienthook.TransportOption: an option of the
+// transport package that makes the Client's transports (redigo's
+// pipelining and pools), kept for it in transport.
+func transportOption(key any, update func(old any) any) Option {
+	return func(c *config) {
+		if c.transport == nil {
+			c.transport = make(map[any]any)
+		}
+		c.transport[key] = update(c.transport[key])
+	}
 }
 
 // LockOption configures one lock: the call of Client.Acquire,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -130,7 +131,7 @@ func TestOrder_closeDuringFenceCommitLeavesNoKey(t *testing.T) {
 		held := map[string]string{} // key → token of a returned lock
 		var mu sync.Mutex
 		for round := 0; round < 15; round++ {
-			c, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout), path.Option())
+			c, err := redigo.New(rs.pools, redlock.WithTimeout(realTimeout), path.Option())
 			if err != nil {
 				t.Fatal(err)
 			}

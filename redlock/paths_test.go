@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"testing"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -22,7 +23,7 @@ var (
 )
 
 // Option is the option that puts a client on the path.
-func (p connPath) Option() redlock.Option { return redlock.WithPipelining(p.pipelined) }
+func (p connPath) Option() redlock.Option { return redigo.WithPipelining(p.pipelined) }
 
 func (p connPath) String() string { return p.name }
 

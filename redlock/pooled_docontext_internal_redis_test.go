@@ -26,7 +26,7 @@ func TestPooled_doContextConnectionNotReturnedUsable(t *testing.T) {
 		pool func() (pool.Pool, func() redis.PoolStats)
 	}{
 		{"redis.Pool", func() (pool.Pool, func() redis.PoolStats) {
-			rp := userRedisPool(s.Addr(), nil)
+			rp := redistest.UserRedisPool(s.Addr(), nil)
 			t.Cleanup(func() { rp.Close() })
 			return rp, rp.Stats
 		}},
@@ -65,7 +65,7 @@ func TestPooled_doContextConnectionNotReturnedUsable(t *testing.T) {
 				cancel()
 			}
 			t.Logf("%d of 400 cancelled", cancelled)
-			lendsNothing(t, "after the commands", stats)
+			redistest.LendsNothing(t, "after the commands", stats)
 		})
 	}
 }

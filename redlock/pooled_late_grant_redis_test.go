@@ -15,6 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -32,7 +33,7 @@ func starvedClient(t *testing.T, s *redistest.Server, key string, late time.Dura
 		return redis.DialContext(ctx, "tcp", s.Addr())
 	}}
 	t.Cleanup(func() { rp.Close() })
-	c, err := redlock.New([]pool.Pool{starvedPool{p: rp, key: key, late: late}}, redlock.WithTimeout(atk25aTimeout))
+	c, err := redigo.New([]pool.Pool{starvedPool{p: rp, key: key, late: late}}, redlock.WithTimeout(atk25aTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestLateGrant_doesNotExtendValidity(t *testing.T) {
 	defer rp.Close()
 	sent := make(chan time.Time, 1)
 	sp := sentPool{starvedPool{p: rp, key: key, late: atk25aTimeout + 100*time.Millisecond}, key, sent}
-	c, err := redlock.New([]pool.Pool{sp}, redlock.WithTimeout(atk25aTimeout))
+	c, err := redigo.New([]pool.Pool{sp}, redlock.WithTimeout(atk25aTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 		return hostile.Swallow // a second SET NX of the same token: a no-op, unanswered
 	}
 	p := hostile.NewProxy(t, s.Addr(), hook)
-	c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redlock.WithPipelining(false))
+	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestPooled_oneConnectionBlackholedWhileTheMasterIsHeard(t *testing.T) {
 		return hostile.Forward
 	}
 	p := hostile.NewProxy(t, s.Addr(), hook)
-	c, err := redlock.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redlock.WithPipelining(false))
+	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -46,7 +47,7 @@ func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 				pools[i] = rps[i]
 			}
 			const timeout = 50 * time.Millisecond
-			c, err := redlock.New(pools, redlock.WithTimeout(timeout), redlock.WithPipelining(false))
+			c, err := redigo.New(pools, redlock.WithTimeout(timeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 				return ok.Load(), bad.Load()
 			}
 			stopLoad := load.start(t)
-			control, err := redlock.New(pools[:2], redlock.WithTimeout(timeout), redlock.WithPipelining(false))
+			control, err := redigo.New(pools[:2], redlock.WithTimeout(timeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -88,7 +89,7 @@ func TestPooledLoad_replyReadLateOnABusyProcessCounts(t *testing.T) {
 	// Read 100 ms after the deadline; the client reads a reply up to one
 	// timeout past it while the master is heard.
 	p := starvedPool{p: rp, key: "pooledload:late", late: timeout + 100*time.Millisecond}
-	c, err := redlock.New([]pool.Pool{p}, redlock.WithTimeout(timeout))
+	c, err := redigo.New([]pool.Pool{p}, redlock.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestPooledLoad_silentMasterStillFailsAtTheTimeout(t *testing.T) {
 	for i, s := range servers {
 		pools[i] = s.Pool()
 	}
-	c, err := redlock.New(pools, redlock.WithTimeout(realTimeout), redlock.WithPipelining(false))
+	c, err := redigo.New(pools, redlock.WithTimeout(realTimeout), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}

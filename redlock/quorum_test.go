@@ -18,6 +18,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/fakeredis"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -44,7 +45,7 @@ func newFakes(t *testing.T, n int, opts ...redlock.Option) *fakeSet {
 	}
 	clk := &backoffClock{Fake: fs.clk, backoffs: fs.backoffs}
 	opts = append([]redlock.Option{redlock.WithClock(clk), redlock.WithTimeout(fakeTimeout)}, opts...)
-	c, err := redlock.New(pools, opts...)
+	c, err := redigo.New(pools, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func stalledClient(t *testing.T, clk clock.Clock, fake *clock.Fake) (*redlock.Cl
 		masters[i] = fakeredis.New(fake, fmt.Sprintf("m%d:1", i))
 		pools[i] = masters[i]
 	}
-	c, err := redlock.New(pools, redlock.WithClock(clk), redlock.WithTimeout(fakeTimeout))
+	c, err := redigo.New(pools, redlock.WithClock(clk), redlock.WithTimeout(fakeTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +701,7 @@ func TestNew_rejectsBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := redlock.New(tc.pools, tc.opts...)
+			_, err := redigo.New(tc.pools, tc.opts...)
 			if !errors.Is(err, redlock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -20,22 +21,22 @@ import (
 // callers served by the reader keep each holder's order.
 
 // loneMaster returns a pipelined client on one real master, and its mux.
-func loneMaster(t *testing.T, s *redistest.Server, timeout time.Duration) (*Client, *mux) {
+func loneMaster(t *testing.T, s *redistest.Server, timeout time.Duration) (*Client, redigot.MuxState) {
 	t.Helper()
 	return loneMasterOn(t, s.Pool(), timeout)
 }
 
 // loneMasterOn returns a pipelined client on the master behind p, and its mux.
-func loneMasterOn(t *testing.T, p pool.Pool, timeout time.Duration) (*Client, *mux) {
+func loneMasterOn(t *testing.T, p pool.Pool, timeout time.Duration) (*Client, redigot.MuxState) {
 	t.Helper()
-	c, err := New([]pool.Pool{p}, WithTimeout(timeout))
+	c, err := newRedigo([]pool.Pool{p}, WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	mx, ok := c.masters[0].t.(*mux)
+	mx, ok := c.masters[0].t.(redigot.MuxState)
 	if !ok {
-		t.Fatalf("transport is %T, want *mux", c.masters[0].t)
+		t.Fatalf("transport is %T, want the pipelined transport", c.masters[0].t)
 	}
 	return c, mx
 }
@@ -48,7 +49,7 @@ func proxiedClient(t *testing.T, p *hostile.Proxy) *Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pl.Close() })
-	c, err := New([]pool.Pool{pl}, WithTimeout(5*time.Second))
+	c, err := newRedigo([]pool.Pool{pl}, WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +89,10 @@ func TestReadOwn_loneMasterRepliesAreReadByTheirCaller(t *testing.T) {
 	}
 	// Every round's reply but the first contact's may be read by its
 	// caller; most are on a quiet connection.
-	if got := mx.ownReads.Load(); got < 75 {
+	if got := mx.OwnReads(); got < 75 {
 		t.Errorf("%d of 150 replies read by their caller, want most", got)
 	}
-	if n := mx.liveConns(); n != 1 {
+	if n := mx.LiveConns(); n != 1 {
 		t.Errorf("%d live connections, want 1", n)
 	}
 }
@@ -109,7 +110,7 @@ func TestReadOwn_pausedMasterLateReleaseFreesTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := mx.ownReads.Load()
+	before := mx.OwnReads()
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +143,10 @@ func TestReadOwn_pausedMasterLateReleaseFreesTheKey(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if mx.ownReads.Load() <= before {
+	if mx.OwnReads() <= before {
 		t.Error("no reply read by its caller after the hand-back")
 	}
-	if n := mx.liveConns(); n != 1 {
+	if n := mx.LiveConns(); n != 1 {
 		t.Errorf("%d live connections, want the one (not broken by the hand-back)", n)
 	}
 }
@@ -218,7 +219,7 @@ func TestReadOwn_concurrentCallersStayExclusive(t *testing.T) {
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d overlapping holds of the shared key", n)
 	}
-	t.Logf("%d replies read by their callers", mx.ownReads.Load())
+	t.Logf("%d replies read by their callers", mx.OwnReads())
 }
 
 // The script cache flushed: a release read by its caller gets NOSCRIPT

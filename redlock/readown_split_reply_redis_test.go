@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/leftover"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -45,7 +46,7 @@ func splitReplyProxy(t *testing.T, s *redistest.Server, key string) (p *hostile.
 // splitClient returns a pipelined client on the master behind p with the
 // per-master timeout, its mux, warmed up so that the next round may be
 // read by its caller.
-func splitClient(t *testing.T, p *hostile.Proxy, timeout time.Duration) (*Client, *mux) {
+func splitClient(t *testing.T, p *hostile.Proxy, timeout time.Duration) (*Client, redigot.MuxState) {
 	t.Helper()
 	pl, err := pool.New(p.Addr())
 	if err != nil {
@@ -83,7 +84,7 @@ func TestReadOwn_splitReplyDeadlineHandsBack(t *testing.T) {
 	s := redistest.StartOne(t)
 	p, split, gate := splitReplyProxy(t, s, "atk:split")
 	c, mx := splitClient(t, p, 200*time.Millisecond) // stall bound: 1s
-	before := mx.ownReads.Load()
+	before := mx.OwnReads()
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -112,7 +113,7 @@ func TestReadOwn_splitReplyDeadlineHandsBack(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if mx.ownReads.Load() <= before {
+	if mx.OwnReads() <= before {
 		t.Error("no reply read by its caller")
 	}
 }
@@ -176,7 +177,7 @@ func TestReadOwn_closeDuringSplitReplyWait(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("TryAcquire succeeded across Close")
 	}
-	if n := mx.liveConns(); n != 0 {
+	if n := mx.LiveConns(); n != 0 {
 		t.Errorf("%d live connections after Close", n)
 	}
 }
@@ -211,10 +212,10 @@ func TestReadOwn_cancelAsTheReplyArrives(t *testing.T) {
 			t.Fatalf("TryAcquire %s: %v", key, err)
 		}
 	}
-	t.Logf("%d acquired, %d cancelled, %d replies read by their callers", got, canceled, mx.ownReads.Load())
+	t.Logf("%d acquired, %d cancelled, %d replies read by their callers", got, canceled, mx.OwnReads())
 	// late grants rolled back
 	leftover.Within(t, 20*time.Second, []*redistest.Server{s})
-	if n := mx.liveConns(); n != 1 {
+	if n := mx.LiveConns(); n != 1 {
 		t.Errorf("%d live connections, want 1 (none broken)", n)
 	}
 }
@@ -317,7 +318,7 @@ func TestReadOwn_mixedKindsUnderDisruption(t *testing.T) {
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d overlapping holds of a shared lock", n)
 	}
-	t.Logf("%d disruptions, %d releases unconfirmed, %d replies read by their callers", n, releaseErrs.Load(), mx.ownReads.Load())
+	t.Logf("%d disruptions, %d releases unconfirmed, %d replies read by their callers", n, releaseErrs.Load(), mx.OwnReads())
 	l, err := c.TryAcquire(ctx, "atk:mix:after")
 	if err != nil {
 		t.Fatalf("after the disruptions: %v", err)
@@ -350,15 +351,12 @@ func everyGoroutine(t *testing.T, n int, fn func(g int) error) {
 }
 
 // waitIdle waits until mx's connection has no command awaiting a reply.
-func waitIdle(t *testing.T, mx *mux, bound time.Duration) {
+func waitIdle(t *testing.T, mx redigot.MuxState, bound time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	if !redistest.WaitFor(ctx, func() bool {
-		mx.mu.Lock()
-		mc := mx.cur
-		mx.mu.Unlock()
-		return mc != nil && mc.unanswered.Load() == 0
+		return mx.Idle()
 	}) {
 		t.Fatalf("the connection still awaits a reply after %v", bound)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -103,7 +104,7 @@ func grantedByQuorum(t *testing.T, ctx context.Context, rs *realSet, path connPa
 	t.Helper()
 	n := len(rs.servers)
 	others := n - (n/2 + 1)
-	blocker, err := redlock.New(rs.pools[:others], testOptions(path, nil)...)
+	blocker, err := redigo.New(rs.pools[:others], testOptions(path, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -300,7 +301,7 @@ func TestRelease_ctxAndCloseEndItWhileMastersAreStopped(t *testing.T) {
 				for _, how := range []string{"ctx", "close"} {
 					t.Run(how, func(t *testing.T) {
 						rs := startReal(t, n)
-						c, err := redlock.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithTimeout(redlock.DefaultTimeout)})...)
+						c, err := redigo.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithTimeout(redlock.DefaultTimeout)})...)
 						if err != nil {
 							t.Fatal(err)
 						}

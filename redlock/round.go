@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -962,15 +961,6 @@ func (r *round) wireInto(w *wireCmd, op opKind, buf []any) {
 	*w = wireCmd{op: op, script: script, cmd: "EVALSHA", args: full, keysAnd: full[2:], nkeys: nkeys, want: expectOf(script.Inner())}
 }
 
-// brokenConn reports whether err says the master closed the connection
-// (EOF, reset, broken pipe): it runs nothing more that came on it. Not
-// net.ErrClosed, which says this side closed it, as the mux does when a
-// master stalls or is out of step, and the master may still run what it
-// read.
-func brokenConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
 // command returns what op sends to a master: a script and its keys and
 // values, or a plain command and its arguments, appended to dst.
 func (r *round) command(op opKind, dst []any) (script *scripts.Script, cmd string, args []any) {
@@ -1038,11 +1028,10 @@ func (e expect) fits(v any) bool { return transport.ReplyShape(e).Fits(v) }
 // decode turns master i's reply to op, which must fit want, into its vote;
 // a fenced acquisition's counter goes to r.counters[i].
 func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote, error) {
-	if re := ReplyError(""); errors.As(err, &re) {
-		err = redis.Error(re) // as redigo reports it: what callers of this package see
-	}
 	if err != nil {
-		err = scripts.Explain(err)
+		if re := ReplyError(""); errors.As(err, &re) {
+			err = scripts.Explain(re, string(re)) // the master's reply, as every transport reports it
+		}
 		if errors.Is(err, ErrWrongKind) {
 			// The master's copy of the key is a lock of another kind:
 			// this token is not there, and cannot get there while it
@@ -1061,14 +1050,14 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 		return voteFail, err
 	}
 	if !want.fits(res) {
-		return voteFail, &desyncError{cmd: op.String(), reply: describe(res)}
+		return voteFail, &fault.DesyncError{Cmd: op.String(), Reply: fault.Describe(res)}
 	}
 	switch {
 	case res == nil || res == int64(0):
 		return voteNo, nil
 	case res == int64(2): // only expectRW fits it
 		if op != opAcquire || i >= 64 {
-			return voteFail, &desyncError{cmd: op.String(), reply: describe(res)}
+			return voteFail, &fault.DesyncError{Cmd: op.String(), Reply: fault.Describe(res)}
 		}
 		for { // a refusal, for a waiting writer
 			if w := r.writerWaits.Load(); r.writerWaits.CompareAndSwap(w, w|1<<i) {
@@ -1079,7 +1068,7 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 	case want == expectCounter:
 		n, perr := strconv.ParseUint(string(res.([]byte)), 10, 64)
 		if perr != nil || n >= maxFence || r.counters == nil {
-			return voteFail, fmt.Errorf("fencing counter %s out of range", describe(res))
+			return voteFail, fmt.Errorf("fencing counter %s out of range", fault.Describe(res))
 		}
 		r.counters[i] = n
 	}
@@ -1116,48 +1105,6 @@ func (c *Client) nodeErrorIn(m *master, err error, wait time.Duration) *NodeErro
 		err = fmt.Errorf("%w (%v): %s", ErrMasterTimeout, wait, trimPrefix(err.Error()))
 	}
 	return &NodeError{Index: m.index, Addr: m.addr, Err: err}
-}
-
-// describe names a reply for an error message. Bytes from a master are
-// quoted only when the reply is short and plain (printable ASCII without
-// quotes or backslashes), so that they show whole and unchanged: a
-// password a master echoes is then found and redacted (pool.Redactor),
-// where a reply cut short, escaped, or printed as decimal bytes would
-// show it in a form the redaction does not recognise.
-func describe(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "nil"
-	case []byte:
-		if quotable(string(v)) {
-			return `"` + string(v) + `"`
-		}
-		return "a bulk string of " + strconv.Itoa(len(v)) + " bytes"
-	case string:
-		if quotable(v) {
-			return "string(" + v + ")"
-		}
-		return "a status of " + strconv.Itoa(len(v)) + " bytes"
-	case []any:
-		return "an array of " + strconv.Itoa(len(v)) + " elements"
-	case int64:
-		return "int64(" + strconv.FormatInt(v, 10) + ")"
-	default:
-		return fmt.Sprintf("a reply of type %T", v)
-	}
-}
-
-// quotable reports whether s may be quoted whole in a message.
-func quotable(s string) bool {
-	if len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }
 
 // tally counts a round's replies.
@@ -1229,8 +1176,8 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
 	p := c.patience(due)
-	c.stalls.rounds.enter()
-	defer c.stalls.rounds.leave()
+	c.stalls.Rounds.Enter()
+	defer c.stalls.Rounds.Leave()
 	var last time.Time // the latest an overdue wait may end: set when the timer first fires
 	var hold time.Time // the end of the readers' time after a late timer (patience.late)
 	for t.open(c.quorum, n) {
@@ -1260,7 +1207,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			lateBy := now.Sub(due)
 			late := c.realClock && lateBy > time.Millisecond
 			if late {
-				c.stalls.note(due, now)
+				c.stalls.Note(due, now)
 			}
 			switch {
 			case last.IsZero():
@@ -1319,9 +1266,9 @@ func (m *master) knownDown() bool {
 // answer waits this long.
 func (c *Client) releaseWait() time.Duration {
 	if c.someOrdered {
-		return max(c.timeout, lateBound(c.timeout)/2)
+		return max(c.timeout, stall.LateBound(c.timeout)/2)
 	}
-	return lateBound(c.timeout)
+	return stall.LateBound(c.timeout)
 }
 
 // timedOut counts the masters that have not answered as failed when
@@ -1389,7 +1336,7 @@ type patience struct {
 // patience returns the rule of a round whose commands are waited for
 // until deadline (on whichever clock the caller measures it).
 func (c *Client) patience(deadline time.Time) patience {
-	return patience{timeout: c.timeout, bound: deadline.Add(lateBound(c.timeout))}
+	return patience{timeout: c.timeout, bound: deadline.Add(stall.LateBound(c.timeout))}
 }
 
 // first is when a wait that ended at from gives up at the earliest: one

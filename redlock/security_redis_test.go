@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -30,7 +31,7 @@ func TestSecurity_TLSMasters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := addrClient(t, path, urls, redlock.WithPoolOptions(pool.WithTLS(cfg)))
+		c := addrClient(t, path, urls, redigo.WithPoolOptions(pool.WithTLS(cfg)))
 		ctx := ctxT(t)
 		l, err := c.Acquire(ctx, "k", redlock.WithFencing())
 		if err != nil {
@@ -61,7 +62,7 @@ func TestSecurity_TLSMasters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = addrClient(t, path, urls, redlock.WithPoolOptions(pool.WithTLS(badCfg))).TryAcquire(ctx, "k")
+		_, err = addrClient(t, path, urls, redigo.WithPoolOptions(pool.WithTLS(badCfg))).TryAcquire(ctx, "k")
 		var qe *redlock.QuorumError
 		if !errors.As(err, &qe) || qe.Succeeded != 0 || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 			t.Fatalf("wrong CA: %v", err)
@@ -226,7 +227,7 @@ func TestSecurity_credentialsNeverShow(t *testing.T) {
 		check("the log", logs.String())
 		// Bad URLs with a password.
 		for _, u := range []string{"redis://app:" + secret + "@host:notaport", "redis://app:" + secret + "@[::1", "redis://app:" + secret + "@h:1/x"} {
-			_, err := redlock.NewFromAddrs([]string{u})
+			_, err := redigo.NewFromAddrs([]string{u})
 			if err == nil {
 				t.Fatalf("%s: no error", u)
 			}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -28,57 +29,6 @@ import (
 // behind; it is now reduced by how far behind);
 // TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad shows what it cost
 // a caller.
-
-// setBehind makes b look overdue by late (armed, its timer not running),
-// restoring its state when the test ends.
-func setBehind(t *testing.T, b *beat, late time.Duration) {
-	t.Helper()
-	armed, due := b.armed.Load(), b.due.Load()
-	b.armed.Store(true)
-	b.due.Store(int64(b.s.mono() - late))
-	t.Cleanup(func() {
-		b.due.Store(due)
-		b.armed.Store(armed)
-	})
-}
-
-func TestSilence_pooledHungMasterNotExcusedByAFewMsBehind(t *testing.T) {
-	const timeout = 50 * time.Millisecond
-	p := newPooled("hung", nil, nil, timeout, newStalls(clock.Real()))
-	defer p.beat.stop()
-	p.epoch = p.epoch.Add(-time.Minute)
-	p.unheard.Store(int64(p.clock.Since(p.epoch)-10*time.Second) + 1) // unanswered for 10 s
-	if s := p.Silence(); s < 9*time.Second {
-		t.Fatalf("silence %v of a master unanswered for 10 s, with the process on time", s)
-	}
-	// The beat (period timeout/4 = 12.5 ms) overdue by 15 ms: the process
-	// did not run its timers for 15 ms.
-	setBehind(t, p.beat, 15*time.Millisecond)
-	if s := p.Silence(); s < 9*time.Second {
-		t.Errorf("silence %v of a master unanswered for 10 s while the process is 15 ms behind on its timers: "+
-			"the hung master is not silent at all (want about 10 s less the 15 ms)", s)
-	}
-}
-
-func TestSilence_muxHungMasterNotExcusedByAFewMsBehind(t *testing.T) {
-	const timeout = 50 * time.Millisecond
-	st := newStalls(clock.Real())
-	defer st.stop()
-	mc := &muxConn{mx: &mux{timeout: timeout, stalls: st}, born: time.Now().Add(-10 * time.Second)}
-	mc.oldest.Store(1) // the command waited for was written 10 s ago, nothing heard since
-	if err := mc.down(); err == nil {
-		t.Fatal("a master silent for 10 s is not down, with the process on time")
-	}
-	// The client's round beat (5 ms period) overdue by 8 ms.
-	setBehind(t, st.rounds, 8*time.Millisecond)
-	if s := mc.blamed(timeout); s < 9*time.Second {
-		t.Errorf("blamed silence %v of a master silent for 10 s while the process is 8 ms behind on its timers "+
-			"(want about 10 s less the 8 ms)", s)
-	}
-	if err := mc.down(); err == nil {
-		t.Errorf("a master silent for 10 s is not down while the process is 8 ms behind on its timers")
-	}
-}
 
 // A client on a fake clock moved by an hour while its round waits (its
 // collect timer "fires an hour late" on that clock) records no stall of
@@ -99,7 +49,7 @@ func TestStall_fakeClockRecordsNoStall(t *testing.T) {
 	defer servers[2].Resume()
 	for _, pipelined := range []bool{true, false} {
 		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-		c, err := NewFromAddrs(addrs, WithClock(fake), WithTimeout(50*time.Millisecond), WithPipelining(pipelined))
+		c, err := newRedigoFromAddrs(addrs, WithClock(fake), WithTimeout(50*time.Millisecond), withPipelining(pipelined))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,8 +75,8 @@ func TestStall_fakeClockRecordsNoStall(t *testing.T) {
 			fake.Advance(time.Hour)
 			time.Sleep(5 * time.Millisecond)
 		}
-		if m := c.stalls.last.Load(); m != nil && m.len >= time.Second {
-			t.Errorf("pipelined=%v: a fake-clock client recorded a stall of %v", pipelined, m.len)
+		if _, d, ok := c.stalls.Last(); ok && d >= time.Second {
+			t.Errorf("pipelined=%v: a fake-clock client recorded a stall of %v", pipelined, d)
 		}
 		c.Close()
 	}
@@ -141,7 +91,7 @@ func TestBeat_leavesNothingAfterClose(t *testing.T) {
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	ignore := goleak.IgnoreCurrent()
 	for i := range 10 {
-		c, err := NewFromAddrs(addrs, WithTimeout(50*time.Millisecond), WithPipelining(i%2 == 0))
+		c, err := newRedigoFromAddrs(addrs, WithTimeout(50*time.Millisecond), withPipelining(i%2 == 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,11 +111,11 @@ func TestBeat_leavesNothingAfterClose(t *testing.T) {
 		wg.Wait()
 		c.Close()
 		for _, m := range c.masters {
-			if p, ok := m.t.(*pooledTransport); ok && p.beat.users.Load() != 0 {
-				t.Errorf("a closed pooled transport's beat has %d users", p.beat.users.Load())
+			if p, ok := m.t.(redigot.PooledState); ok && p.BeatUsers() != 0 {
+				t.Errorf("a closed pooled transport's beat has %d users", p.BeatUsers())
 			}
 		}
-		if n := c.stalls.rounds.users.Load(); n != 0 {
+		if n := c.stalls.Rounds.Users(); n != 0 {
 			t.Errorf("a closed client's round beat has %d users", n)
 		}
 	}

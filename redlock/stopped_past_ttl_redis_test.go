@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -220,8 +221,8 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 // release it; each lock is printed as it is released.
 func a25cStoppedChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
-	c, err := redlock.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(a25cTimeout),
-		redlock.WithPipelining(path == "pipelined"))
+	c, err := redigo.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(a25cTimeout),
+		redigo.WithPipelining(path == "pipelined"))
 	if err != nil {
 		t.Fatal(err)
 	}

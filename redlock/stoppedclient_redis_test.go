@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/stoptest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -72,8 +73,8 @@ func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {
 // keys of their own for 2 s (stoptest.Churn), then it reports what failed.
 func stoppedClientChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
-	c, err := redlock.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(50*time.Millisecond),
-		redlock.WithPipelining(path == "pipelined"))
+	c, err := redigo.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(50*time.Millisecond),
+		redigo.WithPipelining(path == "pipelined"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,11 @@ func TestSubscribeBorrowed_manyClientsWakeThenClose(t *testing.T) {
 	newClient := func() *Client {
 		pools := make([]pool.Pool, len(servers))
 		for i, s := range servers {
-			rp := userRedisPool(s.Addr(), nil)
+			rp := redistest.UserRedisPool(s.Addr(), nil)
 			rps = append(rps, rp)
-			pools[i] = lendingPool{p: rp}
+			pools[i] = redistest.LendingPool{P: rp}
 		}
-		c, err := New(pools, WithTimeout(500*time.Millisecond))
+		c, err := newRedigo(pools, WithTimeout(500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,19 +115,19 @@ func TestSubscribeBorrowed_manyClientsWakeThenClose(t *testing.T) {
 		}
 	}
 	for i, rp := range rps {
-		lendsNothing(t, fmt.Sprintf("pool %d", i), rp.Stats)
+		redistest.LendsNothing(t, fmt.Sprintf("pool %d", i), rp.Stats)
 	}
 }
 
-// The timeoutOnlyConn case at the Client level: a waiter on a pool of the
+// The redistest.TimeoutOnlyConn case at the Client level: a waiter on a pool of the
 // user's own whose redis.Pool dials wrapped connections; Client.Close never
 // returned before such pools were refused a subscription.
 func TestSubscribeBorrowed_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })
+	rp := redistest.UserRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return redistest.TimeoutOnlyConn{C: c} })
 	defer rp.Close()
-	c, err := New([]pool.Pool{lendingPool{p: rp}}, WithTimeout(500*time.Millisecond))
+	c, err := newRedigo([]pool.Pool{redistest.LendingPool{P: rp}}, WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

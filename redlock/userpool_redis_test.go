@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -148,7 +149,7 @@ func testUserPools(t *testing.T, shape userPoolShape, pipelining bool) {
 		pools[i] = shape.make(t, s.Addr(), name)
 		plain[i] = pools[i].pool
 	}
-	c, err := redlock.New(plain, redlock.WithTimeout(realTimeout), redlock.WithPipelining(pipelining))
+	c, err := redigo.New(plain, redlock.WithTimeout(realTimeout), redigo.WithPipelining(pipelining))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/fakeredis"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -183,7 +184,7 @@ func TestLock_Release_concurrentCallsDoNotPanic(t *testing.T) {
 	for i := range pools {
 		pools[i] = fakeredis.New(fake, fmt.Sprintf("m%d:1", i))
 	}
-	c, err := redlock.New(pools, redlock.WithClock(fake), redlock.WithTimeout(2*time.Second))
+	c, err := redigo.New(pools, redlock.WithClock(fake), redlock.WithTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

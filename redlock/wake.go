@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/transport"
@@ -716,7 +717,7 @@ func (s *subscriber) run() {
 	defer c.workers.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			s.fail(c.nodeError(s.m, panicError(p)))
+			s.fail(c.nodeError(s.m, fault.PanicError(p)))
 		}
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -101,7 +102,7 @@ func TestWake_lingerExpiresAndNothingLeaks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c, err := redlock.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithClock(newFake())})...)
+		c, err := redigo.New(rs.pools, testOptions(path, []redlock.Option{redlock.WithClock(newFake())})...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -289,7 +290,7 @@ func TestClose_roundsChainedOnAFrozenMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		const timeout = 200 * time.Millisecond
 		rs := startReal(t, 3)
-		c, err := redlock.New(rs.pools, redlock.WithTimeout(timeout), path.Option())
+		c, err := redigo.New(rs.pools, redlock.WithTimeout(timeout), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +412,7 @@ func TestClose_endsWaitingAcquires(t *testing.T) {
 					}
 				}
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-				c, err := redlock.New(pools, redlock.WithTimeout(realTimeout), redlock.WithClock(fake))
+				c, err := redigo.New(pools, redlock.WithTimeout(realTimeout), redlock.WithClock(fake))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -471,7 +472,7 @@ func TestWake_vanishedHoldersKeyFoundWithinTheFallbackPoll(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				key := "vanish-" + tc.name
-				holder, err := redlock.New(rs.pools, redlock.WithTimeout(realTimeout))
+				holder, err := redigo.New(rs.pools, redlock.WithTimeout(realTimeout))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -131,7 +132,7 @@ func TestWake_closeAfterWaitersWithPlainPools(t *testing.T) {
 					defer rp.Close()
 					pools[i] = tc.wrap(rp)
 				}
-				c, err := redlock.New(pools, redlock.WithTimeout(realTimeout))
+				c, err := redigo.New(pools, redlock.WithTimeout(realTimeout))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -137,7 +137,7 @@ type Ordered interface {
 // once the lead granted. Down must be cheap, safe for concurrent use, and
 // must not report a master that answers as down; a NotSentError says
 // since when. The pooled redigo transport of redlock.New (pools that
-// cannot dial, or redlock.WithPipelining(false)) implements it. An Ordered transport has no use for it: the Client sends
+// cannot dial, or redigo.WithPipelining(false)) implements it. An Ordered transport has no use for it: the Client sends
 // it every command at once, and it may fail one that is worthless late
 // itself (Command.DropWhenDown).
 type Downer interface {
@@ -307,7 +307,8 @@ func allIn(b []byte, digits string) bool {
 // ReplyError is a master's error reply (a RESP "-" line), as a transport
 // reports it by calling Command.Complete: the master's message, whole. A
 // NOSCRIPT reply the transport could not answer by EVAL is reported as
-// one too. The Client finds it with errors.As, so a transport may wrap it.
+// one too. The Client finds it with errors.As, so a transport may wrap it,
+// and it is what the Client's callers find in its errors.
 type ReplyError string
 
 func (e ReplyError) Error() string { return string(e) }

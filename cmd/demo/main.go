@@ -19,6 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -33,7 +34,7 @@ func main() {
 // throwaway masters, stopped before it returns.
 func demo() error {
 	if addrs := masters.FromEnv(); len(addrs) > 0 {
-		c, err := redlock.NewFromAddrs(addrs)
+		c, err := redigo.NewFromAddrs(addrs)
 		if err != nil {
 			return err
 		}
@@ -49,7 +50,7 @@ func demo() error {
 		addrs[i] = s.Addr()
 	}
 	fmt.Println("masters:", strings.Join(addrs, " "))
-	c, err := redlock.NewFromAddrs(addrs, redlock.WithTimeout(50*time.Millisecond))
+	c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(50*time.Millisecond))
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ package main
 //
 // A member written cluster://HOST:PORT[+HOST:PORT...] is a Redis Cluster
 // reached through those seed nodes. exec, elect, leader and bench lock
-// through the library's cluster transport (redlock.NewFromAddrs); status
+// through the library's cluster transport (redigo.NewFromAddrs); status
 // and doctor, which report each node, read it with plain commands: CLUSTER SLOTS (from the first
 // seed that answers) says which node owns a key's slot, the key is read
 // there, and a MOVED reply (the slot moved meanwhile) is followed once.

@@ -9,8 +9,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -34,7 +36,7 @@ func checkACL(r *report, c redis.Conn, timeout time.Duration, key string) {
 		return func() error { _, err := redis.DoWithTimeout(c, timeout, cmd, args...); return err }
 	}
 	script := func(s *scripts.Script, args ...any) func() error {
-		return func() error { _, err := s.Do(c, timeout, args...); return err }
+		return func() error { _, err := redigot.Do(s, c, timeout, args...); return err }
 	}
 	steps := []step{
 		{"SET NX PX (a plain acquisition)", do("SET", probe, tok, "NX", "PX", 5000)},
@@ -59,7 +61,7 @@ func checkACL(r *report, c redis.Conn, timeout time.Duration, key string) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("ACL check on %s: %s: %s", display(probe), s.what, display(msg)))
 			continue
 		}
-		refused = append(refused, s.what+" ("+display(scripts.Explain(err).Error())+")")
+		refused = append(refused, s.what+" ("+display(scripts.Explain(err, msg).Error())+")")
 	}
 	if len(refused) > 0 {
 		r.Problems = append(r.Problems, fmt.Sprintf("the ACL refuses, on %s: %s; see docs/operations.md, \"The ACL a lock user needs\"",
@@ -84,7 +86,7 @@ type lockCopies struct {
 // copies of its plain lock; nil when it cannot be read or is no plain
 // lock (then there is nothing to say).
 func copiesOf(ctx context.Context, e *env, key string) *lockCopies {
-	c, err := redlock.New(e.poolList(), redlock.WithTimeout(max(e.timeout, time.Second)))
+	c, err := redigo.New(e.poolList(), redlock.WithTimeout(max(e.timeout, time.Second)))
 	if err != nil {
 		return nil
 	}

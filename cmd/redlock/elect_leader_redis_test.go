@@ -14,6 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -117,7 +118,7 @@ func TestLeader_CLIPairsDuringHandOver(t *testing.T) {
 	defer cancel()
 	candidates := make([]*redlock.Election, 3)
 	for i := range candidates {
-		c, err := redlock.NewFromAddrs(masters)
+		c, err := redigo.NewFromAddrs(masters)
 		if err != nil {
 			t.Fatal(err)
 		}

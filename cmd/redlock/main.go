@@ -44,6 +44,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -263,7 +264,7 @@ type env struct {
 	pools    []*pool.RedisPool
 	clusters []*clusterMember
 	// client is a client of the members: on pools, or when a member is a
-	// cluster, made by redlock.NewFromAddrs (with pools of its own).
+	// cluster, made by redigo.NewFromAddrs (with pools of its own).
 	client *redlock.Client
 	addrs  []string      // --masters
 	opts   []pool.Option // every pool's options
@@ -321,9 +322,9 @@ func openEnv(addrs []string, timeout time.Duration, stdout, stderr io.Writer, ex
 // caller closes it.
 func (e *env) newClient(timeout time.Duration) (*redlock.Client, error) {
 	if e.anyCluster {
-		return redlock.NewFromAddrs(e.addrs, redlock.WithTimeout(timeout), redlock.WithPoolOptions(e.opts...))
+		return redigo.NewFromAddrs(e.addrs, redlock.WithTimeout(timeout), redigo.WithPoolOptions(e.opts...))
 	}
-	return redlock.New(e.poolList(), redlock.WithTimeout(timeout))
+	return redigo.New(e.poolList(), redlock.WithTimeout(timeout))
 }
 
 func (e *env) close() {

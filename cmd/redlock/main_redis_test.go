@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -84,7 +85,7 @@ func TestExec_passesTheCommandsExitCodeAndFence(t *testing.T) {
 func TestExec_notAcquiredDoesNotRunTheCommand(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
-	holder, err := redlock.NewFromAddrs(masters)
+	holder, err := redigo.NewFromAddrs(masters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestUsageErrors(t *testing.T) {
 func TestStatus_showsHoldersPerMaster(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	masters := addrsOf(servers)
-	c, err := redlock.NewFromAddrs(masters)
+	c, err := redigo.NewFromAddrs(masters)
 	if err != nil {
 		t.Fatal(err)
 	}

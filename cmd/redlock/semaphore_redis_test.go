@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func TestExecPermits_runsWhileOneOfKIsFreeAndStatusShowsHolders(t *testing.T) {
 	masters := addrsOf(redistest.Start(t, 3))
-	holder, err := redlock.NewFromAddrs(masters, redlock.WithTimeout(500*time.Millisecond))
+	holder, err := redigo.NewFromAddrs(masters, redlock.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

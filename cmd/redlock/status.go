@@ -19,6 +19,7 @@ import (
 	keyslot "github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -270,7 +271,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON b
 				ps[j] = p
 			}
 			var err error
-			if c, err = redlock.New(ps, redlock.WithTimeout(timeout)); err != nil {
+			if c, err = redigo.New(ps, redlock.WithTimeout(timeout)); err != nil {
 				printErr(e.stderr, err)
 				return exitUsage
 			}
@@ -423,7 +424,7 @@ func cmdStatus(ctx context.Context, e *env, keys []string, permits int, asJSON b
 // status), as Inspect reads a master; prev is the failed read, kept when
 // no client could be made.
 func inspectOne(ctx context.Context, p *pool.RedisPool, key string, timeout time.Duration, prev redlock.MasterState) redlock.MasterState {
-	c, err := redlock.New([]pool.Pool{p}, redlock.WithTimeout(timeout))
+	c, err := redigo.New([]pool.Pool{p}, redlock.WithTimeout(timeout))
 	if err != nil {
 		return prev
 	}

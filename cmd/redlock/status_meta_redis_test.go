@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -66,7 +67,7 @@ func TestStatus_jsonHasMetadataAndMissingCopies(t *testing.T) {
 // and returns it with a context that ends within 10 s.
 func holdLock(t *testing.T, masters []string, key string, opts ...redlock.LockOption) (context.Context, *redlock.Lock) {
 	t.Helper()
-	c, err := redlock.NewFromAddrs(masters)
+	c, err := redigo.NewFromAddrs(masters)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -170,7 +171,7 @@ func TestStatus_multiKeyLockShowsItsHolderOnEveryKey(t *testing.T) {
 	for i, s := range servers {
 		pools[i] = s.Pool()
 	}
-	c, err := redlock.New(pools, redlock.WithTimeout(time.Second))
+	c, err := redigo.New(pools, redlock.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

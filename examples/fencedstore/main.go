@@ -27,6 +27,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -82,12 +83,12 @@ func scenario(ctx context.Context, out io.Writer, masters []string) error {
 	defer hc.CloseIdleConnections()
 
 	// Two clients, as two processes would have.
-	c1, err := redlock.NewFromAddrs(masters)
+	c1, err := redigo.NewFromAddrs(masters)
 	if err != nil {
 		return err
 	}
 	defer c1.Close()
-	c2, err := redlock.NewFromAddrs(masters)
+	c2, err := redigo.NewFromAddrs(masters)
 	if err != nil {
 		return err
 	}

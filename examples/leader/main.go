@@ -30,6 +30,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -82,7 +83,7 @@ func scenarioThrowaway() error {
 func instance(name string, addrs []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	c, err := redlock.NewFromAddrs(addrs)
+	c, err := redigo.NewFromAddrs(addrs)
 	if err != nil {
 		log.Print(err)
 		return 1
@@ -155,7 +156,7 @@ func lead(ctx context.Context, name string, ld *redlock.Leadership, store *fence
 // after a higher one), a frozen or killed leader is not replaced, or the
 // woken ex-leader's write is not refused.
 func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) error {
-	c, err := redlock.NewFromAddrs(addrs)
+	c, err := redigo.NewFromAddrs(addrs)
 	if err != nil {
 		return err
 	}

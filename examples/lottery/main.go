@@ -32,6 +32,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/examples/internal/throwaway"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -129,7 +130,7 @@ func run(ctx context.Context, cfg config, masters []string, dataAddr string, out
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.instances)
 	for i := 0; i < cfg.instances; i++ {
-		c, err := redlock.NewFromAddrs(masters, redlock.WithTimeout(200*time.Millisecond))
+		c, err := redigo.NewFromAddrs(masters, redlock.WithTimeout(200*time.Millisecond))
 		if err != nil {
 			return nil, err
 		}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/examples/internal/throwaway"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -127,7 +128,7 @@ func simulate(ctx context.Context, strategy string, sellers, buyers int, masters
 		return nil, err
 	}
 	defer p.Close()
-	c, err := redlock.NewFromAddrs(masters, redlock.WithTimeout(200*time.Millisecond))
+	c, err := redigo.NewFromAddrs(masters, redlock.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/quorumlock/quorumlock/examples/internal/procs"
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -105,7 +106,7 @@ func replica(name string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	skew, _ := time.ParseDuration(os.Getenv(skewEnv))
-	c, err := redlock.NewFromAddrs(masters.FromEnv())
+	c, err := redigo.NewFromAddrs(masters.FromEnv())
 	if err != nil {
 		log.Print(err)
 		return 1

@@ -20,6 +20,7 @@ var published = []struct{ dir, golden string }{
 	{"layout", "layout.txt"},
 	{"fence", "fence.txt"},
 	{"clock", "clock.txt"},
+	{"redigo", "redigo.txt"},
 	{"transport", "transport.txt"},
 	{"goredis", "goredis.txt"},
 	{"rueidis", "rueidis.txt"},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
@@ -17,7 +18,7 @@ func TestHeal_setsOnlyWhereAbsentAndNeverLowersTheCounter(t *testing.T) {
 	c := conn(t, srv)
 	heal := func(token, fence, mode string) int {
 		t.Helper()
-		n, err := redis.Int(scripts.Heal.Do(c, timeout, "k", "{k}:fence", "{k}:meta", token, 5000, fence, mode, "v"))
+		n, err := redis.Int(redigot.Do(scripts.Heal, c, timeout, "k", "{k}:fence", "{k}:meta", token, 5000, fence, mode, "v"))
 		if err != nil {
 			t.Fatal(err)
 		}

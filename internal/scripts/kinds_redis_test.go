@@ -7,6 +7,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
@@ -19,7 +20,7 @@ func TestReentrant_seedTranscript(t *testing.T) {
 	c := conn(t, srv)
 	run := func(args ...any) int {
 		t.Helper()
-		n, err := redis.Int(scripts.Reentrant.Do(c, timeout, args...))
+		n, err := redis.Int(redigot.Do(scripts.Reentrant, c, timeout, args...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestReentrant_seedTranscript(t *testing.T) {
 
 func rw(t *testing.T, c redis.Conn, args ...any) int {
 	t.Helper()
-	n, err := redis.Int(scripts.RW.Do(c, timeout, args...))
+	n, err := redis.Int(redigot.Do(scripts.RW, c, timeout, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestMulti_allOrNothing(t *testing.T) {
 	c := conn(t, srv)
 	multi := func(keys []any, args ...any) int {
 		t.Helper()
-		n, err := redis.Int(scripts.Multi.DoKeys(c, timeout, len(keys), append(keys, args...)...))
+		n, err := redis.Int(redigot.DoKeys(scripts.Multi, c, timeout, len(keys), append(keys, args...)...))
 		if err != nil {
 			t.Fatal(err)
 		}

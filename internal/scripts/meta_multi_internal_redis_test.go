@@ -38,7 +38,7 @@ func (m multiMetaClient) run(keys []string, op, tok, third, what, meta string) i
 		args = append(args, layout.MetaKey(k))
 	}
 	args = append(args, op, tok, third, what, tok, meta)
-	n, err := redis.Int(m.script.DoKeys(m.c, 2*time.Second, len(keys)+len(metaKeys), args...))
+	n, err := redis.Int(redis.DoWithTimeout(m.c, 2*time.Second, "EVAL", append([]any{m.script.Source(), len(keys) + len(metaKeys)}, args...)...))
 	if err != nil {
 		m.t.Fatalf("%s %v: %v", op, keys, err)
 	}

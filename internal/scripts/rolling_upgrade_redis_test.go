@@ -8,10 +8,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -31,7 +33,7 @@ func previousMulti(t *testing.T, servers []*redistest.Server, keys []string, op,
 			args = append(args, k)
 		}
 		args = append(args, layout.MetaKey(keys[0]), op, tok, third, what, tok, meta)
-		out[i], err = redis.Int(scripts.PreviousMultiWithMeta.DoKeys(c, timeout, len(keys)+1, args...))
+		out[i], err = redis.Int(redigot.DoKeys(scripts.PreviousMultiWithMeta, c, timeout, len(keys)+1, args...))
 		c.Close()
 		if err != nil {
 			t.Fatalf("master %d: %s %v: %v", i, op, keys, err)
@@ -108,7 +110,7 @@ func TestMultiWithMeta_previousVersionClientBesideThisOne(t *testing.T) {
 	for i, s := range servers {
 		ps[i] = s.Pool()
 	}
-	c, err := redlock.New(ps, redlock.WithTimeout(time.Second))
+	c, err := redigo.New(ps, redlock.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 var (
@@ -139,41 +136,6 @@ func (s *Script) Source() string { return s.src }
 // script that takes any number (the caller says how many).
 func (s *Script) KeyCount() int { return s.keyCount }
 
-// Do runs the script (one that takes a fixed number of keys) on c with
-// keys and then values in keysAndArgs, waiting
-// at most timeout for the reply (the EVAL fallback gets what is left of
-// it); timeout 0 leaves both to the connection's own read timeout.
-// c must support redis.ConnWithTimeout.
-func (s *Script) Do(c redis.Conn, timeout time.Duration, keysAndArgs ...any) (any, error) {
-	return s.DoKeys(c, timeout, s.keyCount, keysAndArgs...)
-}
-
-// DoKeys is Do for a script that takes any number of keys: the first
-// nkeys of keysAndArgs are keys.
-func (s *Script) DoKeys(c redis.Conn, timeout time.Duration, nkeys int, keysAndArgs ...any) (any, error) {
-	return DoEvalSHA(c, timeout, s.src, s.AppendArgsKeys(make([]any, 0, 2+len(keysAndArgs)), nkeys, keysAndArgs...))
-}
-
-// DoEvalSHA runs EVALSHA with args (a script's hash and key count first)
-// on c and, when the master's script cache does not hold it (NOSCRIPT),
-// EVAL of src with the same keys and values, waiting at most timeout in
-// all (0: the connection's own read timeout). args is not modified.
-func DoEvalSHA(c redis.Conn, timeout time.Duration, src string, args []any) (any, error) {
-	start := time.Now()
-	reply, err := redis.DoWithTimeout(c, timeout, "EVALSHA", args...)
-	if !IsNoScript(err) {
-		return reply, err
-	}
-	left := time.Duration(0) // 0: the connection's own read timeout, as for EVALSHA
-	if timeout > 0 {
-		if left = timeout - time.Since(start); left <= 0 {
-			return nil, err
-		}
-	}
-	eval := append([]any{src}, args[1:]...)
-	return redis.DoWithTimeout(c, left, "EVAL", eval...)
-}
-
 // AppendArgsKeys appends EVALSHA's arguments to dst: the script's hash,
 // nkeys, then keysAndArgs, whose first nkeys are keys.
 func (s *Script) AppendArgsKeys(dst []any, nkeys int, keysAndArgs ...any) []any {
@@ -185,18 +147,6 @@ func (s *Script) AppendArgsKeys(dst []any, nkeys int, keysAndArgs ...any) []any 
 // into the first two slots of args, which must have them free.
 func (s *Script) PrefixArgs(args []any, nkeys int) {
 	args[0], args[1] = s.shaArg, nkeys
-}
-
-// Load puts the script into the master's script cache.
-func (s *Script) Load(c redis.Conn, timeout time.Duration) error {
-	_, err := redis.DoWithTimeout(c, timeout, "SCRIPT", "LOAD", s.src)
-	return err
-}
-
-// IsNoScript reports whether err is the master's NOSCRIPT reply.
-func IsNoScript(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT")
 }
 
 // ErrWrongKind is matched by the error of a script that found its key
@@ -220,8 +170,9 @@ var kindNames = map[string]string{"reentrant": "reentrant", "rw": "read-write"}
 
 // WrongKindError is a script's WRONGTYPE refusal, explained: which kind of
 // lock the script runs and which kinds hold a key of the type it found.
-// It matches ErrWrongKind, and the master's redis.Error, with errors.Is
-// and errors.As; its message leaves the master's raw text out.
+// It matches ErrWrongKind, and the master's reply (transport.ReplyError),
+// with errors.Is and errors.As; its message leaves the master's raw text
+// out.
 type WrongKindError struct {
 	Script string // the kind of lock the refused script runs: "read-write", "plain", …
 	Holder string // the kinds of lock that hold such a key
@@ -259,22 +210,19 @@ func wrongKind(msg string, err error) error {
 // Explain adds to a script's ACL refusal which command was refused, and
 // turns a WRONGTYPE refusal (the key holds a lock of another kind) into a
 // *WrongKindError.
+// err is the master's error reply, whose text is reply.
 // Redis 7.0 reports a command a script may not run only as "can't run
 // this command or subcommand script: <sha>, on @user_script:<line>."; the
 // script's source tells which command that line runs. Other errors are
 // returned as they are.
-func Explain(err error) error {
-	var re redis.Error
-	ok := errors.As(err, &re)
-	if ok {
-		if wk := wrongKind(string(re), err); wk != nil {
-			return wk
-		}
+func Explain(err error, reply string) error {
+	if wk := wrongKind(reply, err); wk != nil {
+		return wk
 	}
-	if !ok || !strings.Contains(string(re), "can't run this command") {
+	if !strings.Contains(reply, "can't run this command") {
 		return err
 	}
-	msg := string(re)
+	msg := reply
 	at := strings.LastIndex(msg, "@user_script:")
 	if at < 0 {
 		return err

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
@@ -35,21 +36,21 @@ func TestRelease_deletesOnlyOwnToken(t *testing.T) {
 	if _, err := c.Do("SET", "k", "mine", "PX", 10000); err != nil {
 		t.Fatal(err)
 	}
-	n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "theirs", "ch"))
+	n, err := redis.Int(redigot.Do(scripts.Release, c, timeout, "k", "theirs", "ch"))
 	if err != nil || n != 0 {
 		t.Fatalf("foreign release = %d, %v; want 0, nil", n, err)
 	}
 	if v, _ := redis.String(c.Do("GET", "k")); v != "mine" {
 		t.Fatalf("after foreign release GET = %q, want mine", v)
 	}
-	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine", "ch"))
+	n, err = redis.Int(redigot.Do(scripts.Release, c, timeout, "k", "mine", "ch"))
 	if err != nil || n != 1 {
 		t.Fatalf("own release = %d, %v; want 1, nil", n, err)
 	}
 	if n, _ := redis.Int(c.Do("EXISTS", "k")); n != 0 {
 		t.Fatal("key still exists after release")
 	}
-	n, err = redis.Int(scripts.Release.Do(c, timeout, "k", "mine", "ch"))
+	n, err = redis.Int(redigot.Do(scripts.Release, c, timeout, "k", "mine", "ch"))
 	if err != nil || n != 0 {
 		t.Fatalf("release of absent key = %d, %v; want 0, nil", n, err)
 	}
@@ -58,7 +59,7 @@ func TestRelease_deletesOnlyOwnToken(t *testing.T) {
 func TestExtend_neverRecreatesAndChecksToken(t *testing.T) {
 	srv := redistest.StartOne(t)
 	c := conn(t, srv)
-	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "mine", 5000)); err != nil || n != 0 {
+	if n, err := redis.Int(redigot.Do(scripts.Extend, c, timeout, "k", "mine", 5000)); err != nil || n != 0 {
 		t.Fatalf("extend of absent key = %d, %v; want 0, nil", n, err)
 	}
 	if n, _ := redis.Int(c.Do("EXISTS", "k")); n != 0 {
@@ -67,10 +68,10 @@ func TestExtend_neverRecreatesAndChecksToken(t *testing.T) {
 	if _, err := c.Do("SET", "k", "mine", "PX", 1000); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "theirs", 50000)); err != nil || n != 0 {
+	if n, err := redis.Int(redigot.Do(scripts.Extend, c, timeout, "k", "theirs", 50000)); err != nil || n != 0 {
 		t.Fatalf("foreign extend = %d, %v; want 0, nil", n, err)
 	}
-	if n, err := redis.Int(scripts.Extend.Do(c, timeout, "k", "mine", 50000)); err != nil || n != 1 {
+	if n, err := redis.Int(redigot.Do(scripts.Extend, c, timeout, "k", "mine", 50000)); err != nil || n != 1 {
 		t.Fatalf("own extend = %d, %v; want 1, nil", n, err)
 	}
 	if pttl, _ := redis.Int(c.Do("PTTL", "k")); pttl < 40000 {
@@ -81,7 +82,7 @@ func TestExtend_neverRecreatesAndChecksToken(t *testing.T) {
 func TestScript_Do_fallsBackToEvalAfterFlush(t *testing.T) {
 	srv := redistest.StartOne(t)
 	c := conn(t, srv)
-	if err := scripts.Release.Load(c, timeout); err != nil {
+	if err := redigot.Load(scripts.Release, c, timeout); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Do("SCRIPT", "FLUSH"); err != nil {
@@ -92,11 +93,11 @@ func TestScript_Do_fallsBackToEvalAfterFlush(t *testing.T) {
 	}
 	// EVALSHA alone now fails with NOSCRIPT ...
 	_, err := c.Do("EVALSHA", scripts.Release.SHA(), 1, "k", "tok", "ch")
-	if !scripts.IsNoScript(err) {
+	if !redigot.IsNoScript(err) {
 		t.Fatalf("EVALSHA after flush: %v, want NOSCRIPT", err)
 	}
 	// ... and Do recovers through EVAL, which caches the script again.
-	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "tok", "ch")); err != nil || n != 1 {
+	if n, err := redis.Int(redigot.Do(scripts.Release, c, timeout, "k", "tok", "ch")); err != nil || n != 1 {
 		t.Fatalf("Do after flush = %d, %v; want 1, nil", n, err)
 	}
 	exists, err := redis.Ints(c.Do("SCRIPT", "EXISTS", scripts.Release.SHA()))
@@ -119,7 +120,7 @@ func TestScript_SHAMatchesServer(t *testing.T) {
 func TestFencedAcquire_returnsCounterOnlyWhenSet(t *testing.T) {
 	srv := redistest.StartOne(t)
 	c := conn(t, srv)
-	v, err := redis.String(scripts.FencedAcquire.Do(c, timeout, "k", layout.FenceKey("k"), "tok", 5000))
+	v, err := redis.String(redigot.Do(scripts.FencedAcquire, c, timeout, "k", layout.FenceKey("k"), "tok", 5000))
 	if err != nil || v != "0" {
 		t.Fatalf("first acquire = %q, %v; want \"0\"", v, err)
 	}
@@ -129,14 +130,14 @@ func TestFencedAcquire_returnsCounterOnlyWhenSet(t *testing.T) {
 	if _, err := c.Do("SET", layout.FenceKey("k"), "41"); err != nil {
 		t.Fatal(err)
 	}
-	n, err := redis.Int(scripts.FencedAcquire.Do(c, timeout, "k", layout.FenceKey("k"), "other", 5000))
+	n, err := redis.Int(redigot.Do(scripts.FencedAcquire, c, timeout, "k", layout.FenceKey("k"), "other", 5000))
 	if err != nil || n != 0 {
 		t.Fatalf("acquire of a held lock = %d, %v; want 0", n, err)
 	}
 	if _, err := c.Do("DEL", "k"); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := redis.String(scripts.FencedAcquire.Do(c, timeout, "k", layout.FenceKey("k"), "tok2", 5000)); err != nil || v != "41" {
+	if v, err := redis.String(redigot.Do(scripts.FencedAcquire, c, timeout, "k", layout.FenceKey("k"), "tok2", 5000)); err != nil || v != "41" {
 		t.Fatalf("acquire = %q, %v; want the counter 41", v, err)
 	}
 }
@@ -146,7 +147,7 @@ func TestFenceCommit_raisesOnlyForHolderAndNeverLowers(t *testing.T) {
 	c := conn(t, srv)
 	commit := func(tok, fence string) int {
 		t.Helper()
-		n, err := redis.Int(scripts.FenceCommit.Do(c, timeout, "k", layout.FenceKey("k"), tok, fence))
+		n, err := redis.Int(redigot.Do(scripts.FenceCommit, c, timeout, "k", layout.FenceKey("k"), tok, fence))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +192,7 @@ func FuzzExplain(f *testing.F) {
 	f.Add("can't run this command @user_script:")
 	f.Add("WRONGTYPE Operation against a key holding the wrong kind of value script: " + scripts.RW.SHA() + ", on @user_script:30.")
 	f.Fuzz(func(t *testing.T, msg string) {
-		err := scripts.Explain(redis.Error(msg))
+		err := scripts.Explain(redis.Error(msg), msg)
 		var re redis.Error
 		if errors.Is(err, scripts.ErrWrongKind) && errors.As(err, &re) && string(re) == msg {
 			return // explained; the master's text is kept for errors.As
@@ -212,7 +213,7 @@ func TestFenceCommitTerm_recordsOnlyForHolder_andLeaderReadPairsThem(t *testing.
 	meta := layout.MetaKey("k")
 	commit := func(tok, fence string) int {
 		t.Helper()
-		n, err := redis.Int(scripts.FenceCommitTerm.Do(c, timeout, "k", layout.FenceKey("k"), meta, tok, fence))
+		n, err := redis.Int(redigot.Do(scripts.FenceCommitTerm, c, timeout, "k", layout.FenceKey("k"), meta, tok, fence))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +319,7 @@ func TestRelease_noticeCountsTheSubscribers(t *testing.T) {
 	if _, err := c.Do("SET", "k", "0123456789abcdef", "PX", 10000); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := redis.Int(scripts.Release.Do(c, timeout, "k", "0123456789abcdef", "ch")); err != nil || n != 1 {
+	if n, err := redis.Int(redigot.Do(scripts.Release, c, timeout, "k", "0123456789abcdef", "ch")); err != nil || n != 1 {
 		t.Fatalf("release = %d, %v; want 1", n, err)
 	}
 	for i, psc := range subs {

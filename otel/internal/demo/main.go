@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/quorumlock/quorumlock/otel"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -91,7 +92,7 @@ func run(masters []*server) error {
 			}
 			return a
 		}}))
-	c, err := redlock.NewFromAddrs(addrs, redlock.WithObserver(obs), redlock.WithLogger(logger),
+	c, err := redigo.NewFromAddrs(addrs, redlock.WithObserver(obs), redlock.WithLogger(logger),
 		redlock.WithTimeout(50*time.Millisecond))
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	qlotel "github.com/quorumlock/quorumlock/otel"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -17,7 +18,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	c, err := redlock.NewFromAddrs(os.Args[1:], redlock.WithObserver(obs))
+	c, err := redigo.NewFromAddrs(os.Args[1:], redlock.WithObserver(obs))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

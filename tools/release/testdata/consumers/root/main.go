@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -21,7 +22,7 @@ func main() {
 }
 
 func run(ctx context.Context, addrs []string) error {
-	client, err := redlock.NewFromAddrs(addrs)
+	client, err := redigo.NewFromAddrs(addrs)
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,14 @@
-package redlock
+package redigot
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Untrusted masters.
@@ -26,26 +27,12 @@ import (
 // dialing with AUTH): guard such pools by dialing through pool.GuardConn
 // (redis.DialContextFunc; see its example).
 
-// errPanic is matched by the error of a master whose reply made the reply
-// parser panic (only on pools that package pool did not make).
-var errPanic = errors.New("redlock: the reply parser panicked")
-
-// ErrPanic is matched by the error of a master whose reply made the reply
-// parser panic.
-//
-// Deprecated: a failed master's error is a *NodeError whatever failed it;
-// match that. ErrPanic is removed in the next minor release.
-var ErrPanic = errPanic
-
-// panicError turns a recovered value into an error that matches errPanic.
-func panicError(p any) error { return fmt.Errorf("%w: %v", errPanic, p) }
-
 // receive is redis.ReceiveWithTimeout with the backstop: a panic of the
 // parser becomes an error, and the caller breaks the connection.
 func receive(conn redis.Conn, timeout time.Duration) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			v, err = nil, panicError(p)
+			v, err = nil, fault.PanicError(p)
 		}
 	}()
 	return redis.ReceiveWithTimeout(conn, timeout)
@@ -60,11 +47,36 @@ func closeQuietly(conn redis.Conn) {
 	conn.Close()
 }
 
-// redact removes the credentials the master's pool knows of from err's
-// text (pool.Redactor); other pools' errors are returned as they are.
-func (m *master) redact(err error) error {
-	if r, ok := m.t.(pool.Redactor); ok {
-		return r.RedactError(err)
+// replyTo returns the master's error reply (a RESP "-" line, as redigo
+// reports it) that err is, also behind a wrapper a user's connection or
+// pool may add. A failure that holds a reply to another command as its
+// cause is not a reply to this one: a dial refused by AUTH or HELLO
+// (*pool.DialError), a command never sent (*notTriedError,
+// *transport.NotSentError), a failed
+// ASKING (*clusterNodeError).
+func replyTo(err error) (redis.Error, bool) {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	var (
+		de *pool.DialError
+		nt *transport.NotSentError
+		ns *transport.NotSentError
+		ce *clusterNodeError
+	)
+	if errors.As(err, &de) || errors.As(err, &nt) || errors.As(err, &ns) || errors.As(err, &ce) {
+		return "", false
+	}
+	return re, true
+}
+
+// answered marks a guarded connection's protocol error for the Client
+// (fault.BadBytesError): the master answered, with bytes no server sends.
+func answered(err error) error {
+	var pe *pool.ProtocolError
+	if err != nil && errors.As(err, &pe) {
+		return &fault.BadBytesError{Err: err}
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -13,21 +13,12 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
-
-// userRedisPool is a user's redis.Pool of the master at addr, whose Dial
-// wraps each connection with wrap, when set.
-func userRedisPool(addr string, wrap func(redis.Conn) redis.Conn, opts ...redis.DialOption) *redis.Pool {
-	return &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialContext(ctx, "tcp", addr, opts...)
-		if err != nil || wrap == nil {
-			return c, err
-		}
-		return wrap(c), nil
-	}}
-}
 
 // Close while a Set is in flight, many times: Close returns, the Set ends,
 // nothing races and the connection does not go back to the pool usable
@@ -60,11 +51,11 @@ func TestSubscribeBorrowed_closeConcurrentWithSet(t *testing.T) {
 		}
 		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		wg.Wait()
-		if err := sub.Set(context.Background(), []string{"x"}); err != ErrClosed {
-			t.Fatalf("iteration %d: Set after Close: %v, want ErrClosed", i, err)
+		if err := sub.Set(context.Background(), []string{"x"}); err != transport.ErrClosed {
+			t.Fatalf("iteration %d: Set after Close: %v, want transport.ErrClosed", i, err)
 		}
 	}
-	lendsNothing(t, "after the closes", rp.Stats)
+	redistest.LendsNothing(t, "after the closes", rp.Stats)
 	// The pool's connections are not left subscribed: a command on each
 	// idle one gets its own reply.
 	for i := 0; i < 8; i++ {
@@ -125,7 +116,7 @@ func TestSubscribeBorrowed_setWithEndingCtx(t *testing.T) {
 		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 	}
 	t.Logf("%d of 300 Sets failed with their ctx", broke)
-	lendsNothing(t, "after the Sets", rp.Stats)
+	redistest.LendsNothing(t, "after the Sets", rp.Stats)
 }
 
 // Close at once after Subscribe, before any Set (the reader may not have
@@ -142,7 +133,7 @@ func TestSubscribeBorrowed_closeRightAfterSubscribe(t *testing.T) {
 		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		sub.Close() // twice
 	}
-	lendsNothing(t, "after the closes", rp.Stats)
+	redistest.LendsNothing(t, "after the closes", rp.Stats)
 	if st := rp.Stats(); st.ActiveCount != 0 {
 		t.Errorf("broken subscription connections went back to the pool: %+v", st)
 	}
@@ -167,8 +158,8 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	if sub.Live("a30:k") {
 		t.Error("live on a dead connection")
 	}
-	if err := sub.Set(ctx5s(t), []string{"a30:k", "a30:k2"}); err != ErrClosed {
-		t.Errorf("Set on a broken subscription: %v, want ErrClosed", err)
+	if err := sub.Set(ctx5s(t), []string{"a30:k", "a30:k2"}); err != transport.ErrClosed {
+		t.Errorf("Set on a broken subscription: %v, want transport.ErrClosed", err)
 	}
 	closeWithin(t, "after the kill", sub)
 	if st := rp.Stats(); st.ActiveCount != 0 || st.IdleCount != 0 {
@@ -180,7 +171,7 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	sub, heard := heardSub(t, p, "a30:k")
 	hears(t, s, heard, "a30:k")
 	closeWithin(t, "the new subscription", sub)
-	lendsNothing(t, "at the end", rp.Stats)
+	redistest.LendsNothing(t, "at the end", rp.Stats)
 }
 
 // The pool's connections have a short read timeout (a user's redis.Pool,
@@ -195,19 +186,19 @@ func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.
 		pool func(*redistest.Server) (pool.Pool, func() redis.PoolStats)
 	}{
 		{"user's redis.Pool", func(s *redistest.Server) (pool.Pool, func() redis.PoolStats) {
-			rp := userRedisPool(s.Addr(), nil, redis.DialReadTimeout(100*time.Millisecond))
+			rp := redistest.UserRedisPool(s.Addr(), nil, redis.DialReadTimeout(100*time.Millisecond))
 			t.Cleanup(func() { rp.Close() })
-			return lendingPool{p: rp}, rp.Stats
+			return redistest.LendingPool{P: rp}, rp.Stats
 		}},
 		{"guarded pool", func(s *redistest.Server) (pool.Pool, func() redis.PoolStats) {
 			pl := s.Pool(pool.WithReadTimeout(100 * time.Millisecond))
-			return lendingPool{p: pl}, pl.Stats
+			return redistest.LendingPool{P: pl}, pl.Stats
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
 			lender, stats := tc.pool(s)
-			p := newPooled(s.Addr(), lender, nil, time.Second, newStalls(clock.Real()))
+			p := newPooled(s.Addr(), lender, nil, time.Second, stall.New(clock.Real()))
 			for i := range 3 {
 				sub, heard := heardSub(t, p, "a30:rt")
 				time.Sleep(500 * time.Millisecond)
@@ -226,7 +217,7 @@ func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.
 				closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 				_ = s.Resume()
 			}
-			lendsNothing(t, "at the end", stats)
+			redistest.LendsNothing(t, "at the end", stats)
 		})
 	}
 }
@@ -247,10 +238,10 @@ func logged(inner func(redis.Conn) redis.Conn) func(redis.Conn) redis.Conn {
 func TestSubscribeBorrowed_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := userRedisPool(s.Addr(), nil)
+	rp := redistest.UserRedisPool(s.Addr(), nil)
 	defer rp.Close()
-	lp := lendingPool{rp, logged(nil)}
-	p := newPooled(s.Addr(), lp, nil, time.Second, newStalls(clock.Real()))
+	lp := redistest.LendingPool{P: rp, Wrap: logged(nil)}
+	p := newPooled(s.Addr(), lp, nil, time.Second, stall.New(clock.Real()))
 	for i := 0; i < 20; i++ {
 		sub, heard := heardSub(t, p, "a30:log")
 		hears(t, s, heard, "a30:log")
@@ -260,31 +251,10 @@ func TestSubscribeBorrowed_loggingConnPoolWorksAndBreaks(t *testing.T) {
 		closeWithin(t, fmt.Sprintf("iteration %d", i), sub)
 		_ = s.Resume()
 	}
-	lendsNothing(t, "at the end", rp.Stats)
+	redistest.LendsNothing(t, "at the end", rp.Stats)
 	if st := rp.Stats(); st.ActiveCount != 0 {
 		t.Errorf("broken subscription connections went back to the pool: %+v", st)
 	}
-}
-
-// timeoutOnlyConn is a connection of the user's Dial that can read with a
-// timeout (redis.ConnWithTimeout) but not with a context: a wrapper written
-// for redigo before ReceiveContext existed. The pool lends it inside its
-// own activeConn, which has every method: the type check passes, but
-// activeConn.ReceiveContext then fails (errContextNotSupported) without
-// breaking anything.
-type timeoutOnlyConn struct{ c redis.Conn }
-
-func (w timeoutOnlyConn) Close() error                            { return w.c.Close() }
-func (w timeoutOnlyConn) Err() error                              { return w.c.Err() }
-func (w timeoutOnlyConn) Do(cmd string, args ...any) (any, error) { return w.c.Do(cmd, args...) }
-func (w timeoutOnlyConn) Send(cmd string, args ...any) error      { return w.c.Send(cmd, args...) }
-func (w timeoutOnlyConn) Flush() error                            { return w.c.Flush() }
-func (w timeoutOnlyConn) Receive() (any, error)                   { return w.c.Receive() }
-func (w timeoutOnlyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
-	return redis.ReceiveWithTimeout(w.c, d)
-}
-func (w timeoutOnlyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	return redis.DoWithTimeout(w.c, d, cmd, args...)
 }
 
 // A redis.Pool whose Dial wraps its connections, lent through a user's
@@ -300,14 +270,14 @@ func TestSubscribeBorrowed_unbreakableInnerConnIsRefused(t *testing.T) {
 		name string
 		wrap func(redis.Conn) redis.Conn
 	}{
-		{"timeout only", func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} }},
+		{"timeout only", func(c redis.Conn) redis.Conn { return redistest.TimeoutOnlyConn{C: c} }},
 		{"bare", func(c redis.Conn) redis.Conn { return bareConn{c} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
-			rp := userRedisPool(s.Addr(), tc.wrap)
+			rp := redistest.UserRedisPool(s.Addr(), tc.wrap)
 			defer rp.Close()
-			p := newPooled(s.Addr(), lendingPool{p: rp}, nil, time.Second, newStalls(clock.Real()))
+			p := newPooled(s.Addr(), redistest.LendingPool{P: rp}, nil, time.Second, stall.New(clock.Real()))
 			refused(t, s, p, rp.Stats)
 		})
 	}
@@ -321,10 +291,10 @@ func TestSubscribeBorrowed_unbreakableInnerConnIsRefused(t *testing.T) {
 func TestSubscribeBorrowed_loggingWrapperOverUnbreakableConnIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := userRedisPool(s.Addr(), nil)
+	rp := redistest.UserRedisPool(s.Addr(), nil)
 	defer rp.Close()
-	wp := lendingPool{rp, logged(func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })}
-	p := newPooled(s.Addr(), wp, nil, time.Second, newStalls(clock.Real()))
+	wp := redistest.LendingPool{P: rp, Wrap: logged(func(c redis.Conn) redis.Conn { return redistest.TimeoutOnlyConn{C: c} })}
+	p := newPooled(s.Addr(), wp, nil, time.Second, stall.New(clock.Real()))
 	refused(t, s, p, rp.Stats)
 }
 
@@ -340,16 +310,16 @@ func refused(t *testing.T, s *redistest.Server, p *pooledTransport, stats func()
 		sub.Close()
 		t.Fatalf("accepted a subscription on connections that do not break (%T)", sub.(*redigoSub).conn)
 	}
-	if !errors.Is(err, ErrInvalid) {
-		t.Errorf("refused with %v, want ErrInvalid", err)
+	if !errors.Is(err, fault.ErrInvalid) {
+		t.Errorf("refused with %v, want fault.ErrInvalid", err)
 	}
-	lendsNothing(t, "after the refusal", stats)
+	redistest.LendsNothing(t, "after the refusal", stats)
 }
 
 // borrowingFrom is a user's redis.Pool of the master at addr, lent through
-// a lendingPool, and a pooled transport on it whose subscriptions borrow.
+// a redistest.LendingPool, and a pooled transport on it whose subscriptions borrow.
 func borrowingFrom(t *testing.T, addr string, opts ...redis.DialOption) (*redis.Pool, *pooledTransport) {
-	rp := userRedisPool(addr, nil, opts...)
+	rp := redistest.UserRedisPool(addr, nil, opts...)
 	t.Cleanup(func() { rp.Close() })
-	return rp, newPooled(addr, lendingPool{p: rp}, nil, time.Second, newStalls(clock.Real()))
+	return rp, newPooled(addr, redistest.LendingPool{P: rp}, nil, time.Second, stall.New(clock.Real()))
 }

@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -13,9 +13,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Quorum members that are Redis Clusters, on redigo.
@@ -73,7 +76,7 @@ type clusterTransport struct {
 	spec    pool.ClusterSpec
 	opts    []pool.Option
 	timeout time.Duration // the client's per-master timeout
-	stalls  *stalls       // the client's stall detector, shared by its nodes' muxes
+	stalls  *stall.Stalls // the client's stall detector, shared by its nodes' muxes
 
 	slots atomic.Pointer[slotMap] // nil until first read
 	done  chan struct{}           // closed by Close
@@ -110,7 +113,7 @@ type clusterNode struct {
 
 // newClusterTransport returns the transport of the member spec
 // (cluster://...), whose nodes are dialed with opts.
-func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration, st *stalls) (*clusterTransport, error) {
+func newClusterTransport(spec string, opts []pool.Option, timeout time.Duration, st *stall.Stalls) (*clusterTransport, error) {
 	cs, err := pool.ParseClusterURL(spec)
 	if err != nil {
 		return nil, err
@@ -140,7 +143,7 @@ func (ct *clusterTransport) node(addr string) (*clusterNode, error) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	if ct.closed {
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	if n := ct.nodes[addr]; n != nil {
 		return n, nil
@@ -332,7 +335,7 @@ func slotOf(args []any) int {
 
 // Send hands cmd to the node that owns its key's slot, following MOVED,
 // ASK and TRYAGAIN within cmd.Deadline (Transport).
-func (ct *clusterTransport) Send(cmd *Command) {
+func (ct *clusterTransport) Send(cmd *transport.Command) {
 	if ct.slots.Load() == nil {
 		ct.refresh()
 	}
@@ -348,7 +351,7 @@ func (ct *clusterTransport) Send(cmd *Command) {
 // tries are sequential: only the one in flight touches it.
 type clusterSend struct {
 	ct           *clusterTransport
-	cmd          *Command
+	cmd          *transport.Command
 	slot         int
 	deadline     time.Time
 	node         string // where the current try went
@@ -390,7 +393,7 @@ func (s *clusterSend) deliver(v any, err error) {
 func (s *clusterSend) handle(v any, err error) {
 	re, isReply := replyTo(err)
 	if !isReply {
-		if err != nil && !errors.Is(err, ErrClosed) {
+		if err != nil && !errors.Is(err, transport.ErrClosed) {
 			s.ct.refresh() // the node failed: the slots may have a new owner
 			if s.nextSeed() {
 				return
@@ -470,7 +473,7 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 	ct.mu.Lock()
 	if ct.closed {
 		ct.mu.Unlock()
-		s.finish(nil, ErrClosed)
+		s.finish(nil, transport.ErrClosed)
 		return
 	}
 	ct.wg.Add(1)
@@ -483,7 +486,7 @@ func (s *clusterSend) later(d time.Duration, f func()) {
 			select {
 			case <-t.C:
 			case <-ct.done:
-				s.finish(nil, ErrClosed)
+				s.finish(nil, transport.ErrClosed)
 				return
 			}
 		}
@@ -533,7 +536,7 @@ func (s *clusterSend) asking() {
 	left := time.Until(s.deadline)
 	ok, err := receive(conn, max(left, time.Millisecond))
 	if err == nil && ok != "OK" {
-		err = &desyncError{cmd: "ASKING", reply: describe(ok)}
+		err = &fault.DesyncError{Cmd: "ASKING", Reply: fault.Describe(ok)}
 	}
 	if err != nil {
 		if _, isReply := replyTo(err); !isReply {
@@ -549,12 +552,12 @@ func (s *clusterSend) asking() {
 	}
 	v, err := receive(conn, max(time.Until(s.deadline), time.Millisecond))
 	if err == nil && !s.cmd.Reply.Fits(v) {
-		err = &desyncError{cmd: name, reply: describe(v)}
+		err = &fault.DesyncError{Cmd: name, Reply: fault.Describe(v)}
 	}
 	if err != nil {
 		if _, isReply := replyTo(err); !isReply {
 			if s.ct.life.Err() != nil {
-				s.finish(nil, ErrClosed)
+				s.finish(nil, transport.ErrClosed)
 				return
 			}
 			err = &clusterNodeError{node: s.node, err: n.pool.RedactError(err)}
@@ -567,7 +570,7 @@ func (s *clusterSend) asking() {
 // connection, or with ErrClosed when Close closed that connection.
 func (s *clusterSend) finishAsking(err error) {
 	if s.ct.life.Err() != nil {
-		err = ErrClosed
+		err = transport.ErrClosed
 	}
 	s.finish(nil, err)
 }
@@ -575,27 +578,29 @@ func (s *clusterSend) finishAsking(err error) {
 // finish completes the command.
 func (s *clusterSend) finish(v any, err error) {
 	if re, ok := replyTo(err); ok {
-		err = ReplyError(re)
+		err = transport.ReplyError(re)
+	} else {
+		err = answered(err)
 	}
-	s.cmd.Complete(v, err, SendInfo{Sent: s.sent, Resent: s.resent})
+	s.cmd.Complete(v, err, transport.SendInfo{Sent: s.sent, Resent: s.resent})
 }
 
 // Subscribe opens the release-notice subscription on the first node that
 // answers, seeds first: a cluster broadcasts every PUBLISH to all its
 // nodes (Transport).
-func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+func (ct *clusterTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	var errs []error
 	for _, addr := range ct.candidates() {
 		n, err := ct.node(addr)
 		if err == nil {
-			var sub Subscription
+			var sub transport.Subscription
 			if sub, err = subscribeRedigo(ctx, n.pool, nil, notify); err == nil {
 				return sub, nil
 			}
 			err = &clusterNodeError{node: addr, err: n.pool.RedactError(err)}
 		}
 		errs = append(errs, err)
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 			break
 		}
 	}

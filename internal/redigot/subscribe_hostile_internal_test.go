@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -13,8 +13,10 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // A hostile master on the borrowed path: whatever it sends, no panic
@@ -27,7 +29,7 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 		push     func(i int, ch string) string
 		breaks   bool // the subscription breaks by itself
 		panicErr bool
-		refusal  bool // Err is a refusal (errNoticesRefused), not a failure
+		refusal  bool // Err is a refusal (transport.ErrNoticesRefused), not a failure
 	}{
 		{"huge length header", func(i int, ch string) string {
 			if i == 0 {
@@ -106,10 +108,10 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 					}
 					rs := sub.(*redigoSub)
 					got := rs.Err()
-					if tc.panicErr != errors.Is(got, ErrPanic) {
-						t.Errorf("Err = %v, want ErrPanic: %v", got, tc.panicErr)
+					if tc.panicErr != errors.Is(got, fault.ErrPanic) {
+						t.Errorf("Err = %v, want fault.ErrPanic: %v", got, tc.panicErr)
 					}
-					if tc.refusal != errors.Is(got, errNoticesRefused) {
+					if tc.refusal != errors.Is(got, transport.ErrNoticesRefused) {
 						t.Errorf("Err = %v, want a refusal: %v", got, tc.refusal)
 					}
 				} else {
@@ -119,7 +121,7 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 					t.Error("a forged acknowledgement made a channel live")
 				}
 				closeWithin(t, fmt.Sprintf("round %d", round), sub)
-				lendsNothing(t, fmt.Sprintf("round %d", round), rp.Stats)
+				redistest.LendsNothing(t, fmt.Sprintf("round %d", round), rp.Stats)
 			}
 			if st := rp.Stats(); st.ActiveCount != 0 {
 				t.Errorf("broken hostile connections went back to the pool: %+v", st)
@@ -164,7 +166,7 @@ func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 		t.Error("Done open after the Set broke the connection")
 	}
 	closeWithin(t, "after the blocked Set", sub)
-	lendsNothing(t, "at the end", rp.Stats)
+	redistest.LendsNothing(t, "at the end", rp.Stats)
 
 	// And Close alone ends a Set blocked on its write (background ctx).
 	sub, err = p.Subscribe(ctx5s(t), func(string, string) {})
@@ -182,7 +184,7 @@ func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the blocked Set outlives Close")
 	}
-	lendsNothing(t, "at the end", rp.Stats)
+	redistest.LendsNothing(t, "at the end", rp.Stats)
 }
 
 var _ = redis.ErrNil

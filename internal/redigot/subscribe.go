@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -53,7 +54,7 @@ type redigoSub struct {
 
 // subscribeRedigo opens a subscription on a connection dial makes, or, when
 // dial is nil, on one borrowed from p.
-func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify func(channel, payload string)) (Subscription, error) {
+func subscribeRedigo(ctx context.Context, dial pool.Dialer, p pool.Pool, notify func(channel, payload string)) (transport.Subscription, error) {
 	var conn redis.Conn
 	var err error
 	borrowed := dial == nil
@@ -118,7 +119,7 @@ func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
 	}
 	if _, ok := probe.(redis.ConnWithTimeout); !ok {
 		closeQuietly(probe)
-		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot read without a deadline (redis.ConnWithTimeout), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe)
+		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot read without a deadline (redis.ConnWithTimeout), which a release-notice subscription needs; waiters poll", fault.ErrInvalid, errNoticesRefused, probe)
 	}
 	err = breakPooled(probe)
 	broke := errors.Is(err, context.DeadlineExceeded) && probe.Err() != nil
@@ -126,7 +127,7 @@ func borrowBreakable(ctx context.Context, p pool.Pool) (redis.Conn, error) {
 	if !broke {
 		// err is shown, not wrapped: a refusal must not match
 		// context.DeadlineExceeded, which says the caller's ctx ended.
-		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot be broken under their reader (a receive whose context has ended left one whole: %v), which a release-notice subscription needs; waiters poll", ErrInvalid, errNoticesRefused, probe, err) //nolint:errorlint // see above
+		return nil, fmt.Errorf("%w: %w: the pool's connections (%T) cannot be broken under their reader (a receive whose context has ended left one whole: %v), which a release-notice subscription needs; waiters poll", fault.ErrInvalid, errNoticesRefused, probe, err) //nolint:errorlint // see above
 	}
 	return p.GetContext(ctx)
 }
@@ -198,7 +199,7 @@ func (s *redigoSub) Set(ctx context.Context, channels []string) error {
 	defer s.wmu.Unlock()
 	select {
 	case <-s.done:
-		return ErrClosed
+		return transport.ErrClosed
 	default:
 	}
 	if err := ctx.Err(); err != nil {
@@ -262,7 +263,7 @@ func (s *redigoSub) read() {
 		s.ended = true // nothing more is heard on this connection
 		clear(s.acked)
 		if p != nil {
-			s.err = panicError(p)
+			s.err = fault.PanicError(p)
 		} else if failed != nil {
 			s.err = failed
 		}

@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/stall"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // A subscription on a connection borrowed from the pool (the pool cannot
@@ -24,7 +27,7 @@ func TestSubscribe_borrowedConnectionCloseBehindAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), pl, nil, time.Second, newStalls(clock.Real()))
+	p := newPooled(s.Addr(), pl, nil, time.Second, stall.New(clock.Real()))
 	sub, heard := heardSub(t, p, "borrowed:ch")
 	hears(t, s, heard, "borrowed:ch")
 	if got := pl.Stats().ActiveCount; got != 1 {
@@ -37,29 +40,10 @@ func TestSubscribe_borrowedConnectionCloseBehindAStoppedMaster(t *testing.T) {
 	}
 }
 
-// lendingPool is a pool of the user's own, neither a pool.Dialer nor a
-// *redis.Pool, so that a subscription borrows from it; wrap, when set,
-// wraps each connection it lends, as a user's pool might (logging, a
-// connection type of their own).
-type lendingPool struct {
-	p interface {
-		GetContext(context.Context) (redis.Conn, error)
-	}
-	wrap func(redis.Conn) redis.Conn
-}
-
-func (l lendingPool) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := l.p.GetContext(ctx)
-	if err != nil || l.wrap == nil {
-		return c, err
-	}
-	return l.wrap(c), nil
-}
-
 // heardSub subscribes on p to channel and waits until the master
 // acknowledged it; heard gets the channel of each notice (the latest one
 // when nobody takes them).
-func heardSub(t *testing.T, p *pooledTransport, channel string) (sub Subscription, heard <-chan string) {
+func heardSub(t *testing.T, p *pooledTransport, channel string) (sub transport.Subscription, heard <-chan string) {
 	t.Helper()
 	ch := make(chan string, 1)
 	sub, err := p.Subscribe(ctx5s(t), func(channel, _ string) {
@@ -100,7 +84,7 @@ func hears(t *testing.T, s *redistest.Server, heard <-chan string, channel strin
 
 // closeWithin closes sub and fails the test if Close takes 5 s, or leaves
 // Done open.
-func closeWithin(t *testing.T, what string, sub Subscription) {
+func closeWithin(t *testing.T, what string, sub transport.Subscription) {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() {
@@ -119,16 +103,6 @@ func closeWithin(t *testing.T, what string, sub Subscription) {
 	}
 }
 
-// lendsNothing waits for the pool to lend nothing: every connection it
-// counts is idle.
-func lendsNothing(t *testing.T, what string, stats func() redis.PoolStats) {
-	t.Helper()
-	if !redistest.WaitFor(ctx5s(t), func() bool { st := stats(); return st.ActiveCount == st.IdleCount }) {
-		st := stats()
-		t.Errorf("%s: the pool still lends %d connections (%d active, %d idle)", what, st.ActiveCount-st.IdleCount, st.ActiveCount, st.IdleCount)
-	}
-}
-
 // bareConn hides every ability of a redigo connection but redis.Conn's own
 // methods, as a pool of the user's own might wrap its connections.
 type bareConn struct{ redis.Conn }
@@ -141,17 +115,17 @@ func TestSubscribe_borrowedConnectionThatCannotBeBrokenIsRefused(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	pl := s.Pool()
-	p := newPooled(s.Addr(), lendingPool{pl, func(c redis.Conn) redis.Conn { return bareConn{c} }}, nil, time.Second, newStalls(clock.Real()))
+	p := newPooled(s.Addr(), redistest.LendingPool{P: pl, Wrap: func(c redis.Conn) redis.Conn { return bareConn{c} }}, nil, time.Second, stall.New(clock.Real()))
 	sub, err := p.Subscribe(ctx5s(t), func(string, string) {})
 	if err == nil {
 		sub.Close()
 		t.Fatal("a subscription on connections that cannot be broken")
 	}
-	if !errors.Is(err, ErrInvalid) {
-		t.Errorf("err = %v, want ErrInvalid", err)
+	if !errors.Is(err, fault.ErrInvalid) {
+		t.Errorf("err = %v, want fault.ErrInvalid", err)
 	}
 	t.Log(err)
-	lendsNothing(t, "after the refusal", pl.Stats)
+	redistest.LendsNothing(t, "after the refusal", pl.Stats)
 }
 
 // getPool lends as redis.Pool.Get does: a failed dial is lent as a
@@ -164,14 +138,14 @@ func (g getPool) GetContext(context.Context) (redis.Conn, error) { return g.p.Ge
 // the master is down) proves nothing about breaking: Subscribe fails with
 // the dial's error, not a subscription on whatever the pool lends next. Had
 // the failed connection passed as broken, a subscription on a connection
-// that cannot be broken (timeoutOnlyConn) would be accepted once the master
+// that cannot be broken (redistest.TimeoutOnlyConn) would be accepted once the master
 // is back, and its Close would hang (review of a0bb551).
 func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	rp := userRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return timeoutOnlyConn{c} })
+	rp := redistest.UserRedisPool(s.Addr(), func(c redis.Conn) redis.Conn { return redistest.TimeoutOnlyConn{C: c} })
 	t.Cleanup(func() { rp.Close() })
-	p := newPooled(s.Addr(), getPool{rp}, nil, time.Second, newStalls(clock.Real()))
+	p := newPooled(s.Addr(), getPool{rp}, nil, time.Second, stall.New(clock.Real()))
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +154,7 @@ func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
 		sub.Close()
 		t.Fatal("subscribed while the master is down")
 	}
-	if errors.Is(err, ErrInvalid) {
+	if errors.Is(err, fault.ErrInvalid) {
 		t.Errorf("a failed dial reported as a pool that cannot subscribe: %v", err)
 	}
 	if err := s.Start(); err != nil {

@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -9,9 +9,11 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/clock"
-	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/fault"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // pooledTransport is the redigo Transport of a master whose commands each
@@ -30,9 +32,9 @@ type pooledTransport struct {
 	// (lateBound), as long as it is not: on a busy process the goroutine
 	// that reads a reply may run much later than the master answered.
 	grace, stall time.Duration
-	clock        clock.Clock // the client's: silence is measured on it
-	realClock    bool        // clock is clock.Real(): stalls count (stalls.in)
-	stalls       *stalls     // the client's stall detector
+	clock        clock.Clock   // the client's: silence is measured on it
+	realClock    bool          // clock is clock.Real(): stalls count (stalls.in)
+	stalls       *stall.Stalls // the client's stall detector
 
 	// unheard is when the earliest command sent since the last reply was
 	// sent, as the time since epoch on clock plus 1 (0: every command sent
@@ -46,7 +48,7 @@ type pooledTransport struct {
 	// beat tells, while commands are in flight, how far this process is
 	// behind on its timers (a stall it has not yet seen a timer fire late
 	// for): silence leaves that much out.
-	beat *beat
+	beat *stall.Beat
 
 	// life ends when Close begins: it ends every wait for a connection
 	// (for the pool, a dial, a TLS handshake), so that nothing holds Close
@@ -65,11 +67,11 @@ type pooledTransport struct {
 }
 
 // newPooled returns the pooled transport of the master named addr.
-func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, st *stalls) *pooledTransport {
-	clk := st.clk
+func newPooled(addr string, p pool.Pool, dial pool.Dialer, timeout time.Duration, st *stall.Stalls) *pooledTransport {
+	clk := st.Clock()
 	life, endLife := context.WithCancel(context.Background())
-	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: lateBound(timeout),
-		clock: clk, realClock: clk == clock.Real(), stalls: st, beat: st.newBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now(),
+	return &pooledTransport{addr: addr, pool: p, dial: dial, grace: timeout, stall: stall.LateBound(timeout),
+		clock: clk, realClock: clk == clock.Real(), stalls: st, beat: st.NewBeat(max(timeout/4, time.Millisecond)), epoch: clk.Now(),
 		life: life, endLife: endLife}
 }
 
@@ -81,17 +83,17 @@ func (p *pooledTransport) Addr() string { return p.addr }
 // commands are in flight to a master that is not silent: a failed
 // attempt's grant read while Close waits for it is rolled back, not left
 // until its TTL.
-func (p *pooledTransport) Send(cmd *Command) {
+func (p *pooledTransport) Send(cmd *transport.Command) {
 	p.mu.Lock()
 	if p.closed && (!cmd.Undo || p.running == 0 || p.Silence() >= p.grace) {
 		p.mu.Unlock()
-		cmd.Complete(nil, ErrClosed, SendInfo{})
+		cmd.Complete(nil, transport.ErrClosed, transport.SendInfo{})
 		return
 	}
 	if cmd.DropWhenDown {
 		if err := p.downLocked(); err != nil {
 			p.mu.Unlock()
-			cmd.Complete(nil, err, SendInfo{})
+			cmd.Complete(nil, err, transport.SendInfo{})
 			return
 		}
 	}
@@ -129,15 +131,15 @@ func (p *pooledTransport) Send(cmd *Command) {
 // finishes a handshake does not hold Close. An Undo sent after Close
 // began (afterClose), which Send lets through only to a master that
 // answers, keeps its wait.
-func (p *pooledTransport) run(cmd *Command, afterClose bool) {
+func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
 	defer func() {
 		p.mu.Lock()
 		p.running--
 		p.mu.Unlock()
 		p.wg.Done()
 	}()
-	p.beat.enter()
-	defer p.beat.leave()
+	p.beat.Enter()
+	defer p.beat.Leave()
 	get := p.life
 	if afterClose {
 		get = context.Background()
@@ -157,15 +159,15 @@ func (p *pooledTransport) run(cmd *Command, afterClose bool) {
 		defer cancel()
 	}
 	v, sent, err := p.once(get, readBy, cmd, false)
-	info := SendInfo{Sent: sent}
-	if err != nil && cmd.Resend && brokenConn(err) {
+	info := transport.SendInfo{Sent: sent}
+	if err != nil && cmd.Resend && fault.BrokenConn(err) {
 		v, sent, err = p.once(get, readBy, cmd, true)
 		info.Resent = true
 	}
 	if err != nil && !sent && !afterClose && p.life.Err() != nil {
-		err = ErrClosed // Close ended the wait for a connection
+		err = transport.ErrClosed // Close ended the wait for a connection
 	}
-	cmd.Complete(v, err, info)
+	cmd.Complete(v, answered(err), info)
 }
 
 // once sends cmd once, on a connection got within ctx, and reads its reply
@@ -174,10 +176,10 @@ func (p *pooledTransport) run(cmd *Command, afterClose bool) {
 // the pool can dial. sent reports whether the command was written (or may
 // have been). A panic of redigo's parser (a hostile master, on a pool this
 // package did not make) fails the command with ErrPanic.
-func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Command, fresh bool) (v any, sent bool, err error) {
+func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *transport.Command, fresh bool) (v any, sent bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			v, sent, err = nil, true, panicError(r)
+			v, sent, err = nil, true, fault.PanicError(r)
 		}
 	}()
 	var conn redis.Conn
@@ -197,7 +199,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 		}
 	}
 	if cmd.Script != nil {
-		v, err = scripts.DoEvalSHA(conn, timeout, cmd.Script.Source(), cmd.WireArgs())
+		v, err = DoEvalSHA(conn, timeout, cmd.Script.Source(), cmd.WireArgs())
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}
@@ -206,7 +208,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 		p.unheard.Store(0)
 	}
 	if isReply {
-		return nil, true, ReplyError(re)
+		return nil, true, transport.ReplyError(re)
 	}
 	if err == nil && !cmd.Reply.Fits(v) {
 		name := cmd.Name
@@ -214,7 +216,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *Comma
 			name = cmd.Script.Name()
 		}
 		discard(conn)
-		return nil, true, &desyncError{cmd: name, reply: describe(v)}
+		return nil, true, &fault.DesyncError{Cmd: name, Reply: fault.Describe(v)}
 	}
 	return v, true, err
 }
@@ -234,7 +236,7 @@ func (p *pooledTransport) Silence() time.Duration {
 	}
 	s := p.clock.Now().Sub(p.epoch) - time.Duration(u-1)
 	if p.realClock {
-		s -= max(p.beat.overdue(), p.stalls.behind(), p.stalls.in(time.Now(), s))
+		s -= max(p.beat.Overdue(), p.stalls.Behind(), p.stalls.In(time.Now(), s))
 	}
 	return max(s, 0)
 }
@@ -260,7 +262,7 @@ func (p *pooledTransport) downLocked() error {
 		return nil
 	}
 	if s := min(p.Silence(), p.clock.Now().Sub(p.epoch)-p.busy); s > p.grace {
-		return &notTriedError{since: time.Now().Add(p.grace - s), cause: &downError{d: p.grace, pooled: true}}
+		return &transport.NotSentError{Since: time.Now().Add(p.grace - s), Err: &downError{d: p.grace, pooled: true}}
 	}
 	return nil
 }
@@ -275,7 +277,7 @@ func (p *pooledTransport) Down() error {
 // Subscribe opens the master's release-notice subscription: on a
 // connection of its own where the pool can dial one, else on one borrowed
 // from the pool for as long as the subscription lives (Transport).
-func (p *pooledTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+func (p *pooledTransport) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	return subscribeRedigo(ctx, p.dial, p.pool, notify)
 }
 
@@ -289,7 +291,7 @@ func (p *pooledTransport) Close() error {
 	p.mu.Unlock()
 	p.endLife()
 	p.wg.Wait()
-	p.beat.stop()
+	p.beat.Stop()
 	return nil
 }
 
@@ -315,12 +317,12 @@ func discard(conn redis.Conn) {
 }
 
 var (
-	_ Transport = (*pooledTransport)(nil)
-	_ Transport = (*mux)(nil)
-	_ Ordered   = (*mux)(nil)
-	_ Silencer  = (*mux)(nil)
-	_ Silencer  = (*pooledTransport)(nil)
-	_ Downer    = (*pooledTransport)(nil)
+	_ transport.Transport = (*pooledTransport)(nil)
+	_ transport.Transport = (*mux)(nil)
+	_ transport.Ordered   = (*mux)(nil)
+	_ transport.Silencer  = (*mux)(nil)
+	_ transport.Silencer  = (*pooledTransport)(nil)
+	_ transport.Downer    = (*pooledTransport)(nil)
 )
 
 // Inspect runs Client.Inspect's commands on a connection of the pool

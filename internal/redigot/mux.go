@@ -1,4 +1,4 @@
-package redlock
+package redigot
 
 import (
 	"context"
@@ -13,9 +13,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/fault"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // Pipelining (WithPipelining, on by default).
@@ -75,7 +78,7 @@ type mux struct {
 	dial    pool.Dialer
 	redact  func(error) error // the pool's redaction of credentials, or nil
 	timeout time.Duration     // the client's per-master timeout: dials, the down and stall bounds
-	stalls  *stalls           // the client's stall detector (nil: no stall is seen)
+	stalls  *stall.Stalls     // the client's stall detector (nil: no stall is seen)
 
 	wg sync.WaitGroup // the dialer, and every connection's reader and writer
 
@@ -118,8 +121,8 @@ type muxReq struct {
 	// by EVAL of its source when that keeps the order, or when late is
 	// set: the command may run after commands submitted after it (see
 	// noScript).
-	script *Script
-	want   expect // what the reply may be, besides an error reply
+	script *transport.Script
+	want   transport.ReplyShape // what the reply may be, besides an error reply
 	late   bool
 	// undo: it undoes a command submitted before it (a rollback, a
 	// leave); it may use the queue's room beyond muxQueue (muxUndo).
@@ -140,8 +143,8 @@ type muxReq struct {
 }
 
 // fill makes r the request that sends cmd, its reply to to.
-func (r *muxReq) fill(cmd *Command, to replier) {
-	*r = muxReq{cmd: cmd.Name, args: cmd.WireArgs(), want: expect(cmd.Reply), late: cmd.MayRunLate, undo: cmd.Undo,
+func (r *muxReq) fill(cmd *transport.Command, to replier) {
+	*r = muxReq{cmd: cmd.Name, args: cmd.WireArgs(), want: cmd.Reply, late: cmd.MayRunLate, undo: cmd.Undo,
 		resend: cmd.Resend, drop: cmd.DropWhenDown, to: to}
 	if cmd.Script != nil {
 		r.cmd, r.script = "EVALSHA", cmd.Script
@@ -153,7 +156,7 @@ func (r *muxReq) fill(cmd *Command, to replier) {
 // is delivered, so that sending a command allocates nothing.
 type cmdReq struct {
 	muxReq
-	c *Command
+	c *transport.Command
 }
 
 var cmdReqs = sync.Pool{New: func() any { return new(cmdReq) }}
@@ -162,9 +165,11 @@ var cmdReqs = sync.Pool{New: func() any { return new(cmdReq) }}
 // request after delivering it, so it is reused from here on.
 func (q *cmdReq) deliver(v any, err error) {
 	if re, ok := replyTo(err); ok {
-		err = ReplyError(re)
+		err = transport.ReplyError(re)
+	} else {
+		err = answered(err)
 	}
-	cmd, info := q.c, SendInfo{Sent: !q.sent.IsZero(), Resent: q.resent}
+	cmd, info := q.c, transport.SendInfo{Sent: !q.sent.IsZero(), Resent: q.resent}
 	*q = cmdReq{}
 	cmdReqs.Put(q)
 	cmd.Complete(v, err, info)
@@ -232,7 +237,7 @@ type muxConn struct {
 	wakeReader chan struct{}
 	held       []*muxReq
 
-	loading map[*Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
+	loading map[*transport.Script]bool // SCRIPT LOADs sent after a NOSCRIPT, unanswered (the reader's)
 }
 
 // dialerOf returns how to dial a connection of its own to the master
@@ -275,10 +280,10 @@ func (mx *mux) startDialLocked() error {
 		return nil
 	}
 	if mx.closed {
-		return ErrClosed
+		return transport.ErrClosed
 	}
 	if mx.dialErr != nil && time.Since(mx.failAt) < mx.redialDelay() {
-		return &notTriedError{since: mx.failAt, why: "its last dial failed", cause: mx.dialErr}
+		return &transport.NotSentError{Since: mx.failAt, Why: "its last dial failed", Err: mx.dialErr}
 	}
 	mx.wg.Add(1)
 	ch := make(chan struct{})
@@ -303,7 +308,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 		ctx, cancel := context.WithTimeout(mx.life, mx.timeout)
 		mc, err = mx.connect(ctx)
 		cancel()
-		if err == nil || try == dialTries || !mx.stalls.stalledDial(err, start) {
+		if err == nil || try == DialTries || !stalledDial(mx.stalls, err, start) {
 			break
 		}
 	}
@@ -312,7 +317,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 		err = mc.err // it failed before it could be used
 	}
 	if err != nil && mx.closed {
-		err = ErrClosed // Close ended the dial
+		err = transport.ErrClosed // Close ended the dial
 	}
 	var failed []*muxReq
 	if err == nil {
@@ -339,36 +344,36 @@ func (mx *mux) dialer(ch chan struct{}) {
 	close(ch)
 	if err == nil {
 		err = errMuxBusy
-	} else if !errors.Is(err, ErrClosed) {
+	} else if !errors.Is(err, transport.ErrClosed) {
 		// The backlog was never sent: its commands waited for this dial,
 		// maybe a moment, not the per-master timeout.
-		err = &notTriedError{since: time.Now(), why: "its dial failed", cause: err}
+		err = &transport.NotSentError{Since: time.Now(), Why: "its dial failed", Err: err}
 	}
 	for _, r := range failed {
 		r.to.deliver(nil, err)
 	}
 }
 
-// dialTries bounds the dials one dialer makes when a dial timed out
+// DialTries bounds the dials one dialer makes when a dial timed out
 // while this process stalled (stalledDial).
-const dialTries = 3
+const DialTries = 3
 
 // stalledDial reports whether a dial that began at start failed with err
 // for a stall of this process rather than for the master: it ran out of
 // time, and this process did not run for a part of that time (a timer of
 // it fired late, or the round beat is overdue now). The master then had
 // less than the per-master timeout to answer, maybe none: the dialer
-// dials again at once (up to dialTries in all) rather than count the
+// dials again at once (up to DialTries in all) rather than count the
 // master down, which would fail every command to it, unsent, for the
 // redial delay. (A client stopped for 150 ms during its first dials
 // failed some 1,600 acquisitions in 2 s so, every master up.)
-func (s *stalls) stalledDial(err error, start time.Time) bool {
+func stalledDial(s *stall.Stalls, err error, start time.Time) bool {
 	var ne net.Error
 	if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
 		return false
 	}
 	now := time.Now()
-	return s.in(now, now.Sub(start)) > 0 || s.behind() > time.Millisecond
+	return s.In(now, now.Sub(start)) > 0 || s.Behind() > time.Millisecond
 }
 
 func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
@@ -376,7 +381,7 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 	closed := mx.closed
 	mx.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	var nc redis.Conn
 	var rw pool.ReadWaiter
@@ -417,7 +422,7 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 		var v any
 		v, err = receive(nc, left)
 		if b, ok := v.([]byte); err == nil && (!ok || string(b) != s.SHA()) {
-			err = &desyncError{cmd: "SCRIPT LOAD", reply: describe(v)}
+			err = &fault.DesyncError{Cmd: "SCRIPT LOAD", Reply: fault.Describe(v)}
 		}
 	}
 	if err != nil {
@@ -431,7 +436,7 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 	if mx.closed {
 		mx.mu.Unlock()
 		nc.Close()
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	mx.wg.Add(2)
 	if mx.conns == nil {
@@ -567,17 +572,6 @@ func (e *stallError) Error() string {
 	return fmt.Sprintf("no reply for %v to the oldest command on the connection: broken", e.d)
 }
 
-// desyncError says that a reply does not fit its command: the connection
-// is out of step with the master (a stray reply), and every reply on it
-// after that would answer the wrong command.
-type desyncError struct {
-	cmd, reply string
-}
-
-func (e *desyncError) Error() string {
-	return fmt.Sprintf("unexpected reply %s to %s: the connection is out of step", e.reply, e.cmd)
-}
-
 func (mc *muxConn) read() {
 	defer mc.mx.wg.Done()
 	defer func() {
@@ -651,7 +645,7 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 	mc.oldest.Store(0)
 	mc.unanswered.Add(-1)
 	if _, isReply := replyTo(err); isReply {
-		if r.script != nil && scripts.IsNoScript(err) {
+		if r.script != nil && IsNoScript(err) {
 			err = mc.noScript(r, err)
 			if err == nil {
 				return false // r went again, as EVAL
@@ -660,8 +654,8 @@ func (mc *muxConn) readOne(r *muxReq) (failed bool) {
 		r.to.deliver(nil, err) // any command may get an error reply
 		return false
 	}
-	if err == nil && !r.want.fits(v) {
-		err = &desyncError{cmd: r.cmd, reply: describe(v)}
+	if err == nil && !r.want.Fits(v) {
+		err = &fault.DesyncError{Cmd: r.cmd, Reply: fault.Describe(v)}
 	}
 	if err != nil {
 		mc.fail(err)
@@ -782,13 +776,13 @@ func (mc *muxConn) noScript(r *muxReq, err error) error {
 	s := r.script
 	if !mc.loading[s] {
 		if mc.loading == nil {
-			mc.loading = map[*Script]bool{}
+			mc.loading = map[*transport.Script]bool{}
 		}
-		load := &muxReq{cmd: "SCRIPT", args: []any{"LOAD", s.Source()}, want: expectSHA}
+		load := &muxReq{cmd: "SCRIPT", args: []any{"LOAD", s.Source()}, want: transport.ReplySHA}
 		load.to = replyFunc(func(v any, err error) {
 			delete(mc.loading, s) // on the reader, as every delivery here
 			if b, ok := v.([]byte); err == nil && (!ok || string(b) != s.SHA()) {
-				mc.fail(&desyncError{cmd: "SCRIPT LOAD", reply: describe(v)})
+				mc.fail(&fault.DesyncError{Cmd: "SCRIPT LOAD", Reply: fault.Describe(v)})
 			}
 		})
 		if mc.enqueue(load) == nil {
@@ -829,7 +823,7 @@ func (mc *muxConn) settle(first *muxReq) {
 	resend := all[:0:0]
 	var failed []*muxReq
 	for _, r := range all {
-		if brokenConn(cause) && r.resend && !r.resent {
+		if fault.BrokenConn(cause) && r.resend && !r.resent {
 			r.resent = true
 			resend = append(resend, r)
 		} else {
@@ -920,7 +914,7 @@ func (mc *muxConn) down() error {
 	d := mc.mx.timeout
 	if s := mc.blamed(d); s > d {
 		// down since the silence passed the timeout
-		return &notTriedError{since: time.Now().Add(d - s), cause: &downError{d: d}}
+		return &transport.NotSentError{Since: time.Now().Add(d - s), Err: &downError{d: d}}
 	}
 	return nil
 }
@@ -939,7 +933,7 @@ func (mc *muxConn) blamed(d time.Duration) time.Duration {
 	if s <= d {
 		return s
 	}
-	if s -= max(mc.mx.stalls.behind(), mc.mx.stalls.in(time.Now(), s)); s <= d {
+	if s -= max(mc.mx.stalls.Behind(), mc.mx.stalls.In(time.Now(), s)); s <= d {
 		return s
 	}
 	if p, ok := mc.rw.(pool.ReplyPeeker); ok && p.ReplyWaiting() {
@@ -1072,7 +1066,7 @@ func (mx *mux) Addr() string { return mx.addr }
 func (mx *mux) Ordered() bool { return true }
 
 // Send submits cmd on the master's pipelined connection (Transport).
-func (mx *mux) Send(cmd *Command) {
+func (mx *mux) Send(cmd *transport.Command) {
 	cq := cmdReqs.Get().(*cmdReq)
 	cq.c = cmd
 	q := &cq.muxReq
@@ -1110,7 +1104,7 @@ func (mx *mux) Close() error {
 	}
 	mx.mu.Unlock()
 	for _, mc := range conns {
-		mc.fail(ErrClosed)
+		mc.fail(transport.ErrClosed)
 	}
 	mx.wg.Wait()
 	return nil
@@ -1124,16 +1118,9 @@ func (mx *mux) RedactError(err error) error {
 	return mx.redact(err)
 }
 
-// liveConns counts its live connections, for tests.
-func (mx *mux) liveConns() int {
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
-	return len(mx.conns)
-}
-
 // Subscribe opens the master's release-notice subscription on a
 // connection of its own (Transport).
-func (mx *mux) Subscribe(ctx context.Context, notify func(channel, payload string)) (Subscription, error) {
+func (mx *mux) Subscribe(ctx context.Context, notify func(channel, payload string)) (transport.Subscription, error) {
 	return subscribeRedigo(ctx, mx.dial, nil, notify)
 }
 
