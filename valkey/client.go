@@ -22,7 +22,7 @@ import (
 // the redlock.Client's Close leaves them open (close them after it). Two
 // clients for the same address are refused (a master given twice would
 // fake a quorum), as is a nil one. The options that configure redigo
-// pools (redlock.WithPipelining, redlock.WithPoolOptions) have no effect
+// pools (redigo.WithPipelining, redigo.WithPoolOptions) have no effect
 // here; redlock.WithTimeout bounds each master's answer as usual. A
 // client of a Redis Cluster is one member that is a cluster; with one,
 // New turns on redlock.WithClusterSlots.
