@@ -25,6 +25,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
@@ -115,5 +116,5 @@ func On(m Master, keys ...string) []string {
 // Kept reports whether key is one a lock leaves by design: a fencing
 // counter or a resource's highest fencing token seen.
 func Kept(key string) bool {
-	return strings.HasSuffix(key, layout.FenceSuffix) || strings.HasSuffix(key, layout.FenceSeenSuffix)
+	return strings.HasSuffix(key, keys.FenceSuffix) || strings.HasSuffix(key, keys.FenceSeenSuffix)
 }
