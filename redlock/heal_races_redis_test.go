@@ -158,3 +158,43 @@ func TestHeal_lateOnAFrozenMasterLeavesNoSecondHolder(t *testing.T) {
 		t.Errorf("the late copy is still on master 4 %v after the thaw", time.Since(thawed))
 	}
 }
+
+// A fair lock is healed on a flushed master (which lost the queue with
+// it) while a fair waiter waits; the waiter gets the lock once the holder
+// releases, the healed copy released with the rest.
+func TestHeal_fairLockHealedWhileAWaiterQueues(t *testing.T) {
+	rs := startReal(t, 3)
+	a, b := rs.client(t, pipelinedPath), rs.client(t, pipelinedPath)
+	ctx := ctxT(t)
+	l, err := a.Acquire(ctx, "job", redlock.WithTTL(1500*time.Millisecond), redlock.WithAutoExtend(0), redlock.WithFair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l2, err := b.Acquire(ctx, "job", redlock.WithTTL(5*time.Second), redlock.WithFair())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	if _, err := rs.servers[1].Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if !redistest.Within(5*time.Second, func() bool { return rs.values(t, "job")[1] == l.Token() }) {
+		t.Fatalf("not healed: %v", rs.values(t, "job"))
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	l2 := <-got
+	if l2 == nil {
+		return
+	}
+	defer l2.Release(ctx)
+	t.Logf("the waiter got the lock %v after the release", time.Since(released).Round(time.Millisecond))
+	if !redistest.Within(time.Second, func() bool { return count(rs.values(t, "job"), l.Token()) == 0 }) {
+		t.Errorf("the released token is still on %v", rs.values(t, "job"))
+	}
+}
