@@ -117,3 +117,64 @@ func TestHeal_fenceGoesForwardAfterTwoRestartsWhileHeld(t *testing.T) {
 		t.Errorf("fence went backwards: %d after %d", next.Fence(), l.Fence())
 	}
 }
+
+// Election terms go forward across a restart (without data) of each of two
+// masters in turn while a leader holds, also when the first master to
+// restart is the slowest to answer: the leader's watchdog heals it before
+// the second restart, and a later leader elected by the two restarted
+// masters (the third frozen) has a higher term.
+func TestHeal_termGoesForwardAfterTwoRestartsWhileLeading(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), slowMaster(t, servers[2])}
+	c := addrClient(t, pipelinedPath, addrs)
+	ctx := ctxT(t)
+	e, err := c.NewElection("svc", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // raise the term everywhere
+		ld, err := e.Campaign(ctx, "warm-up")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := &realSet{servers: servers}
+	if !redistest.WaitFor(ctx, func() bool { return count(rs.values(t, "svc"), "") == 3 }) {
+		t.Fatal("not resigned everywhere")
+	}
+	ld, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !redistest.WaitFor(ctx, func() bool { return count(rs.values(t, "svc"), ld.Lock().Token()) == 3 }) {
+		t.Fatalf("not on every master: %v", rs.values(t, "svc"))
+	}
+	if _, err := servers[2].Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	healed := redistest.Within(3*time.Second, func() bool { return rs.values(t, "svc")[2] == ld.Lock().Token() })
+	t.Logf("master 2 healed within 3 s of watchdog extensions: %v", healed)
+	if _, err := servers[0].Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	lost := redistest.Within(2*time.Second, func() bool { return ld.Err() != nil })
+	t.Logf("after master 0 restarted: leadership lost %v (%v)", lost, ld.Err())
+	_ = ld.Resign(ctx)
+	pauseMaster(t, rs, 1)
+	other := addrClient(t, pipelinedPath, addrs)
+	e2, err := other.NewElection("svc", redlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := e2.Campaign(ctx, "host-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader's term %d, next leader's %d", ld.Term(), next.Term())
+	if next.Term() <= ld.Term() {
+		t.Errorf("term went backwards: %d after %d", next.Term(), ld.Term())
+	}
+}
