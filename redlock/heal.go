@@ -40,20 +40,27 @@ func healable(k kind) bool {
 }
 
 // heal puts the lock back on the masters that answered its extension
-// (tally t) that they do not hold its token, for what is left of its
-// validity (until), and waits for a quorum of answers or ctx. The caller
+// (round r, tally t) that they do not hold its token, for what is left of
+// its validity (until), and waits for a quorum of answers or ctx. The
+// extension's tally ends at a quorum: a master that lost the lock and
+// answers after the others is waited for here, at most one per-master
+// timeout, and one whose answer came later still is found in the previous
+// extension's round (prev, nil for none) by the next extension. The caller
 // holds op, after the extension succeeded. Nothing is sent when every
 // master holds the lock, when its kind is not healable, or when less than
 // a millisecond of validity is left. Its outcome changes nothing of the
 // lock: a master that refuses (another holder, another kind) or fails is
 // tried again at the next extension.
-func (l *Lock) heal(ctx context.Context, t *tally, until time.Time) {
+func (l *Lock) heal(ctx context.Context, r *round, t *tally, prev *round, until time.Time) {
 	if !healable(l.kind()) || ctx.Err() != nil {
 		return
 	}
-	lacking := false
+	lacking := prev != nil && prev.refusedSomewhere()
 	for _, v := range t.votes {
 		lacking = lacking || v == voteNo
+	}
+	if !lacking && r.awaitAnswers(ctx, t, l.c.timeout) {
+		lacking = r.refusedSomewhere()
 	}
 	if !lacking {
 		return
@@ -64,16 +71,61 @@ func (l *Lock) heal(ctx context.Context, t *tally, until time.Time) {
 		return
 	}
 	f := &fencing{counter: layout.FenceKey(l.key), arg: strconv.FormatUint(l.fence, 10)}
-	r, err := c.startRound(ctx, opHeal, l.key, l.token, left, l.follow(), l.kind(), f)
+	hr, err := c.startRound(ctx, opHeal, l.key, l.token, left, l.follow(), l.kind(), f)
 	if err != nil {
 		return
 	}
 	// Later rounds follow it on each master, and it may put the token
 	// there: the release's answers count it as they count a reentrant
 	// owner's rounds taking the lock again (finalNo, placers).
-	l.chain = r
-	l.noteRetaken(r)
-	c.collect(ctx, r)
+	l.chain = hr
+	l.noteRetaken(hr)
+	c.collect(ctx, hr)
+}
+
+// refusedSomewhere reports whether some master has answered r with a
+// refusal (for an extension: it does not hold the token), also after the
+// round's caller stopped waiting.
+func (r *round) refusedSomewhere() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.legs {
+		if r.legs[i].vote == voteNo {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitAnswers waits until every master that had not answered r when its
+// tally t was taken has answered (or its leg gave up), for at most d or
+// until ctx ends. It reports whether there was any such master.
+func (r *round) awaitAnswers(ctx context.Context, t *tally, d time.Duration) bool {
+	var missing []int
+	for i, v := range t.votes {
+		if v == 0 {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return false
+	}
+	answered := make(chan struct{}, len(missing))
+	for _, i := range missing {
+		r.legs[i].answered.then(func() { answered <- struct{}{} })
+	}
+	timer := r.c.clock.NewTimer(d)
+	defer timer.Stop()
+	for range missing {
+		select {
+		case <-answered:
+		case <-timer.C():
+			return true
+		case <-ctx.Done():
+			return true
+		}
+	}
+	return true
 }
 
 // healCommand is the heal round's command (scripts.Heal): the lock key,

@@ -47,6 +47,10 @@ type Lock struct {
 	// (unsettled.go); guarded by op.
 	inFlight  []time.Duration
 	unsettled []unsettledRound
+	// lastExtend is the latest extension's round, whose answers that
+	// came after Extend returned the next extension reads (heal); guarded
+	// by op.
+	lastExtend *round
 
 	mu       sync.Mutex // guards the fields below
 	until    time.Time
@@ -148,6 +152,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	// ended first), and it must not land after a later, longer one.
 	l.chain = r
 	t := c.collect(ctx, r)
+	prev := l.lastExtend
+	l.lastExtend = r
 	l.track(r, &t, ttl)
 	now := c.clock.Now()
 	held := heldTTL(lim, &t, ttl, c.quorum)
@@ -155,7 +161,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 		if err := l.setUntil("extend", newUntil); err != nil {
 			return err
 		}
-		l.heal(ctx, &t, newUntil)
+		l.heal(ctx, r, &t, prev, newUntil)
 		return nil
 	}
 	// Not confirmed by a quorum in time: masters that have not answered

@@ -79,5 +79,15 @@ func (l *Lock) releaseEarly(ctx context.Context, left time.Duration) (*round, ta
 		return nil, tally{}, err
 	}
 	l.chain = r
-	return r, l.c.collect(ctx, r), nil
+	t := l.c.collect(ctx, r)
+	if k := l.kind(); k.leaves() {
+		// A fair holder's entry heads the key's queue: left there, it
+		// would keep every fair waiter out until it expired, past the
+		// minimum. It leaves the queue now, in the background, after this
+		// round's command on each master.
+		if lr, err := l.c.startRound(context.Background(), opLeave, l.key, "", 0, r, k, nil); err == nil {
+			l.chain = lr
+		}
+	}
+	return r, t, nil
 }
