@@ -40,27 +40,25 @@ func healable(k kind) bool {
 }
 
 // heal puts the lock back on the masters that answered its extension
-// (round r, tally t) that they do not hold its token, for what is left of
-// its validity (until), and waits for a quorum of answers or ctx. The
-// extension's tally ends at a quorum: a master that lost the lock and
-// answers after the others is waited for here, at most one per-master
-// timeout, and one whose answer came later still is found in the previous
-// extension's round (prev, nil for none) by the next extension. The caller
+// (tally t), or an earlier extension after that one had returned
+// (Lock.lacking), that they do not hold its token, for what is left of
+// its validity (until), and waits for a quorum of answers or ctx. An
+// extension's tally ends at a quorum, and waiting for the rest would let
+// a paused master slow every extension: a master that lost the lock and
+// answers after the others is healed by the next extension that starts
+// after its answer came. The caller
 // holds op, after the extension succeeded. Nothing is sent when every
 // master holds the lock, when its kind is not healable, or when less than
 // a millisecond of validity is left. Its outcome changes nothing of the
 // lock: a master that refuses (another holder, another kind) or fails is
 // tried again at the next extension.
-func (l *Lock) heal(ctx context.Context, r *round, t *tally, prev *round, until time.Time) {
+func (l *Lock) heal(ctx context.Context, t *tally, until time.Time) {
 	if !healable(l.kind()) || ctx.Err() != nil {
 		return
 	}
-	lacking := prev != nil && prev.refusedSomewhere()
+	lacking := l.lacking.Swap(0) != 0
 	for _, v := range t.votes {
 		lacking = lacking || v == voteNo
-	}
-	if !lacking && r.awaitAnswers(ctx, t, l.c.timeout) {
-		lacking = r.refusedSomewhere()
 	}
 	if !lacking {
 		return
@@ -83,49 +81,31 @@ func (l *Lock) heal(ctx context.Context, r *round, t *tally, prev *round, until 
 	c.collect(ctx, hr)
 }
 
-// refusedSomewhere reports whether some master has answered r with a
-// refusal (for an extension: it does not hold the token), also after the
-// round's caller stopped waiting.
-func (r *round) refusedSomewhere() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range r.legs {
-		if r.legs[i].vote == voteNo {
-			return true
-		}
+// noteLateRefusals arranges that a master which had not answered the
+// extension round r when its tally t was taken, and then answers that it
+// does not hold the token, is marked in l.lacking for the next extension
+// to heal.
+func (l *Lock) noteLateRefusals(r *round, t *tally) {
+	if !healable(l.kind()) {
+		return
 	}
-	return false
-}
-
-// awaitAnswers waits until every master that had not answered r when its
-// tally t was taken has answered (or its leg gave up), for at most d or
-// until ctx ends. It reports whether there was any such master.
-func (r *round) awaitAnswers(ctx context.Context, t *tally, d time.Duration) bool {
-	var missing []int
 	for i, v := range t.votes {
-		if v == 0 {
-			missing = append(missing, i)
+		if v != 0 || i >= 64 {
+			continue
 		}
+		leg := &r.legs[i]
+		leg.answered.then(func() {
+			r.mu.Lock()
+			no := leg.vote == voteNo
+			r.mu.Unlock()
+			for no {
+				old := l.lacking.Load()
+				if l.lacking.CompareAndSwap(old, old|1<<i) {
+					return
+				}
+			}
+		})
 	}
-	if len(missing) == 0 {
-		return false
-	}
-	answered := make(chan struct{}, len(missing))
-	for _, i := range missing {
-		r.legs[i].answered.then(func() { answered <- struct{}{} })
-	}
-	timer := r.c.clock.NewTimer(d)
-	defer timer.Stop()
-	for range missing {
-		select {
-		case <-answered:
-		case <-timer.C():
-			return true
-		case <-ctx.Done():
-			return true
-		}
-	}
-	return true
 }
 
 // healCommand is the heal round's command (scripts.Heal): the lock key,

@@ -47,10 +47,10 @@ type Lock struct {
 	// (unsettled.go); guarded by op.
 	inFlight  []time.Duration
 	unsettled []unsettledRound
-	// lastExtend is the latest extension's round, whose answers that
-	// came after Extend returned the next extension reads (heal); guarded
-	// by op.
-	lastExtend *round
+	// lacking has bit i set when master i answered an extension, after
+	// Extend had returned, that it does not hold the token: the next
+	// extension heals it (heal).
+	lacking atomic.Uint64
 
 	mu       sync.Mutex // guards the fields below
 	until    time.Time
@@ -152,8 +152,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	// ended first), and it must not land after a later, longer one.
 	l.chain = r
 	t := c.collect(ctx, r)
-	prev := l.lastExtend
-	l.lastExtend = r
+	l.noteLateRefusals(r, &t)
 	l.track(r, &t, ttl)
 	now := c.clock.Now()
 	held := heldTTL(lim, &t, ttl, c.quorum)
@@ -161,7 +160,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 		if err := l.setUntil("extend", newUntil); err != nil {
 			return err
 		}
-		l.heal(ctx, r, &t, prev, newUntil)
+		l.heal(ctx, &t, newUntil)
 		return nil
 	}
 	// Not confirmed by a quorum in time: masters that have not answered
