@@ -1,3 +1,0 @@
-module example.com/planted
-
-go 1.22
