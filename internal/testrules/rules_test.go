@@ -315,12 +315,39 @@ func TestNames_testsNamedForBehaviourNotRound(t *testing.T) {
 	}
 }
 
+// plantedTree copies testdata/planted into a temporary module of its own
+// (its go.mod written here, not kept in the repository, where go mod tidy
+// would ask it to require the packages its files name) and returns its
+// directory.
+func plantedTree(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join("testdata", "planted")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/planted\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // The check finds what it is for, in a planted tree (testdata/planted): a
 // file that starts Redis through a helper of its package's other file,
 // one that calls redistest directly, one that runs redis-server itself, and not the _redis_test.go file, the
 // file of helpers only, or the file whose tests start nothing.
 func TestNames_checkFindsPlantedFiles(t *testing.T) {
-	tr := read(t, filepath.Join("testdata", "planted"))
+	tr := read(t, plantedTree(t))
 	got := tr.misnamed()
 	want := map[string][]string{
 		"viahelper_test.go":  {"TestViaHelper"},
