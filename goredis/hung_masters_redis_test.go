@@ -18,15 +18,15 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack26b: goredis.Transport is a transport.Silencer (a45e6a9): the
+// goredis.Transport is a transport.Silencer: the
 // Client waits on past the per-master timeout for a master whose
 // Silence is below it. A hung master must still be counted failed at
 // about the timeout, on an idle process and on a busy one, or every
 // round with it waits up to lateBound.
 
-// attack26bSpin keeps n goroutines busy until the returned stop is
+// spinGoroutines keeps n goroutines busy until the returned stop is
 // called.
-func attack26bSpin(n int) (stop func()) {
+func spinGoroutines(n int) (stop func()) {
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	for range n {
@@ -43,18 +43,18 @@ func attack26bSpin(n int) (stop func()) {
 	return func() { done.Store(true); wg.Wait() }
 }
 
-// attack26bKey numbers the keys of attack26bRounds, so that no round
+// hungRoundKey numbers the keys of tryRoundsFor, so that no round
 // meets a key an earlier one left.
-var attack26bKey atomic.Int64
+var hungRoundKey atomic.Int64
 
-// attack26bRounds runs TryAcquire on fresh keys for d and returns the
+// tryRoundsFor runs TryAcquire on fresh keys for d and returns the
 // latencies of the rounds and how many acquired.
-func attack26bRounds(t *testing.T, c *redlock.Client, d time.Duration) (lat []time.Duration, ok int) {
+func tryRoundsFor(t *testing.T, c *redlock.Client, d time.Duration) (lat []time.Duration, ok int) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		start := time.Now()
-		l, err := c.TryAcquire(context.Background(), fmt.Sprint("attack26b-", attack26bKey.Add(1)), redlock.WithTTL(10*time.Second))
+		l, err := c.TryAcquire(context.Background(), fmt.Sprint("hung-", hungRoundKey.Add(1)), redlock.WithTTL(10*time.Second))
 		lat = append(lat, time.Since(start))
 		if err == nil {
 			ok++
@@ -64,18 +64,18 @@ func attack26bRounds(t *testing.T, c *redlock.Client, d time.Duration) (lat []ti
 	return lat, ok
 }
 
-func attack26bPct(lat []time.Duration, p float64) time.Duration {
+func percentile(lat []time.Duration, p float64) time.Duration {
 	s := slices.Clone(lat)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
-type attack26bKind struct {
+type hungClientKind struct {
 	name string
 	make func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client
 }
 
-var attack26bKinds = []attack26bKind{
+var hungClientKinds = []hungClientKind{
 	{"core", func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client {
 		c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(timeout))
 		if err != nil {
@@ -83,11 +83,11 @@ var attack26bKinds = []attack26bKind{
 		}
 		return c
 	}},
-	{"goredis-ctx-off", attack26bGoredis(false)},
-	{"goredis-ctx-on", attack26bGoredis(true)},
+	{"goredis-ctx-off", goredisClientFor(false)},
+	{"goredis-ctx-on", goredisClientFor(true)},
 }
 
-func attack26bGoredis(ctxOn bool) func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client {
+func goredisClientFor(ctxOn bool) func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client {
 	return func(t *testing.T, addrs []string, timeout time.Duration) *redlock.Client {
 		var cs []redis.UniversalClient
 		for _, a := range addrs {
@@ -109,39 +109,39 @@ func attack26bGoredis(ctxOn bool) func(t *testing.T, addrs []string, timeout tim
 // on the adapter. With one hung, a round takes what the healthy two take
 // (early quorum); with two, it fails at about the timeout, not at
 // lateBound (1 s). The bounds are generous (a loaded 2-core machine);
-// ATTACK26B_MEASURE=1 logs the numbers.
+// QUORUMLOCK_MEASURE=1 logs the numbers.
 func TestTryAcquire_hungMastersFailAtTheTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	run := 700 * time.Millisecond
 	if testing.Short() {
 		run = 500 * time.Millisecond
 	}
-	for _, k := range attack26bKinds {
+	for _, k := range hungClientKinds {
 		for _, hung := range []int{1, 2} {
-			for _, spin := range attack26bSpins() {
+			for _, spin := range spinCounts() {
 				t.Run(fmt.Sprintf("%s/hung=%d/spin=%d", k.name, hung, spin), func(t *testing.T) {
-					ss, addrs := attack26bMasters(t)
+					ss, addrs := startHungMasters(t)
 					c := k.make(t, addrs, timeout)
 					defer c.Close()
 					// Warm up: connections dialed, scripts loaded (a 50 ms
 					// round on a busy machine may fail: try for a while).
-					if !poll(10*time.Second, func() bool { _, ok := attack26bRounds(t, c, 50*time.Millisecond); return ok > 0 }) {
+					if !poll(10*time.Second, func() bool { _, ok := tryRoundsFor(t, c, 50*time.Millisecond); return ok > 0 }) {
 						t.Fatal("no acquisition with every master up")
 					}
-					stop := attack26bSpin(spin)
+					stop := spinGoroutines(spin)
 					// A control beside the measurement: the same rounds with
 					// every master up, so that a machine too busy to answer
 					// within the timeout is not taken for rounds waiting on
 					// the hung master.
-					ctlLat, ctlOK := attack26bRounds(t, c, run/2)
+					ctlLat, ctlOK := tryRoundsFor(t, c, run/2)
 					for _, s := range ss[:hung] {
 						s.stop()
 						defer s.cont()
 					}
-					lat, ok := attack26bRounds(t, c, run)
+					lat, ok := tryRoundsFor(t, c, run)
 					stop()
-					p50, p99, mx := attack26bPct(lat, .5), attack26bPct(lat, .99), attack26bPct(lat, 1)
-					if os.Getenv("ATTACK26B_MEASURE") != "" {
+					p50, p99, mx := percentile(lat, .5), percentile(lat, .99), percentile(lat, 1)
+					if os.Getenv("QUORUMLOCK_MEASURE") != "" {
 						t.Logf("%s hung=%d spin=%d: %d rounds, %d acquired, p50 %v p99 %v max %v",
 							k.name, hung, spin, len(lat), ok, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), mx.Round(100*time.Microsecond))
 					}
@@ -174,10 +174,10 @@ func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) 
 	if testing.Short() {
 		iters = 5
 	}
-	for _, k := range attack26bKinds {
-		for _, spin := range attack26bSpins() {
+	for _, k := range hungClientKinds {
+		for _, spin := range spinCounts() {
 			t.Run(fmt.Sprintf("%s/spin=%d", k.name, spin), func(t *testing.T) {
-				ss, addrs := attack26bMasters(t)
+				ss, addrs := startHungMasters(t)
 				c := k.make(t, addrs, timeout)
 				defer c.Close()
 				var lat []time.Duration
@@ -187,7 +187,7 @@ func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) 
 					try := 0
 					if !poll(5*time.Second, func() bool {
 						try++
-						l, err := c.TryAcquire(context.Background(), fmt.Sprint("attack26b-warm-", i, "-", try))
+						l, err := c.TryAcquire(context.Background(), fmt.Sprint("hung-warm-", i, "-", try))
 						if err != nil {
 							return false
 						}
@@ -199,9 +199,9 @@ func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) 
 					time.Sleep(20 * time.Millisecond)
 					ss[0].stop()
 					ss[1].stop()
-					stop := attack26bSpin(spin)
+					stop := spinGoroutines(spin)
 					start := time.Now()
-					_, err := c.TryAcquire(context.Background(), fmt.Sprint("attack26b-first-", i), redlock.WithTTL(10*time.Second))
+					_, err := c.TryAcquire(context.Background(), fmt.Sprint("hung-first-", i), redlock.WithTTL(10*time.Second))
 					lat = append(lat, time.Since(start))
 					stop()
 					ss[0].cont()
@@ -210,8 +210,8 @@ func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) 
 						t.Fatal("acquired with 2 of 3 masters hung")
 					}
 				}
-				p50, p99 := attack26bPct(lat, .5), attack26bPct(lat, 1)
-				if os.Getenv("ATTACK26B_MEASURE") != "" {
+				p50, p99 := percentile(lat, .5), percentile(lat, 1)
+				if os.Getenv("QUORUMLOCK_MEASURE") != "" {
 					t.Logf("%s spin=%d: %d first rounds on 2 hung of 3: p50 %v max %v all %v",
 						k.name, spin, len(lat), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), lat)
 				}
@@ -223,18 +223,18 @@ func TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout(t *testing.T) 
 	}
 }
 
-// attack26bSpins is how many goroutines spin in the measurements: none,
-// and GOMAXPROCS (ATTACK26B_SPIN=n sets the second).
-func attack26bSpins() []int {
+// spinCounts is how many goroutines spin in the measurements: none,
+// and GOMAXPROCS (QUORUMLOCK_SPIN=n sets the second).
+func spinCounts() []int {
 	n := runtime.GOMAXPROCS(0)
-	if v, err := strconv.Atoi(os.Getenv("ATTACK26B_SPIN")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("QUORUMLOCK_SPIN")); err == nil {
 		n = v
 	}
 	return []int{0, n}
 }
 
-// attack26bMasters starts three masters.
-func attack26bMasters(t *testing.T) (ss []*server, addrs []string) {
+// startHungMasters starts three masters.
+func startHungMasters(t *testing.T) (ss []*server, addrs []string) {
 	for range 3 {
 		s := startServer(t)
 		ss = append(ss, s)

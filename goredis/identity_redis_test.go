@@ -9,7 +9,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Issue 15 through the adapter: the run_id probe is a command sent through
+// Master identity through the adapter: the run_id probe is a command sent through
 // the Transport (the hook sees INFO on the lane's client), the first call
 // waits for it only as long as its ctx allows while a master is
 // SIGSTOPped, the probe goes on for a patient caller, and Close is not

@@ -12,14 +12,14 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack26: the lane's deadlines are pushed back by this process's
-// stalls, up to lateBound past them (9aac332). A hung master must still
+// The lane's deadlines are pushed back by this process's
+// stalls, up to lateBound past them. A hung master must still
 // fail commands within that bound, with go-redis's ContextTimeoutEnabled
 // either way; Close must not wait on it longer than go-redis does; late
 // grants must be rolled back; and the 5 ms beat must stop once nothing
 // waits.
 
-func attack26Ctx(on bool) func(*redis.Options) {
+func withLaneContext(on bool) func(*redis.Options) {
 	return func(o *redis.Options) { o.ContextTimeoutEnabled = on }
 }
 
@@ -30,7 +30,7 @@ func attack26Ctx(on bool) func(*redis.Options) {
 func TestLane_hungMasterFailsWithinTheBound(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", on), func(t *testing.T) {
-			s, l := connectedLane(t, attack26Ctx(on))
+			s, l := connectedLane(t, withLaneContext(on))
 			s.stop()
 			defer s.cont()
 			const d = 100 * time.Millisecond
@@ -76,7 +76,7 @@ func TestLane_closeWithACommandInFlightOnAHungMaster(t *testing.T) {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", on), func(t *testing.T) {
 			s := startServer(t)
 			const readTimeout = 2 * time.Second
-			c := newClient(t, s, attack26Ctx(on), func(o *redis.Options) { o.ReadTimeout = readTimeout })
+			c := newClient(t, s, withLaneContext(on), func(o *redis.Options) { o.ReadTimeout = readTimeout })
 			l := newLane(c, "test")
 			r, ch := cmd(5*time.Second, "PING")
 			l.send(r)
@@ -116,7 +116,7 @@ func TestLane_lateGrantsAreRolledBack(t *testing.T) {
 				servers := []*server{startServer(t), startServer(t), startServer(t)}
 				var clients []redis.UniversalClient
 				for _, s := range servers {
-					clients = append(clients, newClient(t, s, attack26Ctx(on)))
+					clients = append(clients, newClient(t, s, withLaneContext(on)))
 				}
 				rc, err := New(clients, redlock.WithTimeout(100*time.Millisecond))
 				if err != nil {
@@ -124,7 +124,7 @@ func TestLane_lateGrantsAreRolledBack(t *testing.T) {
 				}
 				defer rc.Close()
 				ctx := context.Background()
-				l, err := rc.TryAcquire(ctx, "attack26:warm", redlock.WithTTL(30*time.Second))
+				l, err := rc.TryAcquire(ctx, "hung:warm", redlock.WithTTL(30*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -136,7 +136,7 @@ func TestLane_lateGrantsAreRolledBack(t *testing.T) {
 				defer servers[0].cont()
 				defer servers[1].cont()
 				for i := 0; i < 5; i++ {
-					if _, err := rc.TryAcquire(ctx, fmt.Sprint("attack26:k", i), redlock.WithTTL(30*time.Second)); err == nil {
+					if _, err := rc.TryAcquire(ctx, fmt.Sprint("hung:k", i), redlock.WithTTL(30*time.Second)); err == nil {
 						t.Fatal("acquired with two masters of three stopped")
 					}
 				}

@@ -626,7 +626,7 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 			}
 
 			start := time.Now()
-			slow, slowCh := cmd(5*time.Second, "EVAL", attack26bBusy, 0, 150)
+			slow, slowCh := cmd(5*time.Second, "EVAL", busyScript, 0, 150)
 			l.send(slow)
 			taken(t, l, slow, false)
 			late, lateCh := cmd(budget, "SET", "a", "1", "NX", "PX", 10000)
@@ -634,7 +634,7 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 			sideDone := make(chan error, 1)
 			go func() {
 				time.Sleep(25 * time.Millisecond) // runs right after the lane's script
-				sideDone <- side.Eval(context.Background(), attack26bBusy, nil, 120).Err()
+				sideDone <- side.Eval(context.Background(), busyScript, nil, 120).Err()
 			}()
 			if hang {
 				time.Sleep(200 * time.Millisecond) // the SET sent, the second script running

@@ -15,8 +15,8 @@ import (
 	"github.com/quorumlock/quorumlock/transport"
 )
 
-// attack26bBusy is a script that keeps its master busy for ARGV[1] ms.
-const attack26bBusy = `local t = redis.call('TIME')
+// busyScript is a script that keeps its master busy for ARGV[1] ms.
+const busyScript = `local t = redis.call('TIME')
 local start = t[1] * 1000000 + t[2]
 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1]) * 1000
 return 1`
@@ -60,7 +60,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 	}
 	// Warm up: the masters identified, the scripts loaded (else the
 	// call waits for them before its round starts).
-	if l, err := c.TryAcquire(context.Background(), "attack26b-late-warm"); err != nil {
+	if l, err := c.TryAcquire(context.Background(), "hung-late-warm"); err != nil {
 		t.Fatal(err)
 	} else {
 		_ = l.Release(context.Background())
@@ -78,7 +78,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 		var wg sync.WaitGroup
 		busy := func(sc *redis.Client) {
 			defer wg.Done()
-			_ = sc.Eval(context.Background(), attack26bBusy, nil, 40).Err()
+			_ = sc.Eval(context.Background(), busyScript, nil, 40).Err()
 		}
 		for _, sc := range side1 {
 			wg.Add(1)
@@ -111,7 +111,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 			wg.Done()
 		}()
 		wg.Add(1)
-		key := fmt.Sprint("attack26b-late-", i)
+		key := fmt.Sprint("hung-late-", i)
 		start := time.Now()
 		l, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(ttl))
 		el := time.Since(start)
@@ -140,7 +140,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 		if bound := exp[1].Add(-drift); l.Until().After(bound) {
 			t.Errorf("lock granted after %v: Until is %v past the quorum's expiry less the drift", el, l.Until().Sub(bound))
 		}
-		if os.Getenv("ATTACK26B_MEASURE") != "" {
+		if os.Getenv("QUORUMLOCK_MEASURE") != "" {
 			t.Logf("granted after %v: Until-start %v, exp-start %v", el, l.Until().Sub(start), []time.Duration{exp[0].Sub(start), exp[1].Sub(start)})
 		}
 		if l.Until().After(start.Add(ttl - drift + time.Millisecond)) {

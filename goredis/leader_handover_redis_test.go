@@ -11,7 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Issue 18 through go-redis: a reader calls Election.Leader again and
+// Election.Leader through go-redis: a reader calls Election.Leader again and
 // again while candidates hand over many times, on one master and on five,
 // with the reader's clients on RESP3 (go-redis's default) and RESP2.
 // Every (value, term) it reads is a leader's real pair (each value

@@ -34,7 +34,7 @@ const stoppedClientEnv = "QUORUMLOCK_GOREDIS_STOPPED_CLIENT"
 // deadline is pushed back by the stalls the lane saw (lane.go) 0-5 and
 // 0-6. The rest are mostly stalls the lane did not see in full, and
 // go-redis replies read after the round's timeout: the adapter cannot
-// tell redlock that its master is not silent (issue 15). Run it with
+// tell redlock that its master is not silent. Run it with
 //
 //	go test -race -tags stoppedclient -run TestStoppedClient ./
 func TestStoppedClient_losesNothingWhileEveryMasterIsUp(t *testing.T) {

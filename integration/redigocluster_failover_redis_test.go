@@ -1,7 +1,7 @@
 package integration_test
 
 // Failovers of a cluster member's primary through the redigo transport
-// (issue 17); the go-redis forms are in goredis/cluster_failover_test.go.
+// the go-redis forms are in goredis/cluster_failover_test.go.
 
 import (
 	"context"

@@ -1,7 +1,6 @@
 package integration_test
 
-// Attack on issue 17 (the redigo cluster transport) on real Redis
-// Clusters.
+// The redigo cluster transport against faults of real Redis Clusters.
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package integration_test
 
-// Attack on issue 18 (attack18b): Election.Leader on members that are
+// Election.Leader on members that are
 // Redis Clusters through the redigo transport (cluster://).
 
 import (

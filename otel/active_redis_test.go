@@ -11,7 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Issue 16: a lock left unreleased (its holder stopped) leaves the active
+// A lock left unreleased (its holder stopped) leaves the active
 // locks once its validity ends, with no event from the client; releasing
 // it later does not count it twice.
 func TestObserver_active_unreleased_lock_expires(t *testing.T) {

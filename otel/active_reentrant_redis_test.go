@@ -8,7 +8,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attack of issue 16: a reentrant lock taken again renews its validity
+// A reentrant lock taken again renews its validity
 // (as Lock.Extend does); the gauge must go on counting it past the first
 // hold's validity while the owner keeps taking it again, and drop it at
 // the last release.

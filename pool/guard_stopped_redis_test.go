@@ -16,13 +16,13 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// attack26: the guard sets deadlines lazily (a50ee54). Every read and
+// The guard sets deadlines lazily. Every read and
 // write must still run under the deadline last asked for, over TCP and
 // TLS, with redigo's own timeouts, on pub/sub connections, and when the
 // master stops answering.
 
-// attack26Masters starts a plain master and a TLS one, each with a pool.
-func attack26Masters(t *testing.T) map[string]*struct {
+// plainAndTLSMasters starts a plain master and a TLS one, each with a pool.
+func plainAndTLSMasters(t *testing.T) map[string]*struct {
 	s *redistest.Server
 	p *pool.RedisPool
 } {
@@ -46,7 +46,7 @@ func attack26Masters(t *testing.T) map[string]*struct {
 	return out
 }
 
-func attack26Dial(t *testing.T, p *pool.RedisPool) redis.Conn {
+func dialGuarded(t *testing.T, p *pool.RedisPool) redis.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -70,9 +70,9 @@ func isTimeout(err error) bool {
 // many commands whose deadlines were only noted (answered from bytes
 // already read), over TCP and over TLS.
 func TestGuard_stoppedMasterStillTimesOut(t *testing.T) {
-	for name, m := range attack26Masters(t) {
+	for name, m := range plainAndTLSMasters(t) {
 		t.Run(name, func(t *testing.T) {
-			c := attack26Dial(t, m.p)
+			c := dialGuarded(t, m.p)
 			// Many pipelined commands: most deadlines are noted, not set.
 			for i := 0; i < 200; i++ {
 				if err := c.Send("PING"); err != nil {
@@ -117,7 +117,7 @@ func TestGuard_stoppedMasterStillTimesOut(t *testing.T) {
 			} {
 				c := c
 				if tc.what != "DoWithTimeout" {
-					c = attack26DialPaused(t, m)
+					c = dialPausedGuarded(t, m)
 				}
 				start := time.Now()
 				done := make(chan error, 1)
@@ -138,9 +138,9 @@ func TestGuard_stoppedMasterStillTimesOut(t *testing.T) {
 	}
 }
 
-// attack26DialPaused dials m while it is stopped: the TCP (and for TLS,
+// dialPausedGuarded dials m while it is stopped: the TCP (and for TLS,
 // the handshake) needs it running, so it runs for the dial and stops again.
-func attack26DialPaused(t *testing.T, m *struct {
+func dialPausedGuarded(t *testing.T, m *struct {
 	s *redistest.Server
 	p *pool.RedisPool
 }) redis.Conn {
@@ -148,7 +148,7 @@ func attack26DialPaused(t *testing.T, m *struct {
 	if err := m.s.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	c := attack26Dial(t, m.p)
+	c := dialGuarded(t, m.p)
 	if _, err := redis.DoWithTimeout(c, 5*time.Second, "PING"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +164,9 @@ func attack26DialPaused(t *testing.T, m *struct {
 // a stopped master does; and Close ends a Receive blocked under no
 // deadline, over TCP and TLS.
 func TestGuard_pubsubReaderAndWriter(t *testing.T) {
-	for name, m := range attack26Masters(t) {
+	for name, m := range plainAndTLSMasters(t) {
 		t.Run(name, func(t *testing.T) {
-			c := attack26Dial(t, m.p)
+			c := dialGuarded(t, m.p)
 			psc := redis.PubSubConn{Conn: c}
 			got := make(chan any, 16)
 			stop := make(chan struct{})
@@ -187,7 +187,7 @@ func TestGuard_pubsubReaderAndWriter(t *testing.T) {
 				}
 			}()
 			time.Sleep(20 * time.Millisecond) // the reader blocks, no deadline
-			if err := psc.Subscribe("attack26"); err != nil {
+			if err := psc.Subscribe("guarded"); err != nil {
 				t.Fatal(err)
 			}
 			want := func(what string, ok func(any) bool) {
@@ -202,7 +202,7 @@ func TestGuard_pubsubReaderAndWriter(t *testing.T) {
 				}
 			}
 			want("subscription", func(v any) bool { s, ok := v.(redis.Subscription); return ok && s.Kind == "subscribe" })
-			if _, err := m.s.Do("PUBLISH", "attack26", "hello"); err != nil {
+			if _, err := m.s.Do("PUBLISH", "guarded", "hello"); err != nil {
 				t.Fatal(err)
 			}
 			want("message", func(v any) bool { msg, ok := v.(redis.Message); return ok && string(msg.Data) == "hello" })
@@ -232,9 +232,9 @@ func TestGuard_pubsubReaderAndWriter(t *testing.T) {
 			_ = m.s.Resume()
 
 			// A pub/sub Receive asked to time out does so on a stopped master.
-			c2 := attack26Dial(t, m.p)
+			c2 := dialGuarded(t, m.p)
 			psc2 := redis.PubSubConn{Conn: c2}
-			if err := psc2.Subscribe("attack26"); err != nil {
+			if err := psc2.Subscribe("guarded"); err != nil {
 				t.Fatal(err)
 			}
 			if v := psc2.ReceiveWithTimeout(5 * time.Second); func() bool { _, ok := v.(redis.Subscription); return !ok }() {
@@ -306,7 +306,7 @@ func TestGuard_pastDeadlineWithTheReplyStashed(t *testing.T) {
 // and writes fail with net.ErrClosed at once, and setting a deadline
 // afterwards does not make them wait.
 func TestGuard_closeWithALazyDeadlinePending(t *testing.T) {
-	g := attack26Silent(t)
+	g := silentGuardedConn(t)
 	_ = g.SetReadDeadline(time.Now().Add(time.Hour))
 	_ = g.SetWriteDeadline(time.Now().Add(time.Hour))
 	if err := g.Close(); err != nil {
@@ -332,7 +332,7 @@ func TestGuard_closeWithALazyDeadlinePending(t *testing.T) {
 // writes (-race): a deadline set last, now, ends the read every time,
 // whichever moment of the read it lands on.
 func TestGuard_concurrentDeadlines(t *testing.T) {
-	g := attack26Silent(t)
+	g := silentGuardedConn(t)
 	for i := 0; i < 200; i++ {
 		_ = g.SetReadDeadline(time.Now().Add(time.Hour))
 		done := make(chan error, 1)
@@ -367,9 +367,9 @@ func TestGuard_concurrentDeadlines(t *testing.T) {
 	}
 }
 
-// attack26Silent returns a guarded TCP connection to a peer that reads
+// silentGuardedConn returns a guarded TCP connection to a peer that reads
 // everything and answers nothing; t.Cleanup closes both.
-func attack26Silent(t *testing.T) net.Conn {
+func silentGuardedConn(t *testing.T) net.Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -20,8 +20,7 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// Attacks on the guard and on the redaction of credentials that the first
-// tests did not try.
+// Hostile input to the guard and to the redaction of credentials.
 
 // A password with '/', '?' or '#' not escaped ends the URL's authority
 // early: the URL parser then takes part of the password for the port, and

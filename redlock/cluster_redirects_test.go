@@ -1,6 +1,6 @@
 package redlock_test
 
-// Attack on issue 17 (the redigo cluster transport): hostile nodes that
+// The redigo cluster transport against hostile nodes that
 // redirect in a loop, answer TRYAGAIN without end, or send an ASK to a
 // node that never answers. What each test shows is in its comment.
 
@@ -21,20 +21,20 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-var attack17Nodes atomic.Int64
+var hostileNodeSeq atomic.Int64
 
-// attack17Timeout is the per-master timeout of the tests of Close: Close
+// closeTestTimeout is the per-master timeout of the tests of Close: Close
 // may give the commands in flight one such timeout, not two
-// (attack17CloseBound leaves a generous margin for a loaded machine).
+// (closeTestBound leaves a generous margin for a loaded machine).
 const (
-	attack17Timeout    = 5 * time.Second
-	attack17CloseBound = 7500 * time.Millisecond
+	closeTestTimeout = 5 * time.Second
+	closeTestBound   = 7500 * time.Millisecond
 )
 
 // clusterNodeAnswer answers INFO with a run_id of its own, SCRIPT LOAD as a node would and every other command
 // with reply(slot of its key), counting the lock commands it saw.
 func clusterNodeAnswer(seen *atomic.Int64, reply func(slot int) string) hostile.Answer {
-	runID := fmt.Sprintf("%x", sha1.Sum([]byte(fmt.Sprint(attack17Nodes.Add(1)))))
+	runID := fmt.Sprintf("%x", sha1.Sum([]byte(fmt.Sprint(hostileNodeSeq.Add(1)))))
 	return func(w io.Writer, cmd []string, _ <-chan struct{}) error {
 		if cmd[0] == "INFO" {
 			info := "# Server\r\nrun_id:" + runID + "\r\n"
@@ -128,7 +128,7 @@ func TestCluster_redirectLoopIsBounded(t *testing.T) {
 // then gives what is in flight at most one per-master timeout.
 func ctxAndCloseHonoured(t *testing.T, seed, key, what string) {
 	t.Helper()
-	c, err := redigo.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(attack17Timeout))
+	c, err := redigo.NewFromAddrs([]string{"cluster://" + seed}, redlock.WithTimeout(closeTestTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +150,8 @@ func ctxAndCloseHonoured(t *testing.T, seed, key, what string) {
 	}
 	took = time.Since(start)
 	t.Logf("Close took %v", took)
-	if took > attack17CloseBound {
-		t.Errorf("Close took %v with %s under way (the per-master timeout is %v)", took, what, attack17Timeout)
+	if took > closeTestBound {
+		t.Errorf("Close took %v with %s under way (the per-master timeout is %v)", took, what, closeTestTimeout)
 	}
 }
 

@@ -26,7 +26,7 @@ func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
-		key := "atk28:close:" + path.name
+		key := "cf:close:" + path.name
 		var rollbacks atomic.Int32
 		var holds sync.WaitGroup
 		holds.Add(1)
@@ -35,7 +35,7 @@ func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 			switch {
 			case cmd[0] == "SET" && len(cmd) > 1 && cmd[1] == key && first.CompareAndSwap(false, true):
 				defer holds.Done()
-				return atk28Hold(c, atk28Held)
+				return holdReply(c, heldFor)
 			case cmd[0] == "EVALSHA" && len(cmd) > 5 && cmd[3] == key && cmd[5] == "":
 				rollbacks.Add(1)
 			}
@@ -44,7 +44,7 @@ func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 		p := hostile.NewProxy(t, s.Addr(), hook)
 		ignore := goleak.IgnoreCurrent()
 		var logs syncBuffer
-		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option(),
+		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(confirmTimeout), path.Option(),
 			redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)
@@ -87,14 +87,14 @@ func TestConfirm_closeWithAConfirmationInFlight(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
-		key := "atk28:closeinflight:" + path.name
+		key := "cf:closeinflight:" + path.name
 		var rollbacks atomic.Int32
 		var first atomic.Bool
 		confirmHeld := make(chan struct{})
 		hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
 			switch {
 			case cmd[0] == "SET" && len(cmd) > 1 && cmd[1] == key && first.CompareAndSwap(false, true):
-				return atk28Hold(c, atk28Held)
+				return holdReply(c, heldFor)
 			case cmd[0] == "EVALSHA" && len(cmd) > 5 && cmd[3] == key && cmd[5] == "":
 				if rollbacks.Add(1) == 2 {
 					close(confirmHeld)
@@ -105,7 +105,7 @@ func TestConfirm_closeWithAConfirmationInFlight(t *testing.T) {
 			return hostile.Forward
 		}
 		p := hostile.NewProxy(t, s.Addr(), hook)
-		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), path.Option())
+		c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(confirmTimeout), path.Option())
 		if err != nil {
 			t.Fatal(err)
 		}

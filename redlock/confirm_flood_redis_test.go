@@ -32,7 +32,7 @@ func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		const n, workers = 60, 6
 		ss := redistest.Start(t, 3)
-		prefix := "atk28:flood:" + path.name + ":"
+		prefix := "cf:flood:" + path.name + ":"
 		for i := 0; i < n; i++ {
 			if _, err := ss[1].Do("SET", fmt.Sprintf("%s%d", prefix, i), "another", "PX", 60000); err != nil {
 				t.Fatal(err)
@@ -40,7 +40,7 @@ func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 		}
 		var logs syncBuffer
 		c, err := redigo.NewFromAddrs([]string{ss[0].Addr(), ss[1].Addr(), ss[2].Addr()},
-			redlock.WithTimeout(atk28Timeout), path.Option(), redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			redlock.WithTimeout(confirmTimeout), path.Option(), redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,9 +18,9 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// atk28Dump describes every key on master s but the warm-up's: its type,
+// dumpKeys describes every key on master s but the warm-up's: its type,
 // PTTL and contents, sorted.
-func atk28Dump(t *testing.T, s *redistest.Server) string {
+func dumpKeys(t *testing.T, s *redistest.Server) string {
 	t.Helper()
 	keys, err := redis.Strings(s.Do("KEYS", "*"))
 	if err != nil {
@@ -66,7 +66,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 		keys  func(key string) []string // the keys the attempt writes (the first is the lock's)
 		other func(t *testing.T, c *redlock.Client, key string)
 		try   func(c *redlock.Client, key string) error
-		// leftover checks what stays on the master (atk28Dump's text) once
+		// leftover checks what stays on the master (dumpKeys's text) once
 		// the confirmation ran.
 		leftover func(dump, key string) error
 		// residue, when set: what the late acquisition left besides its
@@ -160,7 +160,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 	} {
 		t.Run(k.name, func(t *testing.T) {
 			s := redistest.StartOne(t)
-			key := "atk28:kinds:" + k.name
+			key := "cf:kinds:" + k.name
 			ks := k.keys(key)
 			onKey := func(cmd []string) bool {
 				switch cmd[0] {
@@ -208,8 +208,8 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 					return hostile.HangUp
 				}
 				if rollbacks.Add(1) == 1 {
-					before := atk28Scripts(s)
-					atk28AfterRun(s, before, c.Quit(), func() { close(setRun) })
+					before := scriptsRun(s)
+					afterScriptRuns(s, before, c.Quit(), func() { close(setRun) })
 					return hostile.Forward
 				}
 				select { // a later rollback runs after the late acquisition
@@ -220,7 +220,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 				return hostile.Forward
 			}
 			p := hostile.NewProxy(t, s.Addr(), hook)
-			c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk28Timeout), redigo.WithPipelining(false))
+			c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(confirmTimeout), redigo.WithPipelining(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 			// The confirmation is due 20 ms after the first rollback's
 			// answer; leave the rest of the attempt (a leave) time too.
 			time.Sleep(400 * time.Millisecond)
-			dump := atk28Dump(t, s)
+			dump := dumpKeys(t, s)
 			mu.Lock()
 			t.Logf("late acquisition: %s; %d rollbacks; keys %v; on the master: %s", late, rollbacks.Load(), ks, dump)
 			mu.Unlock()
@@ -278,7 +278,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 			defer cancel()
 			var last error
 			if !redistest.WaitFor(ctx, func() bool { last = k.residue(direct, key); return last == nil }) {
-				t.Fatalf("another holder is still turned away (%v): %s", last, atk28Dump(t, s))
+				t.Fatalf("another holder is still turned away (%v): %s", last, dumpKeys(t, s))
 			}
 			t.Logf("another holder got the lock %v later (%v)", time.Since(start).Round(time.Millisecond), err)
 		})

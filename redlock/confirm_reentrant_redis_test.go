@@ -17,25 +17,25 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// atk28Timeout is the per-master timeout of the attack28 clients; the
+// confirmTimeout is the per-master timeout of these tests' clients; the
 // pipelined path breaks a connection after max(10 of them, 1 s).
-const atk28Timeout = 100 * time.Millisecond
+const confirmTimeout = 100 * time.Millisecond
 
-// atk28Held is how long a held acquisition waits in the proxy before it is
+// heldFor is how long a held acquisition waits in the proxy before it is
 // dropped unrun: past the pooled timeout and the pipelined stall bound.
-const atk28Held = 1500 * time.Millisecond
+const heldFor = 1500 * time.Millisecond
 
-// atk28Script reports whether cmd is a script (EVALSHA or EVAL) on key,
+// scriptOfCommand reports whether cmd is a script (EVALSHA or EVAL) on key,
 // and returns its op (its first value).
-func atk28Script(cmd []string, key string) (string, bool) {
+func scriptOfCommand(cmd []string, key string) (string, bool) {
 	if (cmd[0] != "EVALSHA" && cmd[0] != "EVAL") || len(cmd) < 5 || cmd[3] != key {
 		return "", false
 	}
 	return cmd[4], true
 }
 
-// atk28Hold waits d, or until the test ends, and drops the command unrun.
-func atk28Hold(c *hostile.Conn, d time.Duration) hostile.Verdict {
+// holdReply waits d, or until the test ends, and drops the command unrun.
+func holdReply(c *hostile.Conn, d time.Duration) hostile.Verdict {
 	select {
 	case <-time.After(d):
 	case <-c.Quit():
@@ -43,9 +43,9 @@ func atk28Hold(c *hostile.Conn, d time.Duration) hostile.Verdict {
 	return hostile.HangUp
 }
 
-// atk28Scripts is how many scripts master s has run, or -1 when it cannot
+// scriptsRun is how many scripts master s has run, or -1 when it cannot
 // tell (unlike scriptCalls, safe in a goroutine that may outlive a test).
-func atk28Scripts(s *redistest.Server) int {
+func scriptsRun(s *redistest.Server) int {
 	conn, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(time.Second),
 		redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
 	if err != nil {
@@ -72,12 +72,12 @@ func atk28Scripts(s *redistest.Server) int {
 	return n
 }
 
-// atk28AfterRun calls f once master s ran one script more than before
-// (before taken with atk28Scripts), unless quit closes first.
-func atk28AfterRun(s *redistest.Server, before int, quit <-chan struct{}, f func()) {
+// afterScriptRuns calls f once master s ran one script more than before
+// (before taken with scriptsRun), unless quit closes first.
+func afterScriptRuns(s *redistest.Server, before int, quit <-chan struct{}, f func()) {
 	go func() {
 		for {
-			if n := atk28Scripts(s); n > before {
+			if n := scriptsRun(s); n > before {
 				f()
 				return
 			}
@@ -107,28 +107,28 @@ func TestConfirm_reentrantSparesNextHold(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		// alone: how many rollbacks a lone failed attempt sends, and what
 		// they answer. The last is the confirmation.
-		alone := atk28Reentrant(t, path, "alone", 0, false)
+		alone := reentrantConfirmCase(t, path, "alone", 0, false)
 		if n := len(alone); n < 2 || alone[n-1] != "0" || alone[n-2] != "0" {
 			t.Fatalf("a lone failed attempt sent rollbacks answered %v: want at least two, the last two finding nothing (the confirmation after one that found nothing)", alone)
 		}
 		for k := 1; k < len(alone); k++ {
-			atk28Reentrant(t, path, fmt.Sprintf("after%d", k), k, false)
+			reentrantConfirmCase(t, path, fmt.Sprintf("after%d", k), k, false)
 		}
-		atk28Reentrant(t, path, "inflight", len(alone), true)
+		reentrantConfirmCase(t, path, "inflight", len(alone), true)
 	})
 }
 
-// atk28Reentrant runs one case of TestConfirm_reentrantSparesNextHold:
+// reentrantConfirmCase runs one case of TestConfirm_reentrantSparesNextHold:
 // the owner's next hold starts after the startAfter-th rollback was
 // answered (0: never), or, with inflight, once the startAfter-th rollback
 // reached the proxy, which holds it 80 ms before it runs. It returns the
 // answers of the rollbacks ("release" with count 0) seen before the next
 // hold was released.
-func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, inflight bool) []string {
+func reentrantConfirmCase(t *testing.T, path connPath, name string, startAfter int, inflight bool) []string {
 	var answers []string
 	t.Run(name, func(t *testing.T) {
 		s := redistest.StartOne(t)
-		key := "atk28:re:" + path.name + ":" + name
+		key := "cf:re:" + path.name + ":" + name
 		var acquires, releases atomic.Int32
 		var mu sync.Mutex
 		var seen []string // the rollbacks' answers, in order
@@ -136,13 +136,13 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 		var startOnce sync.Once
 		startNext := func() { startOnce.Do(func() { close(start) }) }
 		hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
-			op, ok := atk28Script(cmd, key)
+			op, ok := scriptOfCommand(cmd, key)
 			if !ok {
 				return hostile.Forward
 			}
 			switch {
 			case op == "acquire" && acquires.Add(1) == 1:
-				return atk28Hold(c, atk28Held)
+				return holdReply(c, heldFor)
 			case op == "release" && len(cmd) > 7 && cmd[6] == "0" && cmd[7] == "":
 				// A rollback (a release announces itself on a channel).
 				n := int(releases.Add(1))
@@ -154,9 +154,9 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 						return hostile.HangUp
 					}
 				}
-				before := atk28Scripts(s)
+				before := scriptsRun(s)
 				v, _ := redis.Int(s.Do("EXISTS", key))
-				atk28AfterRun(s, before, c.Quit(), func() {
+				afterScriptRuns(s, before, c.Quit(), func() {
 					mu.Lock()
 					seen = append(seen, fmt.Sprintf("%d", v))
 					mu.Unlock()
@@ -167,10 +167,10 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 			}
 			return hostile.Forward
 		}
-		re := atk28FailedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-28", path)
+		re := failedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-28", path)
 		if startAfter == 0 {
 			// Alone: every rollback and the confirmation go out.
-			time.Sleep(atk28Held + 500*time.Millisecond) // the subject: past the held acquisition and its confirmation's due time
+			time.Sleep(heldFor + 500*time.Millisecond) // the subject: past the held acquisition and its confirmation's due time
 			mu.Lock()
 			answers = append([]string(nil), seen...)
 			mu.Unlock()
@@ -188,8 +188,8 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 			t.Fatalf("the owner's next hold: %v", err)
 		}
 		// Past every retry and confirmation of the failed attempt (the
-		// held acquisition is dropped unrun at atk28Held).
-		time.Sleep(atk28Held + 300*time.Millisecond) // the subject: past every retry and confirmation of the failed attempt
+		// held acquisition is dropped unrun at heldFor).
+		time.Sleep(heldFor + 300*time.Millisecond) // the subject: past every retry and confirmation of the failed attempt
 		n, err := redis.Int(s.Do("EXISTS", key))
 		if err != nil {
 			t.Fatal(err)
@@ -214,15 +214,15 @@ func atk28Reentrant(t *testing.T, path connPath, name string, startAfter int, in
 	return answers
 }
 
-// atk28FailedFirstHold makes a Client of the one master behind the proxy
-// at addr, on path, with atk28Timeout, closed when t ends, and a
+// failedFirstHold makes a Client of the one master behind the proxy
+// at addr, on path, with confirmTimeout, closed when t ends, and a
 // Reentrant of owner on key (TTL one minute), whose first TryAcquire it
 // runs and expects to fail: the proxy holds the acquisition. The Client's
 // first contact is made and the reentrant script loaded before (a hold of
 // key+":warm" taken and released), so that each rollback is one EVALSHA.
-func atk28FailedFirstHold(t *testing.T, addr, key, owner string, path connPath) *redlock.Reentrant {
+func failedFirstHold(t *testing.T, addr, key, owner string, path connPath) *redlock.Reentrant {
 	t.Helper()
-	c, err := redigo.NewFromAddrs([]string{addr}, redlock.WithTimeout(atk28Timeout), path.Option())
+	c, err := redigo.NewFromAddrs([]string{addr}, redlock.WithTimeout(confirmTimeout), path.Option())
 	if err != nil {
 		t.Fatal(err)
 	}

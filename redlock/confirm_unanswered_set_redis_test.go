@@ -47,7 +47,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ss := redistest.Start(t, tc.masters)
-				key := "atk28:count:" + path.name + ":" + tc.name
+				key := "cf:count:" + path.name + ":" + tc.name
 				for _, i := range tc.others {
 					if _, err := ss[i].Do("SET", key, "another", "PX", 60000); err != nil {
 						t.Fatal(err)
@@ -87,7 +87,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 								t.Errorf("the rollback run for the proxy: %v", err)
 							}
 							if tc.heldRB {
-								return atk28Hold(c, atk28Held)
+								return holdReply(c, heldFor)
 							}
 							return hostile.HangUp
 						}
@@ -99,7 +99,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 				for _, s := range ss[1:] {
 					addrs = append(addrs, s.Addr())
 				}
-				c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(atk28Timeout), path.Option())
+				c, err := redigo.NewFromAddrs(addrs, redlock.WithTimeout(confirmTimeout), path.Option())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -112,7 +112,7 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 				// a confirmation 20 ms after the last.
 				wait := 600 * time.Millisecond
 				if tc.heldRB {
-					wait += atk28Held
+					wait += heldFor
 				}
 				time.Sleep(wait) // the subject: the proxy holds the reply this long
 				mu.Lock()

@@ -1,7 +1,6 @@
-// Issue 18 (attack18): Election.Leader paired a value with a term that was
-// not that leader's during a hand-over (the term was read from the fencing
-// counter before the new leader's commit, in another round trip than the
-// token). Leader now reads the token, the term recorded for it and its
+// Election.Leader must pair a value with that leader's own term during a
+// hand-over, not a term read from the fencing counter before the new
+// leader's commit in another round trip. Leader reads the token, the term recorded for it and its
 // value in one script step per master.
 
 package redlock_test

@@ -1,6 +1,6 @@
 package redlock_test
 
-// Attack on issue 18 (attack18b): Election.Leader against tampered
+// Election.Leader against tampered
 // masters, a reader with exactly the documented ACL, and a frozen
 // majority.
 

@@ -9,7 +9,7 @@ import (
 // With masters that could not be read, Leader says it cannot tell when
 // the masters it could not read, with those that agree on a pair (or hold
 // a token), might make a quorum: neither "no leader" nor "hand-over",
-// which would claim what it did not see (attack18b).
+// which would claim what it did not see.
 func TestLeader_unreadMastersMightHideALeader(t *testing.T) {
 	rd := func(tok string, term uint64) leaderRead {
 		return leaderRead{token: tok, ttl: time.Second, term: term, value: "v" + tok}

@@ -1,7 +1,7 @@
 package redlock_test
 
 // Releases and rollbacks that a master did not confirm are finished in the
-// background (issue 15, 3): the key frees on that master as soon as it
+// background: the key frees on that master as soon as it
 // answers again, not at its TTL, and the caller's answer is unchanged.
 
 import (

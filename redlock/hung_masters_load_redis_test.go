@@ -18,18 +18,18 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack25cLoad is a way to keep this process's CPUs busy.
-type attack25cLoad string
+// cpuLoad is a way to keep this process's CPUs busy.
+type cpuLoad string
 
 const (
-	loadNone        attack25cLoad = "none"
-	loadGoroutines  attack25cLoad = "goroutines"   // a busy goroutine per P, in this process
-	loadProcesses   attack25cLoad = "processes"    // a busy-loop child process per CPU
-	loadGoroutines4 attack25cLoad = "goroutines×4" // four busy goroutines per P
+	loadNone        cpuLoad = "none"
+	loadGoroutines  cpuLoad = "goroutines"   // a busy goroutine per P, in this process
+	loadProcesses   cpuLoad = "processes"    // a busy-loop child process per CPU
+	loadGoroutines4 cpuLoad = "goroutines×4" // four busy goroutines per P
 )
 
 // start begins the load; the returned func ends it.
-func (l attack25cLoad) start(t *testing.T) func() {
+func (l cpuLoad) start(t *testing.T) func() {
 	t.Helper()
 	switch l {
 	case loadGoroutines, loadGoroutines4:
@@ -128,8 +128,8 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			}
 		}
 		defer resume()
-		median := map[attack25cLoad]time.Duration{}
-		for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
+		median := map[cpuLoad]time.Duration{}
+		for _, load := range []cpuLoad{loadNone, loadGoroutines4} {
 			stop := load.start(t)
 			var ds []time.Duration
 			end := time.Now().Add(time.Second)
@@ -169,7 +169,7 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 // that is always a few ms behind (beat.behind) must not excuse it.
 func TestMux_frozenMasterStaysDownUnderLoad(t *testing.T) {
 	redistest.SkipShort(t)
-	for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
+	for _, load := range []cpuLoad{loadNone, loadGoroutines4} {
 		t.Run(string(load), func(t *testing.T) {
 			reals := redistest.Start(t, 3)
 			thaw := make(chan struct{})
@@ -245,7 +245,7 @@ func TestTryAcquire_oneStoppedMasterDoesNotSlowRounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer servers[2].Resume()
-		for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
+		for _, load := range []cpuLoad{loadNone, loadGoroutines4} {
 			stop := load.start(t)
 			var acq, rel []time.Duration
 			failed := 0

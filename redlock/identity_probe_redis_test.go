@@ -13,7 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attack of issues 15/19: a caller whose ctx ends while the first
+// A caller whose ctx ends while the first
 // contact's run_id probe waits on a SIGSTOPped master gets what the
 // acquisitions document: an error matching ErrNotAcquired and ctx.Err(),
 // a *QuorumError naming the master the probe waited for. Inspect reports

@@ -112,7 +112,7 @@ func TestClient_identityProbeIsBounded(t *testing.T) {
 	})
 }
 
-// Issue 15: the first call waits for the identity probe only as long as
+// The first call waits for the identity probe only as long as
 // its own ctx allows; the probe goes on for the calls that can wait, and
 // Close ends it at once. One master SIGSTOPped, the per-master timeout
 // long, so that the probe outlasts the impatient caller's ctx.

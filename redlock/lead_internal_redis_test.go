@@ -484,8 +484,8 @@ func TestLead_wokenContendersExcludeEachOther(t *testing.T) {
 // A led acquisition returns only once its last legs were sent: on a
 // pipelined master, a release right after it would otherwise reach a
 // master before that master's SET, which then kept the key for its TTL
-// (found by the attack on this change: a read-write hash left on one
-// master of five after the holder's release).
+// (a read-write hash left on one master of five after the holder's
+// release).
 func TestLead_releaseRightAfterALedAcquisitionLeavesNothing(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 5)
@@ -544,8 +544,8 @@ func (s *stallingSend) Send(cmd *Command) {
 // transport when the round fails (here: the caller's ctx ends) must not
 // have its rollback handed over first: on the master's one connection the
 // rollback would run first, find nothing, and the SET after it would keep
-// the key until its TTL. (A MONITOR of the attack27 safety test showed
-// just that: the rollback, then 2 ms later the SET, on one connection.)
+// the key until its TTL. (On one connection: the rollback, then the
+// SET.)
 func TestLead_rollbackWaitsForTheSETToBeHandedOver(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)

@@ -63,7 +63,7 @@ func TestMessages_hungAndKilledMasters(t *testing.T) {
 		// The first call waits for the hung master: its command timed out
 		// (pooled) or never left the dial that timed out (pipelined), or
 		// the first contact's identity probe, which goes through the
-		// transport before the round (issue 15), met that dial's timeout
+		// transport before the round, met that dial's timeout
 		// first and the round's command was not tried; or (pooled) that
 		// probe went unanswered for the timeout, so the master was known
 		// down and the round's command not tried. (A round decided

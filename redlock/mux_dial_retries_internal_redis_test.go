@@ -21,8 +21,8 @@ import (
 	"github.com/quorumlock/quorumlock/transport"
 )
 
-// attack26: a dial that timed out while this process stalled is dialed
-// again at once, up to redigot.DialTries (3bda09a). With the master truly
+// A dial that timed out while this process stalled is dialed
+// again at once, up to redigot.DialTries. With the master truly
 // stopped and the process stalling all the while, the dials must still
 // end and count the master down; Close during them must not hang or
 // leak; and the backlog must reach the master once, in order.
@@ -42,10 +42,10 @@ func (d *countingDialer) Dial(ctx context.Context) (redis.Conn, error) {
 	return d.p.Dial(ctx)
 }
 
-// attack26Stalling makes this process stall as far as the mux can tell,
+// fakeStalling makes this process stall as far as the mux can tell,
 // for the rest of the test: goroutines that spin on every CPU (timers
 // fire late), and a stall recorded every 10 ms as a late timer would.
-func attack26Stalling(t *testing.T, st *stall.Stalls) {
+func fakeStalling(t *testing.T, st *stall.Stalls) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 2*runtime.GOMAXPROCS(0); i++ {
@@ -101,10 +101,10 @@ func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Resume()
-	attack26Stalling(t, c.stalls)
+	fakeStalling(t, c.stalls)
 	ctx := context.Background()
 	start := time.Now()
-	_, err = c.TryAcquire(ctx, "attack26:stopped")
+	_, err = c.TryAcquire(ctx, "hung:stopped")
 	el := time.Since(start)
 	if err == nil {
 		t.Fatal("acquired on a stopped master")
@@ -124,7 +124,7 @@ func TestMuxDial_stoppedMasterOnAStallingProcessIsCountedDown(t *testing.T) {
 	}
 	before := d.dials.Load()
 	start = time.Now()
-	_, err = c.TryAcquire(ctx, "attack26:stopped:2")
+	_, err = c.TryAcquire(ctx, "hung:stopped:2")
 	if err == nil || !strings.Contains(err.Error(), "its last dial failed") {
 		t.Fatalf("after the dials failed: %v, want the master counted down", err)
 	}
@@ -151,10 +151,10 @@ func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Resume()
-	attack26Stalling(t, c.stalls)
+	fakeStalling(t, c.stalls)
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.TryAcquire(context.Background(), "attack26:close")
+		_, err := c.TryAcquire(context.Background(), "hung:close")
 		done <- err
 	}()
 	// Into the second dial or later.
@@ -185,8 +185,8 @@ func TestMuxDial_closeDuringTheDialRetries(t *testing.T) {
 	}
 	_ = s.Resume()
 	d.p.Close()
-	goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("github.com/quorumlock/quorumlock/redlock.attack26Stalling.func1"),
-		goleak.IgnoreTopFunction("github.com/quorumlock/quorumlock/redlock.attack26Stalling.func2"))
+	goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("github.com/quorumlock/quorumlock/redlock.fakeStalling.func1"),
+		goleak.IgnoreTopFunction("github.com/quorumlock/quorumlock/redlock.fakeStalling.func2"))
 }
 
 // The commands that waited in the backlog through two dials that timed
@@ -206,7 +206,7 @@ func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	wg.Add(n)
 	for i := 0; i < n; i++ {
 		i := i
-		mx.Send(&Command{Name: "EVAL", Args: []any{"redis.call('RPUSH', KEYS[1], ARGV[1]) return 1", 1, "attack26:list", i}, Reply: transport.ReplyFlag,
+		mx.Send(&Command{Name: "EVAL", Args: []any{"redis.call('RPUSH', KEYS[1], ARGV[1]) return 1", 1, "hung:list", i}, Reply: transport.ReplyFlag,
 			Done: func(_ any, err error, _ SendInfo) { errs[i] = err; wg.Done() }})
 		if i%20 == 0 {
 			time.Sleep(5 * time.Millisecond) // across the dials
@@ -221,7 +221,7 @@ func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 	if got := d.dials.Load(); got != redigot.DialTries {
 		t.Fatalf("%d dials, want %d", got, redigot.DialTries)
 	}
-	v, err := redis.Strings(s.Do("LRANGE", "attack26:list", 0, -1))
+	v, err := redis.Strings(s.Do("LRANGE", "hung:list", 0, -1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,8 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attacks on the pipelined writer's yield before a pass that is not full
-// (53c2932), with the re-send on a connection the master closed
-// (fe0d1e8): N=3, so every command goes through the writer (a lone
+// The pipelined writer's yield before a pass that is not full, with the
+// re-send on a connection the master closed: N=3, so every command goes through the writer (a lone
 // master's caller may read its own reply instead), 32 goroutines of
 // mixed kinds — plain, fair, read-write, reentrant — on shared keys,
 // plain attempts on keys of their own whose ctx ends a moment after they
@@ -72,7 +71,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 			var re *redlock.Reentrant
 			if g%6 == 5 {
 				var err error
-				re, err = c.NewReentrant("atk25a:yield:re", fmt.Sprintf("owner-%d", g), wait...)
+				re, err = c.NewReentrant("lr:yield:re", fmt.Sprintf("owner-%d", g), wait...)
 				if err != nil {
 					errs <- err
 					return
@@ -84,19 +83,19 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 				var done func()
 				switch g % 6 {
 				case 0:
-					l, err = c.Acquire(ctx, "atk25a:yield:plain", wait...)
+					l, err = c.Acquire(ctx, "lr:yield:plain", wait...)
 					if err == nil {
 						check(plainHeld.Add(1))
 						done = func() { plainHeld.Add(-1) }
 					}
 				case 1:
-					l, err = c.Acquire(ctx, "atk25a:yield:fair", append(wait, redlock.WithFair())...)
+					l, err = c.Acquire(ctx, "lr:yield:fair", append(wait, redlock.WithFair())...)
 					if err == nil {
 						check(fairHeld.Add(1))
 						done = func() { fairHeld.Add(-1) }
 					}
 				case 2:
-					l, err = c.AcquireWrite(ctx, "atk25a:yield:rw", wait...)
+					l, err = c.AcquireWrite(ctx, "lr:yield:rw", wait...)
 					if err == nil {
 						check(writers.Add(1))
 						if readers.Load() > 0 {
@@ -105,7 +104,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 						done = func() { writers.Add(-1) }
 					}
 				case 3:
-					l, err = c.AcquireRead(ctx, "atk25a:yield:rw", wait...)
+					l, err = c.AcquireRead(ctx, "lr:yield:rw", wait...)
 					if err == nil {
 						readers.Add(1)
 						if writers.Load() > 0 {
@@ -116,7 +115,7 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 				case 4:
 					// An attempt whose ctx ends while its commands are
 					// queued or being written.
-					key := fmt.Sprintf("atk25a:yield:own:%d:%d", g, i)
+					key := fmt.Sprintf("lr:yield:own:%d:%d", g, i)
 					mu.Lock()
 					ownKeys = append(ownKeys, key)
 					mu.Unlock()
@@ -203,7 +202,7 @@ func TestMux_yieldCloseDuringBurst(t *testing.T) {
 				defer wg.Done()
 				for {
 					k := g % 4
-					l, err := c.TryAcquire(ctx, fmt.Sprintf("atk25a:burst:%d", k), redlock.WithTTL(time.Second))
+					l, err := c.TryAcquire(ctx, fmt.Sprintf("lr:burst:%d", k), redlock.WithTTL(time.Second))
 					if errors.Is(err, redlock.ErrClosed) {
 						return
 					}

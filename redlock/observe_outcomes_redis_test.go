@@ -14,8 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attacks on the observer seam (issue 16) that its author did not write:
-// outcomes and numbers of events the other tests do not reach, a killed
+// The observer seam: outcomes and numbers of events the other tests do not reach, a killed
 // (not paused) master's state, and observers that misbehave.
 
 func (r *recorder) snapshot() (acq []redlock.AcquireEvent, ext []redlock.ExtendEvent, rel []redlock.ReleaseEvent,

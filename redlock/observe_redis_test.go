@@ -343,7 +343,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	redistest.Eventually(t, 10*time.Second, "the condition", cond)
 }
 
-// Issue 16: the events name the lock (ID, the same from its acquisition
+// The events name the lock (ID, the same from its acquisition
 // to its loss or release, different for another lock) and carry its
 // validity (Until as Lock.Until, Validity left), so that an observer can
 // tell when a lock nobody releases stops being valid.

@@ -21,7 +21,7 @@ import (
 // A reentrant owner's attempts share one token, so a late rollback of an
 // earlier attempt must not reach a master after the next attempt's grant
 // there: it would delete that grant, and another owner could then win a
-// quorum while the first still holds its lock (issue 13, 2).
+// quorum while the first still holds its lock.
 func TestReentrant_lateRollbackKeepsNextAttempt(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)

@@ -19,11 +19,10 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attacks on the pooled transport's reads past the round's deadline
-// (4bf1635): a reply is read up to one per-master timeout late, and the
+// The pooled transport's reads past the round's deadline: a reply is read up to one per-master timeout late, and the
 // transport tells collect whether its master is silent.
 
-const atk25aTimeout = 300 * time.Millisecond
+const lateReplyTimeout = 300 * time.Millisecond
 
 // starvedClient is a pooled client of one master whose replies on key are
 // read `late` after they were written (starvedPool), and the pool under it.
@@ -33,7 +32,7 @@ func starvedClient(t *testing.T, s *redistest.Server, key string, late time.Dura
 		return redis.DialContext(ctx, "tcp", s.Addr())
 	}}
 	t.Cleanup(func() { rp.Close() })
-	c, err := redigo.New([]pool.Pool{starvedPool{p: rp, key: key, late: late}}, redlock.WithTimeout(atk25aTimeout))
+	c, err := redigo.New([]pool.Pool{starvedPool{p: rp, key: key, late: late}}, redlock.WithTimeout(lateReplyTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,19 +75,19 @@ func keepHeard(c *redlock.Client, prefix string) (stop func()) {
 func TestLateGrant_doesNotExtendValidity(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	const key = "atk25a:pooled:validity"
+	const key = "lr:pooled:validity"
 	rp := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", s.Addr())
 	}}
 	defer rp.Close()
 	sent := make(chan time.Time, 1)
-	sp := sentPool{starvedPool{p: rp, key: key, late: atk25aTimeout + 100*time.Millisecond}, key, sent}
-	c, err := redigo.New([]pool.Pool{sp}, redlock.WithTimeout(atk25aTimeout))
+	sp := sentPool{starvedPool{p: rp, key: key, late: lateReplyTimeout + 100*time.Millisecond}, key, sent}
+	c, err := redigo.New([]pool.Pool{sp}, redlock.WithTimeout(lateReplyTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	stop := keepHeard(c, "atk25a:pooled:validity:other")
+	stop := keepHeard(c, "lr:pooled:validity:other")
 	defer stop()
 	ctx := context.Background()
 	const ttl = 2 * time.Second
@@ -100,7 +99,7 @@ func TestLateGrant_doesNotExtendValidity(t *testing.T) {
 		t.Fatalf("a grant read late by a busy process: %v", err)
 	}
 	defer l.Release(ctx)
-	if took := after.Sub(before); took < atk25aTimeout {
+	if took := after.Sub(before); took < lateReplyTimeout {
 		t.Fatalf("TryAcquire took %v: the reply was not read late", took)
 	}
 	// The SET was written at `at`: the key lives on the master until at
@@ -129,8 +128,8 @@ func TestLateGrant_doesNotExtendValidity(t *testing.T) {
 func TestLateGrant_afterTheRoundFailedIsRolledBack(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	const key = "atk25a:pooled:failedlate"
-	c := starvedClient(t, s, key, atk25aTimeout+100*time.Millisecond)
+	const key = "lr:pooled:failedlate"
+	c := starvedClient(t, s, key, lateReplyTimeout+100*time.Millisecond)
 	ctx := context.Background()
 	before := time.Now()
 	_, err := c.TryAcquire(ctx, key, redlock.WithTTL(time.Minute))
@@ -142,7 +141,7 @@ func TestLateGrant_afterTheRoundFailedIsRolledBack(t *testing.T) {
 	} else if !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	if took > 2*atk25aTimeout+150*time.Millisecond {
+	if took > 2*lateReplyTimeout+150*time.Millisecond {
 		t.Errorf("TryAcquire took %v, past two per-master timeouts", took)
 	}
 	if err == nil {
@@ -160,9 +159,9 @@ func TestLateGrant_afterTheRoundFailedIsRolledBack(t *testing.T) {
 func TestLateGrant_afterCtxEndsIsRolledBack(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	const key = "atk25a:pooled:ctxlate"
-	c := starvedClient(t, s, key, atk25aTimeout+100*time.Millisecond)
-	stop := keepHeard(c, "atk25a:pooled:ctxlate:other")
+	const key = "lr:pooled:ctxlate"
+	c := starvedClient(t, s, key, lateReplyTimeout+100*time.Millisecond)
+	stop := keepHeard(c, "lr:pooled:ctxlate:other")
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
 	defer cancel()
@@ -188,9 +187,9 @@ func TestLateGrant_afterCtxEndsIsRolledBack(t *testing.T) {
 // the pooled transport's grace (600 ms), and past the one timeout Close
 // gives the work in flight (Close begins at 100 ms, when the caller's ctx
 // ends). The grant is then read by a transport already closed, and its
-// rollback is refused: the key stays until its TTL. Before 4bf1635 the
-// read failed at the deadline, inside Close's window, and the rollback
-// sent then deleted the key. Close must return within its bounds, leak
+// rollback is refused: the key stays until its TTL (a read that failed at
+// the deadline would fall inside Close's window, and the rollback sent then
+// would delete the key). Close must return within its bounds, leak
 // no goroutine, and leave no key behind.
 func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 	redistest.SkipShort(t)
@@ -198,7 +197,7 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 	// Checked after the proxy stops (cleanups run last first).
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	const key = "atk25a:pooled:close"
+	const key = "lr:pooled:close"
 	var once sync.Once
 	hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
 		if cmd[0] != "SET" || len(cmd) < 2 || cmd[1] != key {
@@ -221,11 +220,11 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 		return hostile.Swallow // a second SET NX of the same token: a no-op, unanswered
 	}
 	p := hostile.NewProxy(t, s.Addr(), hook)
-	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redigo.WithPipelining(false))
+	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(lateReplyTimeout), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm, err := c.TryAcquire(context.Background(), "atk25a:pooled:close:warm")
+	warm, err := c.TryAcquire(context.Background(), "lr:pooled:close:warm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +242,7 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 	}
 	took := time.Since(before)
 	t.Logf("Close took %v", took)
-	if took > 3*atk25aTimeout {
+	if took > 3*lateReplyTimeout {
 		t.Errorf("Close took %v, over three per-master timeouts", took)
 	}
 	if !s.WaitAbsent(key, 2*time.Second) {
@@ -260,7 +259,7 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 func TestPooled_oneConnectionBlackholedWhileTheMasterIsHeard(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
-	const key = "atk25a:pooled:blackhole"
+	const key = "lr:pooled:blackhole"
 	release := make(chan struct{})
 	var once sync.Once
 	hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
@@ -278,13 +277,13 @@ func TestPooled_oneConnectionBlackholedWhileTheMasterIsHeard(t *testing.T) {
 		return hostile.Forward
 	}
 	p := hostile.NewProxy(t, s.Addr(), hook)
-	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(atk25aTimeout), redigo.WithPipelining(false))
+	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(lateReplyTimeout), redigo.WithPipelining(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	defer close(release)
-	stop := keepHeard(c, "atk25a:pooled:blackhole:other")
+	stop := keepHeard(c, "lr:pooled:blackhole:other")
 	defer stop()
 	ctx := context.Background()
 	before := time.Now()
@@ -294,7 +293,7 @@ func TestPooled_oneConnectionBlackholedWhileTheMasterIsHeard(t *testing.T) {
 	if err == nil {
 		t.Fatal("granted by a master that never ran the SET")
 	}
-	if took > 2*atk25aTimeout+150*time.Millisecond {
+	if took > 2*lateReplyTimeout+150*time.Millisecond {
 		t.Errorf("TryAcquire took %v, past two per-master timeouts", took)
 	}
 	leftover.None(t, []*redistest.Server{s}, key)

@@ -37,7 +37,7 @@ import (
 // lateBound — see TestSilence_pooledHungMasterNotExcusedByAFewMsBehind.
 func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 	redistest.SkipShort(t)
-	for _, load := range []attack25cLoad{loadNone, loadGoroutines4} {
+	for _, load := range []cpuLoad{loadNone, loadGoroutines4} {
 		t.Run(string(load), func(t *testing.T) {
 			servers := redistest.Start(t, 3)
 			pools := make([]pool.Pool, len(servers))

@@ -16,8 +16,8 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Attacks on the re-send of what a connection the master closed carried
-// (fe0d1e8, muxConn.fail; the pooled path's own re-send on a fresh
+// The re-send of what a connection the master closed carried (the
+// pipelined muxConn.fail, and the pooled path's own re-send on a fresh
 // connection). A master that closes a connection may have run some of
 // what it read before it closed it: a SET NX or a release script then
 // runs twice. The second run must never be taken for a fresh outcome that
@@ -74,12 +74,12 @@ func TestResend_grantThatRanIsNotAFreshRefusal(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
-		const key = "atk25a:resent:set"
+		const key = "lr:resent:set"
 		h := &ranThenReset{s: s, name: "SET", key: key}
 		p := hostile.NewProxy(t, s.Addr(), h.hook)
 		c := addrClient(t, path, []string{p.Addr()})
 		ctx := context.Background()
-		warm, err := c.TryAcquire(ctx, "atk25a:resent:warm")
+		warm, err := c.TryAcquire(ctx, "lr:resent:warm")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestResend_grantThatRanOnOneOfThreeIsReleased(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		servers := redistest.Start(t, 3)
-		const key = "atk25a:resent:set3"
+		const key = "lr:resent:set3"
 		h := &ranThenReset{s: servers[0], name: "SET", key: key}
 		p := hostile.NewProxy(t, servers[0].Addr(), h.hook)
 		c := addrClient(t, path, []string{p.Addr(), servers[1].Addr(), servers[2].Addr()})
@@ -184,7 +184,7 @@ func TestResend_releaseThatRanIsNotALoss(t *testing.T) {
 	redistest.SkipShort(t)
 	forEachPath(t, func(t *testing.T, path connPath) {
 		s := redistest.StartOne(t)
-		const key = "atk25a:resent:release"
+		const key = "lr:resent:release"
 		h := &ranThenReset{s: s, name: "EVALSHA", key: key}
 		p := hostile.NewProxy(t, s.Addr(), h.hook)
 		c := addrClient(t, path, []string{p.Addr()})
@@ -266,7 +266,7 @@ func TestResend_ranThenResetUnderLoad(t *testing.T) {
 				for i := range 12 {
 					if g%3 == 0 {
 						k := g % 2
-						key := fmt.Sprintf("atk25a:rtr:shared:%d", k)
+						key := fmt.Sprintf("lr:rtr:shared:%d", k)
 						l, err := c.Acquire(ctx, key, redlock.WithWait(20*time.Second), redlock.WithBackoff(2*time.Millisecond, 10*time.Millisecond))
 						if err != nil {
 							errs <- fmt.Errorf("shared %d, goroutine %d: %w", k, g, err)
@@ -282,7 +282,7 @@ func TestResend_ranThenResetUnderLoad(t *testing.T) {
 						}
 						continue
 					}
-					key := fmt.Sprintf("atk25a:rtr:own:%d:%d", g, i)
+					key := fmt.Sprintf("lr:rtr:own:%d:%d", g, i)
 					l, err := c.TryAcquire(ctx, key, redlock.WithTTL(time.Minute))
 					mu.Lock()
 					ownKeys = append(ownKeys, key)
@@ -321,7 +321,7 @@ func TestResend_ranThenResetUnderLoad(t *testing.T) {
 		// Everything goes: failed attempts by their rollbacks, unconfirmed
 		// releases by the finisher's retries (TTL is a minute: waiting 10 s
 		// tells the two apart).
-		keys := append(ownKeys, "atk25a:rtr:shared:0", "atk25a:rtr:shared:1")
+		keys := append(ownKeys, "lr:rtr:shared:0", "lr:rtr:shared:1")
 		for i, s := range servers {
 			for _, k := range keys {
 				if !s.WaitAbsent(k, 10*time.Second) {

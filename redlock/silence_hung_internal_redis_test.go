@@ -14,7 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
-// attack25c: a beat that is behind by a few milliseconds tells that this
+// A beat that is behind by a few milliseconds tells that this
 // process has not run its timers for that long — not that a master that
 // has been silent for ten seconds answered. Under CPU load from this
 // process's own goroutines (a busy goroutine per P, as a CPU-bound
@@ -25,8 +25,7 @@ import (
 // read gets lateBound). The excuse should be bounded by how far behind
 // the beat is, not be the whole silence.
 //
-// These failed as of 9692045 (the silence was zeroed while the beat was
-// behind; it is now reduced by how far behind);
+// The silence is reduced by how far behind the beat is, not zeroed;
 // TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad shows what it cost
 // a caller.
 

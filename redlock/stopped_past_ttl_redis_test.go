@@ -20,9 +20,9 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack25cStoppedEnv carries the path and the masters' addresses to the
+// stoppedChildEnv carries the path and the masters' addresses to the
 // child of TestValidity_processStoppedLongerThanTheTTL.
-const attack25cStoppedEnv = "QUORUMLOCK_A25C_STOPPED"
+const stoppedChildEnv = "QUORUMLOCK_STOPPED_CHILD"
 
 // a25cHold is one lock a client got: when TryAcquire was called, when it
 // returned, and the lock's Until, in ns since the Unix epoch.
@@ -61,7 +61,7 @@ const a25cRuns = 5
 // after it: a stop does not always catch one, so the test runs again, at
 // most a25cRuns times, until one did, and fails if none ever did.
 func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
-	if spec := os.Getenv(attack25cStoppedEnv); spec != "" {
+	if spec := os.Getenv(stoppedChildEnv); spec != "" {
 		a25cStoppedChild(t, spec)
 		return
 	}
@@ -91,7 +91,7 @@ func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
 // across the stop.
 func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*redistest.Server, addrs []string) (inFlight int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestValidity_processStoppedLongerThanTheTTL$", "-test.short", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%s", attack25cStoppedEnv, path.name, strings.Join(addrs, ",")))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%s", stoppedChildEnv, path.name, strings.Join(addrs, ",")))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

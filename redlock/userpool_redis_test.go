@@ -279,7 +279,7 @@ func testUserPools(t *testing.T, shape userPoolShape, pipelining bool) {
 		if wantPipelined {
 			// One pipelined connection carries the locks, and the
 			// client's first call's run_id probe (duplicate masters): the
-			// user's pool lends nothing (issue 15).
+			// user's pool lends nothing.
 			if most[i] > 1 || lock > 1 {
 				t.Errorf("master %d: %d lock connections during the load, %d after it; want 1: pipelined", i, most[i], lock)
 			}

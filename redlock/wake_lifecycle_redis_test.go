@@ -16,7 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack25b: attacks on the wake-up path that the design held up against.
+// The wake-up path's life cycle.
 // Waiters run on a fake clock whose backoff never fires unless said
 // otherwise: only a release's notice (or a recheck) can get them the lock.
 

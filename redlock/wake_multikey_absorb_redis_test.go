@@ -10,7 +10,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack25b: a woken waiter that neither takes the lock nor gives up
+// A woken waiter that neither takes the lock nor gives up
 // absorbs the release's notice.
 //
 // The waker wakes one waiter of a key per client per release (at the first

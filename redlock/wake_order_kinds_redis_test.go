@@ -1,8 +1,7 @@
 package redlock_test
 
-// Attacks on the ordering per holder on each master, Close, and the
-// wake-ups of waiters (issues 13 and 14): tests written against the fixes
-// by someone who did not write them.
+// The ordering per holder on each master, Close, and the wake-ups of
+// waiters.
 
 import (
 	"context"

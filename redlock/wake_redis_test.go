@@ -112,7 +112,7 @@ func (pp plainPool) GetContext(ctx context.Context) (redis.Conn, error) { return
 
 // Close returns promptly after waiters used a pool that is not a dialer (a
 // plain *redis.Pool, or a pool of the user's own): the subscriber's
-// connection is not closed under its reader (issue 13, 3).
+// connection is not closed under its reader.
 func TestWake_closeAfterWaitersWithPlainPools(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -265,7 +265,7 @@ func cmdCalls(t *testing.T, rs *realSet, i int, cmd string) int {
 
 // Waiters whose subscriptions are live poll a held key only at the
 // fallback poll (seconds), not at every backoff (≤ 250 ms): the release's
-// notice wakes them (issue 14).
+// notice wakes them.
 func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		waiters := 300

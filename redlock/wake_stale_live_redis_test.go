@@ -13,7 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// attack25b: a channel whose UNSUBSCRIBE is sent but not yet acknowledged
+// A channel whose UNSUBSCRIBE is sent but not yet acknowledged
 // still counts as live.
 //
 // redigoSub.Live reports live[ch], which only the reader clears, when the

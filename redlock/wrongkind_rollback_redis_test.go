@@ -33,7 +33,7 @@ func TestWrongKind_rollbackThatMeetsAnotherKindIsConfirmed(t *testing.T) {
 		rolledBack, acquired := make(chan struct{}), make(chan struct{})
 		var rolledOnce, acquiredOnce sync.Once
 		hook := func(c *hostile.Conn, cmd []string) hostile.Verdict {
-			op, ok := atk28Script(cmd, key)
+			op, ok := scriptOfCommand(cmd, key)
 			if !ok {
 				return hostile.Forward
 			}
@@ -49,12 +49,12 @@ func TestWrongKind_rollbackThatMeetsAnotherKindIsConfirmed(t *testing.T) {
 				if _, err := s.Do("DEL", key); err != nil {
 					t.Error(err)
 				}
-				before := atk28Scripts(s)
-				atk28AfterRun(s, before, c.Quit(), func() { acquiredOnce.Do(func() { close(acquired) }) })
+				before := scriptsRun(s)
+				afterScriptRuns(s, before, c.Quit(), func() { acquiredOnce.Do(func() { close(acquired) }) })
 			case op == "release" && len(cmd) > 7 && cmd[6] == "0" && cmd[7] == "":
 				if rollbacks.Add(1) == 1 {
-					before := atk28Scripts(s)
-					atk28AfterRun(s, before, c.Quit(), func() { rolledOnce.Do(func() { close(rolledBack) }) })
+					before := scriptsRun(s)
+					afterScriptRuns(s, before, c.Quit(), func() { rolledOnce.Do(func() { close(rolledBack) }) })
 					break
 				}
 				// A confirmation or retry: after the late acquisition.
@@ -66,7 +66,7 @@ func TestWrongKind_rollbackThatMeetsAnotherKindIsConfirmed(t *testing.T) {
 			}
 			return hostile.Forward
 		}
-		atk28FailedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-late", path)
+		failedFirstHold(t, hostile.NewProxy(t, s.Addr(), hook).Addr(), key, "owner-late", path)
 		select {
 		case <-acquired:
 		case <-time.After(10 * time.Second):

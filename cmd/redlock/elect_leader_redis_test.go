@@ -108,7 +108,7 @@ func TestLeader_JSONOutput(t *testing.T) {
 	}
 }
 
-// Issue 18 from the shell: while candidates hand over again and again,
+// Election from the shell: while candidates hand over again and again,
 // every answer of `redlock leader --json` is a leader's real (value, term)
 // pair, or null (between leaders, or a hand-over in progress).
 func TestLeader_CLIPairsDuringHandOver(t *testing.T) {

@@ -422,7 +422,7 @@ func TestRedlockCLI_statusHungNodeAskedOnce(t *testing.T) {
 	}
 }
 
-// redlock exec on members that are Redis Clusters (issue 17): the lock is
+// redlock exec on members that are Redis Clusters: the lock is
 // taken on the node that owns the key's slot in every member, held while
 // the command runs (a second exec is refused, exit 75), released after;
 // --fence exports a fencing token.

@@ -15,7 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Failovers of a member's primary to its replica (issue 17).
+// Failovers of a member's primary to its replica.
 //
 // The members run with cluster-replica-no-failover yes where a test
 // must decide when a replica is promoted: Redis Cluster otherwise

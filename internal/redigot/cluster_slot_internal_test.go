@@ -8,7 +8,7 @@ import (
 )
 
 // A cluster member's Inspect routes a script call (Election.Leader's read)
-// by its first key, not by the script's text (attack18b).
+// by its first key, not by the script's text.
 func TestCluster_inspectRoutesScriptByFirstKey(t *testing.T) {
 	const key = "{elect}:lock"
 	for _, tc := range []struct {

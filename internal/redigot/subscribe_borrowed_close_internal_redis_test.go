@@ -176,8 +176,7 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 
 // The pool's connections have a short read timeout (a user's redis.Pool,
 // the package's own guarded pool): the subscription, which reads without a
-// deadline, does not break while idle for longer than it (before 7252de9
-// the user's pool's did), and its Close behind a stopped master returns and
+// deadline, does not break while idle for longer than it, and its Close behind a stopped master returns and
 // discards the connection.
 func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.T) {
 	redistest.SkipShort(t)
@@ -260,8 +259,7 @@ func TestSubscribeBorrowed_loggingConnPoolWorksAndBreaks(t *testing.T) {
 // A redis.Pool whose Dial wraps its connections, lent through a user's
 // pool: the pool's activeConn has every method and passes each call on, so
 // a check of the methods accepted it, and Close then hung for ever (the
-// reader, with no deadline, on a connection breakConn could not break;
-// found by this attack on 7252de9). The subscription is refused
+// reader, with no deadline, on a connection breakConn could not break). The subscription is refused
 // (ErrInvalid, as for a pool whose own connections lack the abilities);
 // were it accepted, Close must still return.
 func TestSubscribeBorrowed_unbreakableInnerConnIsRefused(t *testing.T) {

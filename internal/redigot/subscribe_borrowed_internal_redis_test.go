@@ -139,7 +139,7 @@ func (g getPool) GetContext(context.Context) (redis.Conn, error) { return g.p.Ge
 // the dial's error, not a subscription on whatever the pool lends next. Had
 // the failed connection passed as broken, a subscription on a connection
 // that cannot be broken (redistest.TimeoutOnlyConn) would be accepted once the master
-// is back, and its Close would hang (review of a0bb551).
+// is back, and its Close would hang.
 func TestSubscribe_probeOfAFailedConnectionProvesNothing(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)

@@ -50,8 +50,8 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 			return ""
 		}, true, false, false},
 		// Only NOPERM refuses notices for good; any other reply that is
-		// not a notice is a failure of the master (review of d7f9cd5,
-		// where the shape of the reply decided).
+		// not a notice is a failure of the master, whatever
+		// the shape of the reply.
 		{"NOPERM", func(i int, ch string) string {
 			if i == 0 {
 				return "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"
