@@ -20,22 +20,25 @@ import (
 
 // WithMinHold keeps the lock's key on the masters for at least d from the
 // acquisition, like ShedLock's lockAtLeastFor: a Release before then does
-// not delete it but leaves it to expire d after the acquisition (the
-// masters' time to live is set to what is left of d, on every master that
-// still holds this lock's token), so no other client can take the key
+// not delete it but sets its time to live to what is left of d, where it
+// still holds this lock's token, so no other client can take the key
 // before then. The Lock itself is released as usual: Lost closes, and
 // Extend fails. A Release after d deletes the key as without the option.
 //
 // The minimum is counted on the client's clock from the start of the
-// winning attempt; masters whose clocks run fast may let the key go up
-// to the drift allowance early, and a master that misses the release
-// keeps the key until its own time to live. It is a guard against running
-// a scheduled job twice, not a safety property: fence the job's results
-// (WithFencing) where a repeat must never be committed.
+// winning attempt, and each master counts what is left of it from when it
+// runs the release: a master whose clock runs fast may let the key go up
+// to the drift allowance early, one that runs the release late keeps the
+// key that much longer, and one that misses it keeps the key until its
+// own time to live. It is a guard against running a scheduled job twice,
+// not a safety property: fence the job's results (WithFencing) where a
+// repeat must never be committed.
 //
-// Only plain locks (Acquire, TryAcquire, Do, with or without WithFair
-// and WithFencing) take it; d must not be negative. The default, 0, keeps
-// no minimum.
+// Plain locks (Acquire, TryAcquire, Do, with or without WithFair and
+// WithFencing) and a semaphore's permits (NewSemaphore: a permit released
+// early keeps its slot) take it; read-write, reentrant and multi-key locks
+// and elections refuse it (ErrInvalid). d must not be negative. The
+// default, 0, keeps no minimum.
 func WithMinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
 
 // checkMinHold rejects a negative minimum and one longer than a TTL may

@@ -57,7 +57,8 @@ func (p *Permit) Semaphore() string { return p.sem }
 // key. It sends nothing. opts apply to every permit: WithTTL (how long a
 // permit whose holder died keeps its slot), WithAutoExtend, WithMaxHold,
 // WithFencing (a fencing token per permit, counted per slot), WithMetadata
-// (who holds it, for redlock status), WithBackoff and WithWait (a bound on
+// (who holds it, for redlock status), WithMinHold (a permit released early
+// keeps its slot until the minimum), WithBackoff and WithWait (a bound on
 // Acquire's whole wait). WithFair is refused (ErrInvalid): waiters are woken
 // by any slot's release, not served in order.
 //

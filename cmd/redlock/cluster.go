@@ -24,6 +24,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	keyslot "github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/slots"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -196,14 +197,15 @@ func moved(err error, slot int) string {
 // clusterReport is what doctor found on a member that is a Redis Cluster:
 // the "cluster" object of a member of doctor --json (docs/operations.md).
 type clusterReport struct {
-	From          string    `json:"from,omitempty"` // the node CLUSTER INFO and SLOTS came from
-	State         string    `json:"cluster_state"`  // "ok", "fail", or "" when no seed answered
-	SlotsAssigned int       `json:"slots_assigned"` // CLUSTER INFO's cluster_slots_assigned
-	SlotsFail     int       `json:"slots_fail"`     // cluster_slots_fail
-	SlotsPFail    int       `json:"slots_pfail"`    // cluster_slots_pfail
-	KnownNodes    int       `json:"known_nodes"`    // cluster_known_nodes
-	SlotsCovered  int       `json:"slots_covered"`  // slots with a primary in CLUSTER SLOTS
-	Nodes         []*report `json:"nodes"`          // each primary, checked as a master is
+	From          string    `json:"from,omitempty"`     // the node CLUSTER INFO and SLOTS came from
+	State         string    `json:"cluster_state"`      // "ok", "fail", or "" when no seed answered
+	SlotsAssigned int       `json:"slots_assigned"`     // CLUSTER INFO's cluster_slots_assigned
+	SlotsFail     int       `json:"slots_fail"`         // cluster_slots_fail
+	SlotsPFail    int       `json:"slots_pfail"`        // cluster_slots_pfail
+	KnownNodes    int       `json:"known_nodes"`        // cluster_known_nodes
+	SlotsCovered  int       `json:"slots_covered"`      // slots with a primary in CLUSTER SLOTS
+	KeyNode       string    `json:"key_node,omitempty"` // with --key: the primary owning its slot, whose ACL was checked
+	Nodes         []*report `json:"nodes"`              // each primary, checked as a master is
 }
 
 // examineCluster checks a member that is a Redis Cluster: its state and
@@ -213,7 +215,10 @@ type clusterReport struct {
 // cluster is not ok, leaves slots uncovered or has a primary that FAILs,
 // FAILs: the keys of some slots cannot be locked on it.
 func examineCluster(ctx context.Context, m *clusterMember, timeout time.Duration, rc rateCheck) *report {
-	rc.aclKey = "" // the probe key's slot lives on one node: --key checks single masters only
+	// With --key, the ACL probe runs on the primary that owns the key's
+	// slot (the probe shares it), the node every lock on the key uses.
+	key := rc.aclKey
+	rc.aclKey = ""
 	r := &report{Addr: m.spec, Cluster: &clusterReport{Nodes: []*report{}}}
 	cr := r.Cluster
 	ctx, cancel := context.WithTimeout(ctx, max(2*time.Second, 10*timeout))
@@ -277,6 +282,18 @@ func examineCluster(ctx context.Context, m *clusterMember, timeout time.Duration
 		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d slots have no primary (%s): keys in them cannot be locked on this member; assign them (CLUSTER ADDSLOTS, or redis-cli --cluster fix)",
 			clusterSlots-cr.SlotsCovered, clusterSlots, strings.Join(gaps, ", ")))
 	}
+	if key != "" {
+		slot := keyslot.Slot(key)
+		for _, s := range m.slots {
+			if slot >= s.lo && slot <= s.hi {
+				cr.KeyNode = s.addr
+				break
+			}
+		}
+		if cr.KeyNode == "" {
+			r.Problems = append(r.Problems, fmt.Sprintf("--key %s: its slot %d has no primary, so its ACL was not checked on this member", display(key), slot))
+		}
+	}
 	var addrs []string
 	seen := map[string]bool{}
 	for _, s := range m.slots {
@@ -300,10 +317,14 @@ func examineCluster(ctx context.Context, m *clusterMember, timeout time.Duration
 			nodes[i] = &report{Addr: a, Error: err.Error(), Problems: []string{err.Error()}}
 			continue
 		}
+		nrc := rc
+		if a == cr.KeyNode {
+			nrc.aclKey = key
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i] = examine(ctx, p, timeout, rc)
+			nodes[i] = examine(ctx, p, timeout, nrc)
 		}()
 	}
 	wg.Wait()

@@ -129,7 +129,8 @@ const doctorLine = "usage: redlock doctor [--json] [--rate-sample D] [--drift-fa
 	"A member that is a Redis Cluster (cluster://HOST:PORT[+HOST:PORT...]):\n" +
 	"cluster_state ok, every slot covered, no failing slots, primaries announced\n" +
 	"on loopback when the seeds are (others are not dialed), and each primary\n" +
-	"checked as a master."
+	"checked as a master; with --key, the ACL is checked on the primary that\n" +
+	"owns the key's slot."
 
 // defaultRateSample is how long doctor samples each master's clock rate.
 const defaultRateSample = 3 * time.Second
@@ -202,7 +203,7 @@ func cmdDoctor(ctx context.Context, e *env, asJSON bool, rc rateCheck) int {
 	}
 	sum := summarize(reports)
 	var lock *lockCopies
-	if rc.aclKey != "" && !slices.ContainsFunc(e.clusters, func(cm *clusterMember) bool { return cm != nil }) {
+	if rc.aclKey != "" {
 		lock = copiesOf(ctx, e, rc.aclKey)
 	}
 	if asJSON {
@@ -247,6 +248,9 @@ func printReport(w io.Writer, r *report, indent, label string) {
 	if c := r.Cluster; c != nil && c.State != "" {
 		fmt.Fprintf(w, "%sRedis Cluster: cluster_state %s, %d of %d slots covered, %s (CLUSTER INFO and SLOTS from %s)\n", in,
 			display(c.State), c.SlotsCovered, clusterSlots, strconv.Itoa(len(c.Nodes))+" primaries", c.From)
+		if c.KeyNode != "" {
+			fmt.Fprintf(w, "%s--key: the key's slot is on node %s, where its ACL was checked\n", in, c.KeyNode)
+		}
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "%sFAIL: %s\n", in, p)

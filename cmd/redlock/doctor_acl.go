@@ -12,8 +12,6 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
-	"github.com/quorumlock/quorumlock/redigo"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // checkACL runs, on a probe key beside key (in its hash slot, covered by
@@ -86,7 +84,7 @@ type lockCopies struct {
 // copies of its plain lock; nil when it cannot be read or is no plain
 // lock (then there is nothing to say).
 func copiesOf(ctx context.Context, e *env, key string) *lockCopies {
-	c, err := redigo.New(e.poolList(), redlock.WithTimeout(max(e.timeout, time.Second)))
+	c, err := e.newClient(max(e.timeout, time.Second))
 	if err != nil {
 		return nil
 	}
