@@ -69,6 +69,22 @@ type kind interface {
 	forRelease() kind
 }
 
+// attemptKind is a kind whose every acquisition attempt carries a value
+// of its own beside the token (a reentrant hold's id): forAttempt returns
+// a copy of the kind with a new one. Each attempt's round, and the Lock
+// that the attempt returns, use that copy.
+type attemptKind interface {
+	forAttempt() kind
+}
+
+// kindForAttempt returns the kind an acquisition attempt of k uses.
+func kindForAttempt(k kind) kind {
+	if a, ok := k.(attemptKind); ok {
+		return a.forAttempt()
+	}
+	return k
+}
+
 // baseKind is what a kind is unless it says otherwise: a fresh random
 // token per attempt, one key, nothing left behind, held alone.
 type baseKind struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -13,10 +14,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
-// Reentrant locks: one Redis hash per key holding the owner and its hold
-// count (internal/scripts/reentrant.lua). The owner is the token of every
-// hold, so its rounds supersede each other (finish.go) and none may run
-// late.
+// Reentrant locks: one Redis hash per key holding the owner, its hold
+// count and the hold's id (internal/scripts/reentrant.lua). The owner is
+// the token of every hold, so its rounds supersede each other (finish.go)
+// and none may run late; the hold id, new for every attempt at a first
+// hold, keeps a command of an older hold that a master runs late anyway
+// from ending or changing a newer one (docs/design.md, "Reentrant holds").
 
 // Reentrant is a reentrant lock on one key for one owner: the owner may
 // take it again while holding it, and must release it as many times. Go
@@ -45,13 +48,12 @@ type Reentrant struct {
 
 // NewReentrant returns a reentrant lock on key for owner (a random owner
 // when empty). It sends nothing; opts apply to every acquisition. An owner
-// ID must be used by one Reentrant at a time: two handles with the same
-// owner count their holds separately. Nor may it move to another Client
-// while this one may still retry a release or rollback of it in the
-// background (docs/design.md, "Finishing what a master missed"): a retry
-// compares the owner, not a hold, so it would delete the other Client's
-// hold. Close the first Client before the owner is used elsewhere, or give
-// each Client owners of its own.
+// ID belongs to one Reentrant at a time: every hold has an id of its own,
+// so a second handle with the same owner is refused while the first holds
+// the lock, as another owner would be, and a new hold is refused on a
+// master that still has an older hold of the owner (a release or rollback
+// it missed, which this Client may retry in the background) until that
+// hold is released there or expires.
 func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
@@ -318,32 +320,49 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 }
 
 // reentrantKind is a reentrant owner's lock: the owner is its token, and
-// each round sets the hold count.
+// each round sets the hold count. Every attempt at a first hold has an id
+// of its own (forAttempt), which the rounds of the hold it grants keep:
+// the script acts only on the hold with that id, so that an owner's
+// older release, rollback or re-entry that a master runs late cannot end
+// or change a newer hold of the same owner (docs/design.md, "Reentrant
+// holds").
 type reentrantKind struct {
 	baseKind
 	owner     string // the owner, which is also the token
+	hold      string // the hold's id: its first attempt's
 	count     int64  // the hold count to set
 	releaseID string // the last release (count 0): the id it is announced by
 }
 
-var _ kind = (*reentrantKind)(nil)
+var (
+	_ kind        = (*reentrantKind)(nil)
+	_ attemptKind = (*reentrantKind)(nil)
+)
 
 func (k *reentrantKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
 	key, tok := r.key, r.token
 	switch op {
 	case opAcquire:
-		return scripts.Reentrant, "", append(dst, key, "acquire", tok, r.ttlMS, k.count)
+		return scripts.Reentrant, "", append(dst, key, "acquire", tok, r.ttlMS, k.count, k.hold)
 	case opExtend:
-		return scripts.Reentrant, "", append(dst, key, "extend", tok, r.ttlMS)
+		return scripts.Reentrant, "", append(dst, key, "extend", tok, r.ttlMS, k.hold)
 	case opRelease:
 		ch := ""
 		if k.count == 0 {
 			ch = wakeChannel(key)
 		}
-		return scripts.Reentrant, "", append(dst, key, "release", tok, k.count, ch, k.releaseID)
+		return scripts.Reentrant, "", append(dst, key, "release", tok, k.count, ch, k.releaseID, k.hold)
 	default: // opRollback of a first hold: nothing was held before
-		return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "")
+		return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "", "", k.hold)
 	}
+}
+
+// forAttempt returns k with a new hold id, for one attempt at a first
+// hold.
+func (k *reentrantKind) forAttempt() kind {
+	v := *k
+	v.hold = strconv.FormatUint(rand.Uint64(), 36)
+	return &v
 }
 
 func (k *reentrantKind) token() string    { return k.owner }
