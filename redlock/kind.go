@@ -77,12 +77,17 @@ type attemptKind interface {
 	forAttempt() kind
 }
 
-// kindForAttempt returns the kind an acquisition attempt of k uses.
+// kindForAttempt returns the kind an acquisition attempt of k uses: k
+// itself unless k (or the kind inside its metadata) is an attemptKind.
 func kindForAttempt(k kind) kind {
-	if a, ok := k.(attemptKind); ok {
-		return a.forAttempt()
+	inner := k
+	if mk, ok := k.(*metaKind); ok {
+		inner = mk.kind
 	}
-	return k
+	if _, ok := inner.(attemptKind); !ok {
+		return k
+	}
+	return mapKind(k, func(k kind) kind { return k.(attemptKind).forAttempt() })
 }
 
 // baseKind is what a kind is unless it says otherwise: a fresh random

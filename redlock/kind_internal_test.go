@@ -86,9 +86,9 @@ func TestKind_commandsPerPhase(t *testing.T) {
 // the hold's later rounds (taking it again, giving holds back, the last
 // release) keep; other kinds are their own for every attempt.
 func TestKind_reentrantAttemptsHaveTheirOwnHoldID(t *testing.T) {
-	k := kind(&metaKind{kind: &reentrantKind{owner: "O", count: 1}, meta: &holderMeta{key: "k:meta", value: "v"}})
+	k := kind(&metaKind{kind: &reentrantKind{owner: "O", count: 1, ids: newHoldIDs()}, meta: &holderMeta{key: "k:meta", value: "v"}})
 	hold := func(k kind) string { return k.(*metaKind).kind.(*reentrantKind).hold }
-	a, b := mapKind(k, kindForAttempt), mapKind(k, kindForAttempt)
+	a, b := kindForAttempt(k), kindForAttempt(k)
 	if hold(a) == "" || hold(b) == "" || hold(a) == hold(b) || hold(k) != "" {
 		t.Fatalf("hold ids of two attempts: %q and %q (the kind's own: %q)", hold(a), hold(b), hold(k))
 	}
@@ -98,6 +98,9 @@ func TestKind_reentrantAttemptsHaveTheirOwnHoldID(t *testing.T) {
 	}
 	if p := kindForAttempt(plainKind{}); p != (plainKind{}) {
 		t.Errorf("a plain attempt's kind: %#v", p)
+	}
+	if w := kind(&writeKind{writer: "W"}); kindForAttempt(w) != w {
+		t.Errorf("a writer's attempt has a kind of its own")
 	}
 }
 

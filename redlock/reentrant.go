@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,6 +42,10 @@ type Reentrant struct {
 	// take turns, and one waiting for its turn honours its ctx.
 	op chan struct{}
 
+	// holds names this Reentrant's holds: each attempt at a first hold
+	// gets the id holds.next() (see reentrantKind).
+	holds *holdIDs
+
 	mu    sync.Mutex // guards lock and count, which only a call holding op changes
 	lock  *Lock      // while held
 	count int64
@@ -49,11 +54,10 @@ type Reentrant struct {
 // NewReentrant returns a reentrant lock on key for owner (a random owner
 // when empty). It sends nothing; opts apply to every acquisition. An owner
 // ID belongs to one Reentrant at a time: every hold has an id of its own,
-// so a second handle with the same owner is refused while the first holds
-// the lock, as another owner would be, and a new hold is refused on a
-// master that still has an older hold of the owner (a release or rollback
-// it missed, which this Client may retry in the background) until that
-// hold is released there or expires.
+// and another Reentrant with the same owner (in this Client or another,
+// or after a restart) is refused, as another owner would be, on a master
+// that still has this one's hold, until that hold is released there or
+// expires.
 func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
@@ -65,7 +69,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 	if owner == "" {
 		owner = uuid.NewString()
 	}
-	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1)}, nil
+	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs()}, nil
 }
 
 // Key returns the locked key ("" for a nil Reentrant).
@@ -160,7 +164,7 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 		if once {
 			lc.once()
 		}
-		l, err := r.c.acquire(ctx, time.Time{}, r.key, &lc, &reentrantKind{owner: r.owner, count: 1})
+		l, err := r.c.acquire(ctx, time.Time{}, r.key, &lc, &reentrantKind{owner: r.owner, count: 1, ids: r.holds})
 		if err != nil {
 			return err
 		}
@@ -328,10 +332,11 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 // holds").
 type reentrantKind struct {
 	baseKind
-	owner     string // the owner, which is also the token
-	hold      string // the hold's id: its first attempt's
-	count     int64  // the hold count to set
-	releaseID string // the last release (count 0): the id it is announced by
+	owner     string   // the owner, which is also the token
+	ids       *holdIDs // where an attempt's hold id comes from
+	hold      string   // the hold's id: its first attempt's
+	count     int64    // the hold count to set
+	releaseID string   // the last release (count 0): the id it is announced by
 }
 
 var (
@@ -361,8 +366,27 @@ func (k *reentrantKind) command(r *round, op opKind, dst []any) (*scripts.Script
 // hold.
 func (k *reentrantKind) forAttempt() kind {
 	v := *k
-	v.hold = strconv.FormatUint(rand.Uint64(), 36)
+	v.hold = k.ids.next()
 	return &v
+}
+
+// holdIDs gives the attempts of one Reentrant their hold ids: the
+// Reentrant's random name, ":", and a count of its attempts in decimal.
+// The script lets an attempt take over an older hold of the same
+// Reentrant (the same name, a smaller count: one the Reentrant no longer
+// holds), and refuses it a newer one or another Reentrant's. Safe for
+// concurrent use.
+type holdIDs struct {
+	name string
+	n    atomic.Uint64
+}
+
+func newHoldIDs() *holdIDs {
+	return &holdIDs{name: strconv.FormatUint(rand.Uint64(), 36)}
+}
+
+func (h *holdIDs) next() string {
+	return h.name + ":" + strconv.FormatUint(h.n.Add(1), 10)
 }
 
 func (k *reentrantKind) token() string    { return k.owner }

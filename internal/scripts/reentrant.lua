@@ -5,20 +5,23 @@
 --
 -- A hold's id is new for every acquisition attempt of a first hold and
 -- kept by the rounds of the hold it grants (taking it again, extending,
--- giving holds back). A command that carries an id acts only on the hold
--- with that id: an owner's older release, rollback or re-entry that a
--- master runs late, after the same owner's newer attempt, finds another
--- id and changes nothing; and a newer attempt that finds an older hold
--- of its owner is refused there, as another owner would be, until that
--- hold is released or expires. A hold without an id (written by a client
--- of the previous version) and a command without one (its arguments)
--- match any id of the owner, as before ids existed.
+-- giving holds back); it is "<name>:<n>", the name of the client's
+-- Reentrant and the number of its attempt. A command that carries an id
+-- acts only on the hold with that id: an owner's older release, rollback,
+-- re-entry or extension that a master runs late, after the same owner's
+-- newer attempt, finds another id and changes nothing. An acquisition
+-- takes over only an older hold of the same name (a smaller number: a
+-- hold its Reentrant no longer has); a newer one, or another Reentrant's
+-- hold of the owner, refuses it as another owner would, until that hold
+-- is released or expires. A hold without an id (written by a client of
+-- the previous version) and a command without one (its arguments) match
+-- any id of the owner, as before ids existed.
 --
 -- KEYS[1] the lock's hash; ARGV[1] op; ARGV[2] owner.
 --   "acquire" ARGV[3] TTL ms, ARGV[4] count, ARGV[5] the hold's id
 --             (optional): take or re-take the lock for owner and set its
---             count; 1, or 0 if another owner, or another hold of owner,
---             holds it.
+--             count; 1, or 0 if another owner, or a hold of owner that
+--             this attempt may not take over, holds it.
 --   "release" ARGV[3] count, ARGV[4] channel ("" for none), ARGV[5] the
 --             release's id ("" or absent for none), ARGV[6] the hold's id
 --             (optional): if the hold is there, set the count, or with
@@ -42,7 +45,16 @@ if ours and id and id ~= "" then
 	local held = redis.call("HGET", key, "")
 	if held and held ~= id then
 		-- Another hold of this owner: not the one this command is for.
+		-- An acquisition may take it over only from an older attempt of
+		-- the same Reentrant (same name, smaller count).
 		ours = false
+		if op == "acquire" then
+			local hn, hc = string.match(held, "^(.*):(%d+)$")
+			local n, c = string.match(id, "^(.*):(%d+)$")
+			if hn and n and hn == n and tonumber(hc) < tonumber(c) then
+				ours = true
+			end
+		end
 	end
 end
 if op == "acquire" then

@@ -59,18 +59,20 @@ func TestReentrant_ownersOlderCommandLeavesNewerHold(t *testing.T) {
 		// hold's life so far); late runs after it.
 		before, late [][]any
 	}{
-		{"release after the older hold ended", [][]any{reAcquire("o", "a1", 1), reRelease("o", "a1", 0)},
-			[][]any{reRelease("o", "a1", 0)}},
-		{"release of the older hold still there", [][]any{reAcquire("o", "a1", 1)},
-			[][]any{reRelease("o", "a1", 0)}},
-		{"rollback after the older attempt was rolled back", [][]any{reAcquire("o", "a1", 1), reRollback("o", "a1")},
-			[][]any{reRollback("o", "a1")}},
-		{"rollback of the older attempt still there", [][]any{reAcquire("o", "a1", 1)},
-			[][]any{reRollback("o", "a1")}},
-		{"count given back, then the last release", [][]any{reAcquire("o", "a1", 1), reAcquire("o", "a1", 2),
-			reRelease("o", "a1", 1), reRelease("o", "a1", 0)}, [][]any{reRelease("o", "a1", 1), reRelease("o", "a1", 0)}},
-		{"re-entry, extension and release of the older hold", [][]any{reAcquire("o", "a1", 1), reRelease("o", "a1", 0)},
-			[][]any{reAcquire("o", "a1", 2), reExtend("o", "a1"), reRelease("o", "a1", 0)}},
+		{"release after the older hold ended", [][]any{reAcquire("o", "h:1", 1), reRelease("o", "h:1", 0)},
+			[][]any{reRelease("o", "h:1", 0)}},
+		{"release of the older hold still there", [][]any{reAcquire("o", "h:1", 1)},
+			[][]any{reRelease("o", "h:1", 0)}},
+		{"rollback after the older attempt was rolled back", [][]any{reAcquire("o", "h:1", 1), reRollback("o", "h:1")},
+			[][]any{reRollback("o", "h:1")}},
+		{"rollback of the older attempt still there", [][]any{reAcquire("o", "h:1", 1)},
+			[][]any{reRollback("o", "h:1")}},
+		{"count given back, then the last release", [][]any{reAcquire("o", "h:1", 1), reAcquire("o", "h:1", 2),
+			reRelease("o", "h:1", 1), reRelease("o", "h:1", 0)}, [][]any{reRelease("o", "h:1", 1), reRelease("o", "h:1", 0)}},
+		{"re-entry, extension and release of the older hold", [][]any{reAcquire("o", "h:1", 1), reRelease("o", "h:1", 0)},
+			[][]any{reAcquire("o", "h:1", 2), reExtend("o", "h:1"), reRelease("o", "h:1", 0)}},
+		{"the older attempt's acquisition and rollback", nil,
+			[][]any{reAcquire("o", "h:1", 1), reRollback("o", "h:1")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,21 +83,52 @@ func TestReentrant_ownersOlderCommandLeavesNewerHold(t *testing.T) {
 			for _, args := range tc.before {
 				reentrantRun(t, c, scripts.Reentrant, args...)
 			}
-			granted := reentrantRun(t, c, scripts.Reentrant, reAcquire("o", "a2", 1)...) == 1
+			granted := reentrantRun(t, c, scripts.Reentrant, reAcquire("o", "h:2", 1)...) == 1
 			for _, args := range tc.late {
 				reentrantRun(t, c, scripts.Reentrant, args...)
 			}
 			count, id := reHold(t, c, "o")
-			if granted && (count != "1" || id != "a2") {
-				t.Fatalf("the newer hold granted here: count %q id %q after the older commands, want 1 and a2", count, id)
+			if !granted {
+				t.Fatalf("the newer attempt of the same Reentrant was refused")
 			}
-			if !granted && count != "" {
-				// Refused where the older hold was: that hold is gone
-				// with its own release, or still there, but not the newer.
-				if id == "a2" {
-					t.Fatalf("a refused attempt left its hold (count %q)", count)
-				}
+			if count != "1" || id != "h:2" {
+				t.Fatalf("the newer hold granted here: count %q id %q after the older commands, want 1 and h:2", count, id)
 			}
 		})
+	}
+}
+
+// A hold id is "<name>:<n>": an attempt takes over an older hold of its
+// own Reentrant (same name, smaller n) that a master still has, and is
+// refused a newer one of the same name, or a hold of another Reentrant
+// with the same owner, as another owner would be.
+func TestReentrant_attemptTakesOverOnlyItsOwnOlderHold(t *testing.T) {
+	srv := redistest.StartOne(t)
+	for _, tc := range []struct {
+		held, attempt string
+		want          int
+	}{
+		{"h:1", "h:2", 1},
+		{"h:9", "h:10", 1},
+		{"h:2", "h:1", 0},
+		{"h:2", "h:2", 1},
+		{"g:1", "h:2", 0},
+		{"h:1", "hh:2", 0},
+		{"h1", "h:2", 0},
+		{"h:1", "x", 0},
+	} {
+		c := conn(t, srv)
+		if _, err := c.Do("DEL", "re"); err != nil {
+			t.Fatal(err)
+		}
+		reentrantRun(t, c, scripts.Reentrant, reAcquire("o", tc.held, 1)...)
+		got := reentrantRun(t, c, scripts.Reentrant, reAcquire("o", tc.attempt, 1)...)
+		want := tc.held
+		if tc.want == 1 {
+			want = tc.attempt
+		}
+		if _, id := reHold(t, c, "o"); got != tc.want || id != want {
+			t.Errorf("hold %s, attempt %s: %d and the hold %s, want %d and %s", tc.held, tc.attempt, got, id, tc.want, want)
+		}
 	}
 }
