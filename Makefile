@@ -231,7 +231,8 @@ bench-peers-quick: bench-deps
 ##   seeds for DURATION (one lane per CPU), or replays SEED; OPS operations per
 ##   simulation. A failure prints its seed and a shrunk list of its operations and
 ##   faults (shrinking for SHRINK at most), written to a file; KINDS=reentrant,read
-##   draws only those operations. `make sim SEED=...`
+##   draws only those operations; REORDER=true lets a resumed master read its
+##   connections in no fixed order. `make sim SEED=...`
 ##   replays the seed, `make sim SEED=... SCRIPT=file` the shrunk list (each runs
 ##   until it fails, REPLAYS times at most: the scheduler and the library's jitter are not seeded).
 SEED ?= 0
@@ -241,10 +242,11 @@ REPLAYS ?= 10
 SHRINK ?= 60s
 SCRIPT ?=
 KINDS ?=
+REORDER ?= false
 SIM_TIMEOUT ?= 2h
 sim:
 	cd sim && GOGC=400 $(GO) test -count=1 -timeout $(SIM_TIMEOUT) -run '^TestSim_noTwoValidHolders$$' -v . \
-	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) -shrink=$(SHRINK) -script=$(SCRIPT) -kinds=$(KINDS) 2>&1 | \
+	  -args -seed=$(SEED) -ops=$(OPS) -duration=$(DURATION) -replays=$(REPLAYS) -shrink=$(SHRINK) -script=$(SCRIPT) -kinds=$(KINDS) -reorder=$(REORDER) 2>&1 | \
 	  grep -Ev '^=== (RUN|PAUSE|CONT)'; exit $${PIPESTATUS[0]}
 
 ## mutants: both lists of deliberately reintroduced bugs: the simulator's and the clock suite's

@@ -12,9 +12,11 @@
 //   - A plain lock (also each key of a multi-key lock, and a fair lock): K
 //     is a string whose value is the holder's token, with the lock's TTL as
 //     the key's TTL.
-//   - A reentrant lock: K is a hash with one field, the owner ID, whose
-//     value is the owner's hold count in decimal; the key's TTL is the
-//     lock's.
+//   - A reentrant lock: K is a hash with the field of the owner ID, whose
+//     value is the owner's hold count in decimal, and the field "" (no
+//     owner ID is empty), whose value is the id of the hold (absent when
+//     a client of a version before hold ids took it); the key's TTL is
+//     the lock's.
 //   - A read-write lock: K is a hash with one field per holder, "r:" or
 //     "w:" followed by the holder's token, whose value is when that hold
 //     expires (the master's clock, Unix milliseconds). A writer kept out by

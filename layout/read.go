@@ -300,8 +300,16 @@ func (r *Reader) feedHash(v any) error {
 	return nil
 }
 
-// classify tells a read-write lock from a reentrant one by its fields.
+// classify tells a read-write lock from a reentrant one by its fields. A
+// reentrant lock's hold id (keys.HoldIDField) is not one of its owners.
 func (r *Reader) classify(fields [][2]string) {
+	if i := slices.IndexFunc(fields, func(f [2]string) bool { return f[0] == keys.HoldIDField }); i >= 0 {
+		fields = slices.Delete(slices.Clone(fields), i, i+1)
+		if len(fields) == 0 {
+			r.st.Kind = KindForeign
+			return
+		}
+	}
 	rw, owners := 0, 0
 	for _, f := range fields {
 		if isRWField(f[0]) {

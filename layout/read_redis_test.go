@@ -151,7 +151,7 @@ func TestReader_everyKindOnRealRedis(t *testing.T) {
 
 	t.Run("reentrant", func(t *testing.T) {
 		for i := 1; i <= 2; i++ {
-			if run(t, c, scripts.Reentrant, "nested", "acquire", "owner-1", 30000, i) != 1 {
+			if run(t, c, scripts.Reentrant, "nested", "acquire", "owner-1", 30000, i, "hold-1") != 1 {
 				t.Fatal("hold refused")
 			}
 		}

@@ -96,6 +96,8 @@ func TestReader_Feed_laterSteps(t *testing.T) {
 		"HGETALL field array":  {hashProbe, [][]any{{int64(1)}, {[]any{[]any{}, []byte("1")}}}, true, 0},
 		"HSCAN not a pair":     {hashProbe, [][]any{{int64(layout.MaxEntries + 1)}, {[]any{[]byte("0")}}}, true, 0},
 		"reentrant":            {hashProbe, [][]any{{int64(1)}, {[]any{[]byte("owner"), []byte("3")}}}, false, layout.KindReentrant},
+		"reentrant hold id":    {hashProbe, [][]any{{int64(2)}, {[]any{[]byte(""), []byte("h1"), []byte("owner"), []byte("3")}}}, false, layout.KindReentrant},
+		"hold id alone":        {hashProbe, [][]any{{int64(1)}, {[]any{[]byte(""), []byte("h1")}}}, false, layout.KindForeign},
 		"count with a sign":    {hashProbe, [][]any{{int64(1)}, {[]any{[]byte("owner"), []byte("+3")}}}, false, layout.KindForeign},
 		"count zero":           {hashProbe, [][]any{{int64(1)}, {[]any{[]byte("owner"), []byte("0")}}}, false, layout.KindForeign},
 		"expiry not a number":  {hashProbe, [][]any{{int64(1)}, {[]any{[]byte("r:x"), []byte(secret)}}}, false, layout.KindForeign},

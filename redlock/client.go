@@ -649,6 +649,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
+	k = kindForAttempt(k)
 	token := k.token()
 	start := c.clock.Now()
 	var fence *fencing

@@ -69,6 +69,27 @@ type kind interface {
 	forRelease() kind
 }
 
+// attemptKind is a kind whose every acquisition attempt carries a value
+// of its own beside the token (a reentrant hold's id): forAttempt returns
+// a copy of the kind with a new one. Each attempt's round, and the Lock
+// that the attempt returns, use that copy.
+type attemptKind interface {
+	forAttempt() kind
+}
+
+// kindForAttempt returns the kind an acquisition attempt of k uses: k
+// itself unless k (or the kind inside its metadata) is an attemptKind.
+func kindForAttempt(k kind) kind {
+	inner := k
+	if mk, ok := k.(*metaKind); ok {
+		inner = mk.kind
+	}
+	if _, ok := inner.(attemptKind); !ok {
+		return k
+	}
+	return mapKind(k, func(k kind) kind { return k.(attemptKind).forAttempt() })
+}
+
 // baseKind is what a kind is unless it says otherwise: a fresh random
 // token per attempt, one key, nothing left behind, held alone.
 type baseKind struct{}

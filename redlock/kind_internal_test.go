@@ -15,7 +15,7 @@ func TestKind_commandsPerPhase(t *testing.T) {
 	fair := &fairness{queue: "k:q", deadlines: "k:d", waiter: "W", arrival: 7, entryTTLms: 500}
 	writer := &writeKind{writer: "W", intentMS: 300}
 	multi := &multiKind{ks: []string{"a", "b"}}
-	re := &reentrantKind{owner: "O", count: 2}
+	re := &reentrantKind{owner: "O", hold: "H", count: 2}
 	last := re.forRelease().(*reentrantKind)
 	fence := &fencing{counter: FenceKey("k")}
 	ch := wakeChannel("k")
@@ -52,11 +52,11 @@ func TestKind_commandsPerPhase(t *testing.T) {
 		{"multi", multi, nil, opExtend, scripts.Multi, []any{"a", "b", "extend", "tok", int64(1000)}},
 		{"multi", multi, nil, opRelease, scripts.Multi, []any{"a", "b", "release", "tok", wakePrefix}},
 		{"multi", multi, nil, opRollback, scripts.Multi, []any{"a", "b", "release", "tok", ""}},
-		{"reentrant", re, nil, opAcquire, scripts.Reentrant, []any{"k", "acquire", "tok", int64(1000), int64(2)}},
-		{"reentrant", re, nil, opExtend, scripts.Reentrant, []any{"k", "extend", "tok", int64(1000)}},
-		{"reentrant", re, nil, opRelease, scripts.Reentrant, []any{"k", "release", "tok", int64(2), "", ""}},
-		{"reentrant last", last, nil, opRelease, scripts.Reentrant, []any{"k", "release", "tok", int64(0), ch, last.releaseID}},
-		{"reentrant", re, nil, opRollback, scripts.Reentrant, []any{"k", "release", "tok", 0, ""}},
+		{"reentrant", re, nil, opAcquire, scripts.Reentrant, []any{"k", "acquire", "tok", int64(1000), int64(2), "H"}},
+		{"reentrant", re, nil, opExtend, scripts.Reentrant, []any{"k", "extend", "tok", int64(1000), "H"}},
+		{"reentrant", re, nil, opRelease, scripts.Reentrant, []any{"k", "release", "tok", int64(2), "", "", "H"}},
+		{"reentrant last", last, nil, opRelease, scripts.Reentrant, []any{"k", "release", "tok", int64(0), ch, last.releaseID, "H"}},
+		{"reentrant", re, nil, opRollback, scripts.Reentrant, []any{"k", "release", "tok", 0, "", "", "H"}},
 		{"commit", plainKind{}, &fencing{counter: FenceKey("k"), arg: "9"}, opCommit, scripts.FenceCommit, []any{"k", FenceKey("k"), "tok", "9"}},
 		// A lock with metadata commits as before; an election's commit also records the term.
 		{"meta commit", &metaKind{kind: plainKind{}, meta: &holderMeta{key: "k:meta", value: "v"}},
@@ -79,6 +79,28 @@ func TestKind_commandsPerPhase(t *testing.T) {
 	}
 	if last.releaseID == "" || last.count != 0 || re.count != 2 {
 		t.Errorf("the last release: count %d, id %q; the hold's count %d (must stay 2)", last.count, last.releaseID, re.count)
+	}
+}
+
+// Every attempt at a first reentrant hold has a hold id of its own, which
+// the hold's later rounds (taking it again, giving holds back, the last
+// release) keep; other kinds are their own for every attempt.
+func TestKind_reentrantAttemptsHaveTheirOwnHoldID(t *testing.T) {
+	k := kind(&metaKind{kind: &reentrantKind{owner: "O", count: 1, ids: newHoldIDs()}, meta: &holderMeta{key: "k:meta", value: "v"}})
+	hold := func(k kind) string { return k.(*metaKind).kind.(*reentrantKind).hold }
+	a, b := kindForAttempt(k), kindForAttempt(k)
+	if hold(a) == "" || hold(b) == "" || hold(a) == hold(b) || hold(k) != "" {
+		t.Fatalf("hold ids of two attempts: %q and %q (the kind's own: %q)", hold(a), hold(b), hold(k))
+	}
+	again := mapKind(a, func(k kind) kind { return k.(*reentrantKind).withCount(3) })
+	if hold(again) != hold(a) || hold(a.forRelease()) != hold(a) {
+		t.Errorf("the hold's rounds: %q, %q; want %q", hold(again), hold(a.forRelease()), hold(a))
+	}
+	if p := kindForAttempt(plainKind{}); p != (plainKind{}) {
+		t.Errorf("a plain attempt's kind: %#v", p)
+	}
+	if w := kind(&writeKind{writer: "W"}); kindForAttempt(w) != w {
+		t.Errorf("a writer's attempt has a kind of its own")
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,10 +15,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
-// Reentrant locks: one Redis hash per key holding the owner and its hold
-// count (internal/scripts/reentrant.lua). The owner is the token of every
-// hold, so its rounds supersede each other (finish.go) and none may run
-// late.
+// Reentrant locks: one Redis hash per key holding the owner, its hold
+// count and the hold's id (internal/scripts/reentrant.lua). The owner is
+// the token of every hold, so its rounds supersede each other (finish.go)
+// and none may run late; the hold id, new for every attempt at a first
+// hold, keeps a command of an older hold that a master runs late anyway
+// from ending or changing a newer one (docs/design.md, "Reentrant holds").
 
 // Reentrant is a reentrant lock on one key for one owner: the owner may
 // take it again while holding it, and must release it as many times. Go
@@ -38,6 +42,10 @@ type Reentrant struct {
 	// take turns, and one waiting for its turn honours its ctx.
 	op chan struct{}
 
+	// holds names this Reentrant's holds: each attempt at a first hold
+	// gets the id holds.next() (see reentrantKind).
+	holds *holdIDs
+
 	mu    sync.Mutex // guards lock and count, which only a call holding op changes
 	lock  *Lock      // while held
 	count int64
@@ -45,13 +53,11 @@ type Reentrant struct {
 
 // NewReentrant returns a reentrant lock on key for owner (a random owner
 // when empty). It sends nothing; opts apply to every acquisition. An owner
-// ID must be used by one Reentrant at a time: two handles with the same
-// owner count their holds separately. Nor may it move to another Client
-// while this one may still retry a release or rollback of it in the
-// background (docs/design.md, "Finishing what a master missed"): a retry
-// compares the owner, not a hold, so it would delete the other Client's
-// hold. Close the first Client before the owner is used elsewhere, or give
-// each Client owners of its own.
+// ID belongs to one Reentrant at a time: every hold has an id of its own,
+// and another Reentrant with the same owner (in this Client or another,
+// or after a restart) is refused, as another owner would be, on a master
+// that still has this one's hold, until that hold is released there or
+// expires.
 func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
@@ -63,7 +69,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 	if owner == "" {
 		owner = uuid.NewString()
 	}
-	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1)}, nil
+	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs()}, nil
 }
 
 // Key returns the locked key ("" for a nil Reentrant).
@@ -158,7 +164,7 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 		if once {
 			lc.once()
 		}
-		l, err := r.c.acquire(ctx, time.Time{}, r.key, &lc, &reentrantKind{owner: r.owner, count: 1})
+		l, err := r.c.acquire(ctx, time.Time{}, r.key, &lc, &reentrantKind{owner: r.owner, count: 1, ids: r.holds})
 		if err != nil {
 			return err
 		}
@@ -318,32 +324,69 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 }
 
 // reentrantKind is a reentrant owner's lock: the owner is its token, and
-// each round sets the hold count.
+// each round sets the hold count. Every attempt at a first hold has an id
+// of its own (forAttempt), which the rounds of the hold it grants keep:
+// the script acts only on the hold with that id, so that an owner's
+// older release, rollback or re-entry that a master runs late cannot end
+// or change a newer hold of the same owner (docs/design.md, "Reentrant
+// holds").
 type reentrantKind struct {
 	baseKind
-	owner     string // the owner, which is also the token
-	count     int64  // the hold count to set
-	releaseID string // the last release (count 0): the id it is announced by
+	owner     string   // the owner, which is also the token
+	ids       *holdIDs // where an attempt's hold id comes from
+	hold      string   // the hold's id: its first attempt's
+	count     int64    // the hold count to set
+	releaseID string   // the last release (count 0): the id it is announced by
 }
 
-var _ kind = (*reentrantKind)(nil)
+var (
+	_ kind        = (*reentrantKind)(nil)
+	_ attemptKind = (*reentrantKind)(nil)
+)
 
 func (k *reentrantKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
 	key, tok := r.key, r.token
 	switch op {
 	case opAcquire:
-		return scripts.Reentrant, "", append(dst, key, "acquire", tok, r.ttlMS, k.count)
+		return scripts.Reentrant, "", append(dst, key, "acquire", tok, r.ttlMS, k.count, k.hold)
 	case opExtend:
-		return scripts.Reentrant, "", append(dst, key, "extend", tok, r.ttlMS)
+		return scripts.Reentrant, "", append(dst, key, "extend", tok, r.ttlMS, k.hold)
 	case opRelease:
 		ch := ""
 		if k.count == 0 {
 			ch = wakeChannel(key)
 		}
-		return scripts.Reentrant, "", append(dst, key, "release", tok, k.count, ch, k.releaseID)
+		return scripts.Reentrant, "", append(dst, key, "release", tok, k.count, ch, k.releaseID, k.hold)
 	default: // opRollback of a first hold: nothing was held before
-		return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "")
+		return scripts.Reentrant, "", append(dst, key, "release", tok, 0, "", "", k.hold)
 	}
+}
+
+// forAttempt returns k with a new hold id, for one attempt at a first
+// hold.
+func (k *reentrantKind) forAttempt() kind {
+	v := *k
+	v.hold = k.ids.next()
+	return &v
+}
+
+// holdIDs gives the attempts of one Reentrant their hold ids: the
+// Reentrant's random name, ":", and a count of its attempts in decimal.
+// The script lets an attempt take over an older hold of the same
+// Reentrant (the same name, a smaller count: one the Reentrant no longer
+// holds), and refuses it a newer one or another Reentrant's. Safe for
+// concurrent use.
+type holdIDs struct {
+	name string
+	n    atomic.Uint64
+}
+
+func newHoldIDs() *holdIDs {
+	return &holdIDs{name: strconv.FormatUint(rand.Uint64(), 36)}
+}
+
+func (h *holdIDs) next() string {
+	return h.name + ":" + strconv.FormatUint(h.n.Add(1), 10)
 }
 
 func (k *reentrantKind) token() string    { return k.owner }

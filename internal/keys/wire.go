@@ -42,6 +42,10 @@ const (
 	IntentExpiryField = "intent:exp"
 )
 
+// HoldIDField is the field of a reentrant lock's hash that holds the id
+// of the hold (the empty string, which no owner ID is).
+const HoldIDField = ""
+
 // ReaderField returns the field of a read-write lock's hash that a reader
 // holding token owns.
 func ReaderField(token string) string { return ReaderPrefix + token }

@@ -1,5 +1,15 @@
 package scripts
 
+import _ "embed"
+
 // PreviousMultiWithMeta is multi.lua wrapped as the previous version did
 // (one metadata hash, the first key's), for the tests of a rolling upgrade.
 var PreviousMultiWithMeta = New("multi", -1, metaHead+multiSrc+"\n"+metaTail)
+
+// PreviousReentrant is reentrant.lua as the previous version had it (a
+// hold named by its owner alone, no hold id), for the tests of a rolling
+// upgrade.
+var PreviousReentrant = New("reentrant", 1, previousReentrantSrc)
+
+//go:embed testdata/reentrant_previous.lua
+var previousReentrantSrc string
