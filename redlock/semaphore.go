@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +31,7 @@ type Semaphore struct {
 	permits int
 	opts    []LockOption
 	lc      lockConfig // opts applied and checked
+	slots   []string   // the slots' lock keys, by slot
 }
 
 // Permit is one permit of a Semaphore, held until it is released or its
@@ -86,7 +86,11 @@ func (c *Client) NewSemaphore(key string, permits int, opts ...LockOption) (*Sem
 	if lc.fair {
 		return nil, fmt.Errorf("%w: semaphore %q: WithFair is for plain locks (a semaphore's waiters wait on every slot)", ErrInvalid, key)
 	}
-	return &Semaphore{c: c, key: key, permits: permits, opts: slices.Clip(opts), lc: lc}, nil
+	slots := make([]string, permits)
+	for i := range slots {
+		slots[i] = layout.PermitKey(key, i)
+	}
+	return &Semaphore{c: c, key: key, permits: permits, opts: slices.Clip(opts), lc: lc, slots: slots}, nil
 }
 
 // Key returns the semaphore's key.
@@ -105,11 +109,12 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 
 // Acquire returns a permit, waiting until one is free or ctx ends, or for
 // the WithWait bound given to NewSemaphore. It first tries each slot once,
-// starting at a random one; while all are held it waits on every slot at
-// once, as Client.Acquire waits on one key (woken by any slot's release,
-// with its fallback poll for a holder that died), and takes the first slot
-// granted; a slot granted at the same moment is released again at once.
-// On failure the error matches ErrNotAcquired, and ctx.Err() when ctx ended.
+// starting at a random one; while all are held it waits for the release of
+// any slot, as Client.Acquire waits for one key, and tries the freed slot
+// first; its fallback poll tries every slot, for a holder that died. Of a
+// Client's waiters on one semaphore, a release wakes one (docs/design.md,
+// "Waiting for a semaphore's permit"). On failure the error matches
+// ErrNotAcquired, and ctx.Err() when ctx ended.
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 	return s.acquire(ctx, true, nil)
 }
@@ -164,110 +169,6 @@ func PermitFromContext(ctx context.Context) (*Permit, bool) {
 // acquisitions are reported once per Semaphore call (observeSemaphore).
 func semaphoreSlot() LockOption {
 	return func(lc *lockConfig) { lc.eventKind, lc.quietAcquire = KindSemaphore, true }
-}
-
-// acquire is TryAcquire (wait false) and Acquire, with pre given before the
-// semaphore's options.
-func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p *Permit, err error) {
-	c := s.c
-	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, s.key)
-	}
-	begun := c.clock.Now()
-	attempts := 0
-	if c.obs != nil {
-		defer func() { s.observe(ctx, begun, attempts, p, err) }()
-	}
-	opts := make([]LockOption, 0, len(pre)+len(s.opts)+2)
-	opts = append(append(append(opts, pre...), s.opts...), semaphoreSlot())
-	p, errs := s.pass(ctx, opts, &attempts)
-	if p != nil {
-		return p, nil
-	}
-	if !wait || ctx.Err() != nil || !errors.Is(errs[len(errs)-1], ErrNotAcquired) {
-		return nil, s.notAcquired(errs)
-	}
-	if s.lc.waitSet {
-		left := s.lc.wait - c.clock.Since(begun)
-		if left <= 0 {
-			return nil, s.notAcquired(errs)
-		}
-		opts = append(opts, WithWait(left))
-	}
-	return s.waitAll(ctx, opts, &attempts)
-}
-
-// pass tries each slot once from a random one, and stops at the first
-// grant or at an error other than a refusal.
-func (s *Semaphore) pass(ctx context.Context, opts []LockOption, attempts *int) (*Permit, []error) {
-	start := rand.IntN(s.permits)
-	var errs []error
-	for j := 0; j < s.permits; j++ {
-		i := (start + j) % s.permits
-		l, err := s.c.TryAcquire(ctx, layout.PermitKey(s.key, i), opts...)
-		*attempts++
-		if err == nil {
-			return s.permit(l, i), nil
-		}
-		errs = append(errs, err)
-		if !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errs
-}
-
-// waitAll waits on every slot at once, one Acquire each, and keeps the
-// first grant; a later one is released again.
-func (s *Semaphore) waitAll(ctx context.Context, opts []LockOption, attempts *int) (*Permit, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		slot int
-		l    *Lock
-		err  error
-	}
-	results := make(chan result, s.permits)
-	for i := 0; i < s.permits; i++ {
-		go func(i int) {
-			l, err := s.c.Acquire(wctx, layout.PermitKey(s.key, i), opts...)
-			results <- result{i, l, err}
-		}(i)
-	}
-	var errs []error
-	for n := 0; n < s.permits; n++ {
-		r := <-results
-		if r.err != nil {
-			*attempts++
-			errs = append(errs, r.err)
-			continue
-		}
-		*attempts += r.l.Attempts()
-		cancel()
-		// The other slots' acquisitions end at the cancel, a cancelled
-		// attempt after undoing itself: do not hold the permit up for
-		// that. A slot granted meanwhile is released again.
-		rest := s.permits - n - 1
-		drain := func() {
-			for ; rest > 0; rest-- {
-				if r := <-results; r.err == nil {
-					relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.timeout)
-					_ = r.l.Release(relCtx)
-					relCancel()
-				}
-			}
-		}
-		if s.c.addWorker() {
-			go func() {
-				defer s.c.workers.Done()
-				drain()
-			}()
-		} else {
-			drain()
-		}
-		return s.permit(r.l, r.slot), nil
-	}
-	return nil, s.notAcquired(errs)
 }
 
 func (s *Semaphore) permit(l *Lock, slot int) *Permit {

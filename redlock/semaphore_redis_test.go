@@ -105,7 +105,7 @@ func TestSemaphore_waiterWokenByAnySlotsRelease(t *testing.T) {
 						}
 					}
 				}
-				return fake.Pending() >= 3
+				return fake.Pending() >= 1
 			})
 			freed := held[1]
 			if err := freed.Release(ctx); err != nil {
@@ -283,4 +283,72 @@ func TestSemaphore_reportsOneAcquisitionPerCallAndItsLoss(t *testing.T) {
 	if len(obs.losses) != 1 || obs.losses[0].Kind != redlock.KindSemaphore || obs.losses[0].ID != obs.acquires[1].ID {
 		t.Fatalf("loss events: %+v", obs.losses)
 	}
+}
+
+// TestSemaphore_twoReleasesGoToTwoWaitersOfOneClient: a client's waiters
+// on one semaphore are woken one per release, and a waiter told of two
+// freed slots hands one on: two slots released one after the other go to
+// two of the client's three waiters, by the releases' notices alone (a
+// fake clock: no backoff or fallback poll fires).
+func TestSemaphore_twoReleasesGoToTwoWaitersOfOneClient(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		forN1N5(t, func(t *testing.T, n int) {
+			rs := startReal(t, n)
+			ctx := ctxT(t)
+			s := newSemaphore(t, rs.client(t, path), "jobs", 3)
+			var held []*redlock.Permit
+			for i := 0; i < 3; i++ {
+				p, err := s.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, p)
+			}
+			fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+			w := newSemaphore(t, rs.client(t, path, redlock.WithClock(fake)), "jobs", 3)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			got := make(chan *redlock.Permit, 3)
+			for i := 0; i < 3; i++ {
+				go func() {
+					p, err := w.Acquire(wctx)
+					if err == nil {
+						got <- p
+					}
+				}()
+			}
+			waitUntil(t, "three waiters subscribed to every slot on every master, each waiting for its timer", func() bool {
+				for i := range rs.servers {
+					for slot := 0; slot < 3; slot++ {
+						if numSub(t, rs, i, layout.WakeChannel(layout.PermitKey("jobs", slot))) != 1 {
+							return false
+						}
+					}
+				}
+				return fake.Pending() >= 3
+			})
+			for _, p := range held[:2] {
+				if err := p.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			slots := map[int]bool{}
+			for len(slots) < 2 {
+				select {
+				case p := <-got:
+					slots[p.Slot()] = true
+					defer p.Release(context.Background())
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the two releases gave %d permits to the waiters", len(slots))
+				}
+			}
+			if !slots[held[0].Slot()] || !slots[held[1].Slot()] {
+				t.Fatalf("the waiters got slots %v, the released ones were %d and %d", slots, held[0].Slot(), held[1].Slot())
+			}
+			cancel()
+			if err := held[2].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
 }

@@ -173,6 +173,7 @@ type run struct {
 	mu        sync.Mutex
 	violation *Violation
 	holders   map[string][]*holder
+	permits   map[string][]*holder // by semaphore: its permits that may be valid
 	fences    map[string]uint64
 	tokens    map[string]bool // the token of every lock granted
 	calmSince []time.Time     // per master: when its last fault ended
@@ -201,7 +202,7 @@ func newRun(cfg Config) *run {
 	cfg.Clients = max(cfg.Clients, 1)
 	cfg.Workers = max(cfg.Workers, 1)
 	cfg.Keys = max(cfg.Keys, 1)
-	return &run{cfg: cfg, stats: &Stats{}, holders: map[string][]*holder{}, fences: map[string]uint64{}, tokens: map[string]bool{},
+	return &run{cfg: cfg, stats: &Stats{}, holders: map[string][]*holder{}, permits: map[string][]*holder{}, fences: map[string]uint64{}, tokens: map[string]bool{},
 		history: map[string][]string{}}
 }
 
@@ -463,6 +464,35 @@ func (r *run) checkLocked(key string, n *holder, now time.Time) {
 		}
 	}
 	r.holders[key] = live
+}
+
+// permitted records h, granted or extended slot of semaphore sem, and
+// fails when more than semPermits of the semaphore's permits are valid
+// now.
+func (r *run) permitted(sem string, slot int, h *holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	r.noteLocked(sem, "%s holds slot %d (%.8s) until %v", h.who, slot, h.id, r.since(h.l.Until()))
+	live := r.permits[sem][:0]
+	found := false
+	for _, x := range r.permits[sem] {
+		if x.l.Until().After(now) {
+			live = append(live, x)
+			found = found || x == h
+		}
+	}
+	if !found && h.l.Until().After(now) {
+		live = append(live, h)
+	}
+	r.permits[sem] = live
+	if len(live) > semPermits {
+		var who []string
+		for _, x := range live {
+			who = append(who, fmt.Sprintf("%s (%s, until %v)", x.who, x.l.Key(), r.since(x.l.Until())))
+		}
+		r.failLocked(sem, "%d valid permits of a semaphore of %d: %s", len(live), semPermits, strings.Join(who, ", "))
+	}
 }
 
 var scriptNames = func() map[string]string {

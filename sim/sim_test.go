@@ -24,7 +24,7 @@ var (
 	replaysFlag  = flag.Int("replays", 10, "with -seed: run the seed until it fails, this many times at most")
 	durationFlag = flag.Duration("duration", 0, "run simulations on new seeds for this long (wall clock), one lane per CPU")
 	shrinkFlag   = flag.Duration("shrink", 60*time.Second, "on a failure, shrink its operations and faults for this long at most (0: not)")
-	kindsFlag    = flag.String("kinds", "", "draw only these operations (comma-separated: plain, reentrant, read, write, multi, fair, campaign, leader)")
+	kindsFlag    = flag.String("kinds", "", "draw only these operations (comma-separated: plain, reentrant, read, write, multi, fair, campaign, leader, semaphore)")
 	scriptFlag   = flag.String("script", "", "with -seed: replay this script (a shrunk failure's, as written by the failure) instead of the seed's draws")
 )
 

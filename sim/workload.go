@@ -15,7 +15,9 @@ import (
 // The workload: each worker draws operations from its own stream of the
 // seed, one lock kind each: a plain lock (some fenced), a reentrant hold,
 // a read or a write hold of a read-write lock, a multi-key lock, a fair
-// lock, an election campaign, or a read of an election's leader. Every
+// lock, an election campaign, a read of an election's leader, or a permit
+// of a semaphore (some fenced; drawn from a second stream of the worker's,
+// so that the other kinds' draws are those of a run without it). Every
 // draw is made before the operation runs, so an operation is a value (an
 // OpSpec) that a shrunk replay can run again without its neighbours.
 
@@ -32,9 +34,10 @@ const (
 	OpFair                    // Acquire WithFair
 	OpCampaign                // Election.Campaign, then Resign
 	OpLeader                  // Election.Leader
+	OpSemaphore               // Semaphore.Acquire or TryAcquire, some fenced
 )
 
-var opNames = [...]string{"plain", "reentrant", "read", "write", "multi", "fair", "campaign", "leader"}
+var opNames = [...]string{"plain", "reentrant", "read", "write", "multi", "fair", "campaign", "leader", "semaphore"}
 
 func (k OpKind) String() string { return opNames[k] }
 
@@ -106,11 +109,22 @@ func (o OpSpec) String() string {
 const (
 	electionTTL = 300 * time.Millisecond
 	elections   = 2
+	// semPermits is the permit count of every semaphore of the workload.
+	semPermits = 3
+	// semShare is the share of operations that are semaphore permits
+	// (one in semShare), when the workload has other kinds too.
+	semShare = 10
 )
 
 // drawOp draws worker w's next operation, of one of Config.Kinds when
-// set.
-func (r *run) drawOp(w int, rng *rand.Rand) OpSpec {
+// set: a semaphore permit from srng, any other kind from rng.
+func (r *run) drawOp(w int, rng, srng *rand.Rand) OpSpec {
+	kinds := r.cfg.Kinds
+	if len(kinds) == 0 || slices.Contains(kinds, OpSemaphore) {
+		if len(kinds) == 1 || srng.IntN(semShare) == 0 {
+			return r.drawSemaphore(w, srng)
+		}
+	}
 	for {
 		o := r.drawAny(w, rng)
 		if len(r.cfg.Kinds) == 0 || slices.Contains(r.cfg.Kinds, o.Kind) {
@@ -163,6 +177,12 @@ func (r *run) drawAny(w int, rng *rand.Rand) OpSpec {
 	case OpFair:
 		o.Try = rng.IntN(4) == 0
 	}
+	drawHold(&o, rng)
+	return o
+}
+
+// drawHold draws a held lock's extensions, and whether it is abandoned.
+func drawHold(o *OpSpec, rng *rand.Rand) {
 	ttl := o.TTL
 	for n := rng.IntN(4); n > 0; n-- {
 		e := Extension{After: time.Duration(rng.Int64N(int64(ttl / 3))), TTL: ttls[rng.IntN(len(ttls))]}
@@ -170,6 +190,19 @@ func (r *run) drawAny(w int, rng *rand.Rand) OpSpec {
 		ttl = e.TTL
 	}
 	o.Abandon = rng.IntN(4) == 0
+}
+
+// drawSemaphore draws a permit of one of the semaphores (a quarter as
+// many as the keys), held, extended and released or abandoned as a
+// plain lock is.
+func (r *run) drawSemaphore(w int, rng *rand.Rand) OpSpec {
+	o := OpSpec{Worker: w, Pause: time.Duration(rng.Int64N(int64(think))), Kind: OpSemaphore,
+		Keys: []string{fmt.Sprintf("s%d", rng.IntN(max(r.cfg.Keys/4, 1)))}}
+	o.Fenced = rng.IntN(3) == 0
+	o.TTL = ttls[rng.IntN(len(ttls))]
+	o.Try = rng.IntN(3) == 0
+	o.Wait = time.Duration(rng.Int64N(int64(maxWait)))
+	drawHold(&o, rng)
 	return o
 }
 
@@ -201,9 +234,9 @@ func (r *run) work(w *worker) {
 		}
 		return
 	}
-	rng := r.rng(10000 + uint64(w.index))
+	rng, srng := r.rng(10000+uint64(w.index)), r.rng(30000+uint64(w.index))
 	for !r.stopping() {
-		o := r.drawOp(w.index, rng)
+		o := r.drawOp(w.index, rng, srng)
 		time.Sleep(o.Pause)
 		o.At = r.since(time.Now())
 		r.mu.Lock()
@@ -221,6 +254,8 @@ func (r *run) exec(w *worker, o OpSpec) {
 		r.campaignOnce(w, o)
 	case OpLeader:
 		r.leaderOnce(w, o)
+	case OpSemaphore:
+		r.semaphoreOnce(w, o)
 	default:
 		r.lockOnce(w, o)
 	}
@@ -410,4 +445,63 @@ func (r *run) leaderOnce(w *worker, o OpSpec) {
 				ld.Value, ld.Term, h.who, h.value, h.term, r.since(h.l.Until()))
 		}
 	}
+}
+
+// semaphoreOnce takes a permit of a semaphore of semPermits, extends it,
+// and releases it (or abandons it). Each slot is checked as a lock key
+// (no two valid holders, fences that only go up), and the semaphore as a
+// whole: never more than semPermits valid permits at once.
+func (r *run) semaphoreOnce(w *worker, o OpSpec) {
+	sem, who, cl := o.Keys[0], w.who, w.cl
+	opts := []redlock.LockOption{redlock.WithTTL(o.TTL), backoff}
+	if o.Fenced {
+		opts = append(opts, redlock.WithFencing())
+	}
+	if !o.Try {
+		opts = append(opts, redlock.WithWait(o.Wait))
+	}
+	s, err := cl.NewSemaphore(sem, semPermits, opts...)
+	if err != nil {
+		r.fail(sem, "%s: NewSemaphore: %v", who, err)
+		return
+	}
+	var p *redlock.Permit
+	r.call(sem, who, func(ctx context.Context) {
+		if o.Try {
+			p, err = s.TryAcquire(ctx)
+		} else {
+			p, err = s.Acquire(ctx)
+		}
+	})
+	r.stats.Acquires.Add(1)
+	if err != nil {
+		r.note(sem, "%s permit failed: %v", who, short(err))
+		return
+	}
+	r.stats.grant(o.Kind)
+	slot := []string{p.Key()}
+	h := &holder{l: p.Lock, id: p.Token(), who: who}
+	r.granted(slot, h, o.Fenced)
+	r.permitted(sem, p.Slot(), h)
+	for _, e := range o.Extends {
+		if r.stopping() {
+			break
+		}
+		time.Sleep(e.After)
+		r.call(sem, who, func(ctx context.Context) { err = p.Extend(ctx, e.TTL) })
+		r.stats.Extends.Add(1)
+		if err != nil {
+			r.notes([]string{sem, slot[0]}, "%s extend of slot %d to %v failed: %v (until %v)", who, p.Slot(), e.TTL, short(err), r.since(p.Until()))
+			break
+		}
+		r.stats.Extended.Add(1)
+		r.extended(slot, h)
+		r.permitted(sem, p.Slot(), h)
+	}
+	if o.Abandon {
+		r.notes([]string{sem, slot[0]}, "%s abandons its permit of slot %d", who, p.Slot())
+		return
+	}
+	r.release(slot, who, p.Lock, p.Release)
+	r.note(sem, "%s released slot %d", who, p.Slot())
 }

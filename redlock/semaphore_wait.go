@@ -1,0 +1,265 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Waiting for a semaphore's permit.
+//
+// An Acquire that found every slot held waits as one waiter registered on
+// every slot's key, all on one channel (slotWaiter), never as one waiter
+// per slot: the waker keeps it in the queue of each slot's key of its
+// Client, as a single-key waiter. A release of slot i therefore wakes, in
+// each client, one waiter of the semaphore — the one of slot i's queue
+// that has waited longest — and that waiter tries slot i alone, led by the
+// slot's pilot like a woken lock waiter (lead.go). Told of several slots
+// at once, it keeps one and hands the others on at once to the next waiter
+// of each slot's queue, so that no freed slot waits for its attempt; a
+// waiter that leaves without having tried a slot it was woken for hands
+// that slot on too (waker.unregister). Its timer — the backoff, then the
+// fallback poll — tries every slot from a random one: a holder that
+// vanished frees its slot at its TTL without a notice, and a notice may be
+// lost.
+
+// slotsKind is a plain lock waited for on every slot's key: what
+// waker.mark asks of a semaphore's waiter.
+type slotsKind struct {
+	plainKind
+	slots []string
+}
+
+func (k slotsKind) keys(string) []string { return k.slots }
+
+// acquire is TryAcquire (wait false) and Acquire, with pre given before the
+// semaphore's options.
+func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p *Permit, err error) {
+	c := s.c
+	if err := c.check(ctx); err != nil {
+		return nil, c.identWaitFailed(err, s.key)
+	}
+	begun := c.clock.Now()
+	tries := 0
+	if c.obs != nil {
+		defer func() { s.observe(ctx, begun, tries, p, err) }()
+	}
+	opts := make([]LockOption, 0, len(pre)+len(s.opts)+1)
+	opts = append(append(append(opts, pre...), s.opts...), semaphoreSlot())
+	lc, err := c.lockConfig(s.slots[s.permits-1], opts)
+	if err != nil {
+		return nil, err
+	}
+	// Read before the first attempt: whether a release between its
+	// refusal and the registration could go unheard (waiting.recheck).
+	var m mark
+	if wait {
+		m = c.waker.mark("", slotsKind{slots: s.slots})
+	}
+	defer func() {
+		if p != nil {
+			p.waited, p.attempts = c.clock.Since(begun), tries
+		}
+	}()
+	p, errs := s.pass(ctx, &lc, &tries)
+	if p != nil {
+		return p, nil
+	}
+	if !wait || ctx.Err() != nil || !errors.Is(errs[len(errs)-1], ErrNotAcquired) {
+		return nil, s.notAcquired(errs)
+	}
+	return s.wait(ctx, &lc, m, begun, errs, &tries)
+}
+
+// pass tries each slot once from a random one, and stops at the first
+// grant or at an error other than a refusal.
+func (s *Semaphore) pass(ctx context.Context, lc *lockConfig, tries *int) (*Permit, []error) {
+	n := len(s.slots)
+	start := rand.IntN(n)
+	var errs []error
+	for j := 0; j < n; j++ {
+		i := (start + j) % n
+		p, err := s.try(ctx, lc, i, -1, tries)
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errs
+}
+
+// try makes one attempt on slot i, asking master lead first (≥ 0).
+func (s *Semaphore) try(ctx context.Context, lc *lockConfig, i, lead int, tries *int) (*Permit, error) {
+	key := s.slots[i]
+	l, r, err := s.c.attempt(ctx, key, lc, withHolderMeta(plainKind{}, key, lc), lead)
+	if r != nil {
+		*tries++
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			var qe *QuorumError
+			if asQuorumError(err, &qe) && qe.ctxErr == nil {
+				qe.ctxErr = cerr
+			}
+		}
+		return nil, err
+	}
+	return s.permit(l, i), nil
+}
+
+// wait is Acquire after a first pass refused by every slot (errs): it
+// waits for a release of any slot (see above) until a permit is granted,
+// ctx ends or the wait bound passes.
+func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time.Time, errs []error, tries *int) (*Permit, error) {
+	c := s.c
+	giveUp := begun.Add(lc.wait) // with lc.waitSet
+	if c.beforeWait != nil {
+		c.beforeWait()
+	}
+	wt := s.register(m)
+	got := -1
+	defer func() { s.unregister(wt, got) }()
+	waitFrom := time.Now()
+	for attempt := 0; ; {
+		left := time.Duration(math.MaxInt64)
+		if lc.waitSet {
+			if left = giveUp.Sub(c.clock.Now()); left <= 0 {
+				return nil, s.notAcquired(errs)
+			}
+		}
+		delay := min(wt.delay(lc, attempt, false, errs[len(errs)-1]), left)
+		why := s.pause(ctx, wt, delay)
+		var p *Permit
+		switch why {
+		case resumeCtx:
+			var qe *QuorumError
+			if asQuorumError(errs[len(errs)-1], &qe) {
+				qe.ctxErr = ctx.Err()
+			}
+			return nil, s.notAcquired(errs)
+		case resumeReleased:
+			i := s.wokenSlot(wt)
+			if i < 0 {
+				continue // handed on meanwhile
+			}
+			lead := c.woken(ctx, &waiting{w: wt.w, ch: wt.ch, ws: wt.ws[i : i+1]}, s.slots[i], plainKind{}, waitFrom)
+			var err error
+			p, err = s.try(ctx, lc, i, lead, tries)
+			if err != nil {
+				errs = []error{err}
+			}
+			// Should it have failed, try again soon: the notice may have
+			// come before a quorum of masters ran the release.
+			attempt = 0
+		default:
+			c.waker.revive()
+			p, errs = s.pass(ctx, lc, tries)
+			attempt++
+		}
+		if p != nil {
+			got = p.slot
+			return p, nil
+		}
+		if err := errs[len(errs)-1]; !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+			return nil, s.notAcquired(errs)
+		}
+	}
+}
+
+// register makes the waiter of one Acquire: registered on every slot's
+// key, as a waiter of that key alone, all on one channel. m is the mark
+// read before the first attempt (waiting.recheck).
+func (s *Semaphore) register(m mark) *waiting {
+	w := s.c.waker
+	wt := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
+	for _, key := range s.slots {
+		each, quiet := w.registerOn(key, wt.ch, m.gen, false, false, 0)
+		wt.ws = append(wt.ws, each)
+		wt.recheck = wt.recheck || !quiet
+	}
+	return wt
+}
+
+// unregister removes the waiter from every slot's queue; got is the slot
+// it took, or -1. The notice of a slot it was woken for and has not tried
+// goes to the next waiter of that slot (waker.unregister).
+func (s *Semaphore) unregister(wt *waiting, got int) {
+	for i, each := range wt.ws {
+		wt.w.unregister(each, i == got, false)
+	}
+}
+
+// wokenSlot returns a slot the waiter was woken for and takes its notice,
+// or -1 when none is left. It hands the notices of the other slots it was
+// woken for on at once to the next waiter of each, as if it had tried
+// them and failed; it hears them again itself (and is signalled) when it
+// is the slot's only waiter here.
+func (s *Semaphore) wokenSlot(wt *waiting) int {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(wt.ws)
+	start, got := rand.IntN(n), -1
+	for j := 0; j < n; j++ {
+		i := (start + j) % n
+		each := wt.ws[i]
+		if !each.woken {
+			continue
+		}
+		each.woken = false
+		if got < 0 {
+			got = i
+			continue
+		}
+		if kw := w.waiters[each.key]; kw != nil {
+			kw.wakeFirst()
+		}
+	}
+	return got
+}
+
+// pause is Client.pause for a semaphore's waiter: it ends at the first of
+// its delay, the recheck of a new waiter, a release of any slot
+// (resumeReleased: wokenSlot tells which), Close and ctx.
+func (s *Semaphore) pause(ctx context.Context, wt *waiting, delay time.Duration) resume {
+	c := s.c
+	t := c.clock.NewTimer(delay)
+	defer t.Stop()
+	var poll <-chan time.Time
+	var pollT *time.Timer
+	var pollEnd time.Time
+	if c.settled != nil && !wt.recheck {
+		c.settled()
+	}
+	if wt.recheck {
+		wt.recheck = false
+		pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
+		defer pollT.Stop()
+		poll = pollT.C
+	}
+	for {
+		select {
+		case <-poll:
+			if !wt.live() && time.Now().Before(pollEnd) {
+				pollT.Reset(recheckPoll)
+				continue
+			}
+			t.Stop()
+			c.spread(ctx, plainKind{})
+			return resumeRecheck
+		case <-t.C():
+			return resumeDelay
+		case <-wt.ch:
+			return resumeReleased
+		case <-c.closing:
+			return resumeClosing
+		case <-ctx.Done():
+			return resumeCtx
+		}
+	}
+}
