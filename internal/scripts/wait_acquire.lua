@@ -15,7 +15,7 @@ if redis.acl_check_cmd and not redis.acl_check_cmd("PTTL", KEYS[1]) then
 	return -3
 end
 local left = redis.pcall("PTTL", KEYS[1])
-if type(left) ~= "number" then
+if type(left) == "table" then -- a refusal (Redis before 7.0 cannot check first)
 	return -3
 end
 return left
