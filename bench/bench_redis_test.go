@@ -98,6 +98,7 @@ func TestTargets(t *testing.T) {
 		"busy quorumlock (pooled) failed": 3, "busy quorumlock (pooled) unconfirmed": 4,
 		"busy quorumlock (own *redis.Pool) failed": 9, "busy quorumlock (own *redis.Pool) unconfirmed": 1,
 		"busy quorumlock (own *redis.Pool) probe p99": float64(80 * time.Millisecond),
+		"expiry5 quorumlock p50":                      float64(12 * time.Millisecond),
 	}
 	s := targetsSection(m)
 	for _, want := range []string{
@@ -107,6 +108,7 @@ func TestTargets(t *testing.T) {
 		"| 64 clients, N=5, busy loop per core, quorumlock (pooled): failed acquisitions + unconfirmed releases = 0 | 7 | not met |",
 		"| 64 clients, N=5, busy loop per core, quorumlock (own *redis.Pool): failed acquisitions + unconfirmed releases = 0 | 10 | inconclusive: the probe's PING p99 was 80.000 ms (> 25ms), the machine is overloaded |",
 		"| go-redis adapter: 64 clients, N=5, cycles/s ÷ go-redsync on go-redis ≥ 2 | not measured | – |",
+		"| a lock left to expire, N=5: the waiter holds it, p50 ms after it expired on a quorum ≤ 50 | 12.00 | met |",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("missing %q in\n%s", want, s)

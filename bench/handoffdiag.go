@@ -38,14 +38,17 @@ func handoffDiag(ctx context.Context, e *env) string {
 	b.WriteString("A subscriber of this process on every master timestamps the release notices. " +
 		"Release → notice is from a holder starting its release to the first notice of it arriving here; notice → holds is from there to the woken waiter's Acquire returning. " +
 		"Commands per cycle are all commands the five masters ran (INFO commandstats) over the cycles.\n\n")
-	b.WriteString("| clients | library | cycles/s | p50 handoff ms | p50 release → notice ms | p50 notice → holds ms | p90 notice → holds ms | handoffs with no notice first | commands per cycle, all masters |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("Each time is also given in round trips (÷ the PING RTT above); attempts per lock are the Acquire attempts each lock took (Lock.Attempts): 1 when a woken waiter wins at once.\n\n")
+	b.WriteString("| clients | library | cycles/s | p50 handoff ms (RTTs) | p50 release → notice ms (RTTs) | p50 notice → holds ms (RTTs) | p90 notice → holds ms | handoffs with no notice first | attempts per lock | commands per cycle, all masters |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	inRTT := func(d time.Duration) string { return fmt.Sprintf("%s (%.1f)", ms(d), float64(d)/float64(max(rtt, 1))) }
 	for _, clients := range []int{2, 8} {
 		for _, lb := range libs {
 			if lb.name != qlName && lb.name != qlPooledName {
 				continue
 			}
 			d := diagCell(ctx, e, lb, clients)
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s | %d of %d | %s |\n", clients, lb.name, d.rate, ms(d.handoff), ms(d.notice), ms(d.rest), ms(d.rest90), d.unannounced, d.handoffs, d.commands)
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %s | %d of %d | %.2f | %s |\n", clients, lb.name, d.rate, inRTT(d.handoff), inRTT(d.notice), inRTT(d.rest), ms(d.rest90), d.unannounced, d.handoffs, d.attempts, d.commands)
+			e.metrics[fmt.Sprintf("diag%d %s attempts", clients, lb.name)] = d.attempts
 		}
 	}
 	b.WriteString("\n")
@@ -97,6 +100,7 @@ type diagResult struct {
 	handoff, notice, rest time.Duration
 	rest90                time.Duration
 	handoffs, unannounced int
+	attempts              float64 // per lock (Lock.Attempts)
 	commands              string
 }
 
@@ -181,6 +185,7 @@ func diagCell(ctx context.Context, e *env, lb lib, clients int) diagResult {
 	wg.Wait()
 	elapsed := time.Since(start)
 	cancel()
+	attempts := attemptsPerLock(lockers)
 	for _, l := range lockers {
 		l.close()
 	}
@@ -224,6 +229,7 @@ func diagCell(ctx context.Context, e *env, lb lib, clients int) diagResult {
 		rest90:      percentile(rest, 0.9),
 		handoffs:    len(handoffs),
 		unannounced: unannounced,
+		attempts:    attempts,
 		commands:    fmt.Sprintf("%.1f (%s)", float64(total)/float64(max(cycles, 1)), strings.Join(cmds, ", ")),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -38,7 +39,7 @@ type locker interface {
 type lib struct {
 	name string
 	// in lists the workloads the library runs in (their tags: seq, par,
-	// scale, keys, handoff, degraded, allocs, busy).
+	// scale, keys, handoff, degraded, allocs, busy, fresh, expiry).
 	in string
 	// make returns the library on n masters, or nil when it cannot run
 	// there (bsm/redislock has one master; the go-redis adapter's slot is
@@ -68,7 +69,7 @@ const (
 )
 
 var libs = []lib{
-	{qlName, everywhere + " fresh", newQuorumlock},
+	{qlName, everywhere + " fresh expiry", newQuorumlock},
 	{qlPooledName, everywhere + " fresh", newQuorumlockPooled},
 	{qlOwnPoolName, "seq par allocs busy fresh", newQuorumlockOwnPools},
 	{qlGoRedisName, "seq par allocs busy handoff fresh", func(e *env, n int) locker {
@@ -78,7 +79,7 @@ var libs = []lib{
 		return newQuorumlockGoRedis(e, n)
 	}},
 	{"quorumlock (fair)", "handoff", newQuorumlockFair},
-	{rsName, "seq par scale keys handoff degraded allocs", newRedsync},
+	{rsName, "seq par scale keys handoff degraded allocs expiry", newRedsync},
 	{rsGoRedisName, "seq par allocs", newRedsyncGoRedis},
 	{qlRueidisName, "seq par allocs", newQuorumlockRueidis},
 	{rsRueidisName, "seq par allocs", newRedsyncRueidis},
@@ -128,7 +129,17 @@ type qlLocker struct {
 	// try makes one attempt per lock (TryAcquire), so that every attempt
 	// that fails is seen.
 	try bool
+	// attempts and acquired count the attempts of the locks it took and
+	// those locks (Lock.Attempts), for attempts per acquisition.
+	attempts, acquired atomic.Int64
 }
+
+// attemptCounter is a locker that counts the attempts its locks took.
+type attemptCounter interface {
+	counts() (attempts, acquired int64)
+}
+
+func (q *qlLocker) counts() (attempts, acquired int64) { return q.attempts.Load(), q.acquired.Load() }
 
 func newQuorumlockFair(e *env, n int) locker {
 	l := newQuorumlock(e, n).(*qlLocker)
@@ -201,6 +212,8 @@ func (q *qlLocker) lock(ctx context.Context, key string) (func(context.Context) 
 	if err != nil {
 		return nil, err
 	}
+	q.attempts.Add(int64(l.Attempts()))
+	q.acquired.Add(1)
 	return l.Release, nil
 }
 

@@ -153,8 +153,8 @@ type workload func(ctx context.Context, e *env) string
 // what the targets are judged on (the hung-master targets excepted). The
 // ceiling comes right before the parallel cells it is judged beside.
 const (
-	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,handoffdiag,allocs,loaded,fresh,degraded"
-	quickWorkloads = "ceiling,parallel,sequential,handoff,allocs,loaded,fresh"
+	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,handoffdiag,expiry,allocs,loaded,fresh,degraded"
+	quickWorkloads = "ceiling,parallel,sequential,handoff,expiry,allocs,loaded,fresh"
 )
 
 var registry = map[string]workload{
@@ -168,6 +168,7 @@ var registry = map[string]workload{
 	"allocs":      allocs,
 	"scale":       scale,
 	"handoff":     handoff,
+	"expiry":      expiry,
 }
 
 func workloadNames() []string {

@@ -90,15 +90,26 @@ func targets() []target {
 			target{name: fmt.Sprintf("%s adapter: one client, N=1, p50 ÷ bsm/redislock ≤ 1.1", a.client), value: ratioOf("seq1 "+a.ours+" p50", "seq1 "+rlName+" p50"), goal: 1.1},
 		)
 	}
-	h := "handoff5-0s "
+	h, h1 := "handoff5-0s ", "handoff5-1ms "
 	ts = append(ts,
-		target{name: "8 clients, one key, N=5, no hold: cycles/s ÷ go-redsync's ≥ 0.8", value: ratioOf(h+qlName+" rate", h+rsName+" rate"), goal: 0.8, atLeast: true},
+		target{name: "8 clients, one key, N=5, no hold: cycles/s ÷ go-redsync's ≥ 1.0", value: ratioOf(h+qlName+" rate", h+rsName+" rate"), goal: 1.0, atLeast: true},
 		target{name: "8 clients, one key, N=5, no hold: p99 wait ÷ go-redsync's ≤ 0.2", value: ratioOf(h+qlName+" p99", h+rsName+" p99"), goal: 0.2},
 		target{name: "8 clients, one key, N=5, no hold: Jain's index ≥ 0.95", value: func(m map[string]float64) (float64, bool) {
 			v, ok := m[h+qlName+" jain"]
 			return v, ok
 		}, goal: 0.95, atLeast: true},
 		target{name: "8 clients, one key, N=5, no hold: p50 handoff to a waiter ÷ the RTT ≤ 3", value: ratioOf(h+qlName+" handoff", "rtt"), goal: 3},
+		target{name: "8 clients, one key, N=5, no hold: p99 cycle ÷ go-redsync's ≤ 0.5", value: ratioOf(h+qlName+" p99 cycle", h+rsName+" p99 cycle"), goal: 0.5},
+		target{name: "8 clients, one key, N=5, 1 ms hold: cycles/s ÷ go-redsync's ≥ 1.1", value: ratioOf(h1+qlName+" rate", h1+rsName+" rate"), goal: 1.1, atLeast: true},
+		target{name: "8 clients, one key, N=5, 1 ms hold: p99 cycle ÷ go-redsync's ≤ 0.25", value: ratioOf(h1+qlName+" p99 cycle", h1+rsName+" p99 cycle"), goal: 0.25},
+		target{name: "8 clients, one key, N=5, 1 ms hold: attempts per lock ≤ 1.5", value: func(m map[string]float64) (float64, bool) {
+			v, ok := m[h1+qlName+" attempts"]
+			return v, ok
+		}, goal: 1.5},
+		target{name: "a lock left to expire, N=5: the waiter holds it, p50 ms after it expired on a quorum ≤ 50", value: func(m map[string]float64) (float64, bool) {
+			v, ok := m["expiry5 "+qlName+" p50"]
+			return v / float64(time.Millisecond), ok
+		}, goal: 50},
 	)
 	for _, ql := range []string{qlName, qlPooledName, qlOwnPoolName, qlGoRedisName} {
 		p := "busy " + ql

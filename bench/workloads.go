@@ -24,6 +24,7 @@ type result struct {
 	cycles      int
 	elapsed     time.Duration
 	lat         []time.Duration // per cycle (sequential) or per wait (handoff)
+	cycle       []time.Duration // per whole lock+hold+unlock cycle (handoff, beside lat)
 	perCli      []int
 	acqFailures int // lock calls that failed while the cell was running
 	relFailures int // unlock calls that failed (for quorumlock: not confirmed, or not held)
@@ -104,7 +105,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			if keysPerClient == 1 {
 				k = fmt.Sprintf("%s:%d", key, id)
 			}
-			var lat, hos []time.Duration
+			var lat, hos, cyc []time.Duration
 			n, acqFails, relFails, self := 0, 0, 0, 0
 			for ctx.Err() == nil {
 				switch {
@@ -152,6 +153,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				}
 				if wait {
 					lat = append(lat, waited)
+					cyc = append(cyc, time.Since(t0))
 					if handoff > 0 {
 						hos = append(hos, handoff)
 					}
@@ -163,6 +165,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			mu.Lock()
 			res.lat = append(res.lat, lat...)
 			res.handoffs = append(res.handoffs, hos...)
+			res.cycle = append(res.cycle, cyc...)
 			res.perCli[id] = n
 			res.cycles += n
 			res.acqFailures += acqFails
@@ -327,14 +330,14 @@ func handoff(ctx context.Context, e *env) string {
 		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often.\n\n")
 	b.WriteString("The handoff is the time from a holder starting its release to the lock being returned to another client (a waiter); " +
 		"\"self\" is the share of locks that went to the client that released last (barging by the releaser), which the handoff leaves out.\n\n")
-	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p50 handoff ms | handoff ÷ RTT | self | Jain | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p99 cycle ms | p50 handoff ms | handoff ÷ RTT | self | Jain | attempts per lock | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type cell struct {
 		n    int
 		hold time.Duration
 	}
-	cells := []cell{{1, 0}, {1, time.Millisecond}, {5, 0}, {5, time.Millisecond}}
+	cells := []cell{{1, 0}, {1, time.Millisecond}, {3, 0}, {3, time.Millisecond}, {5, 0}, {5, time.Millisecond}}
 	if e.quick {
-		cells = []cell{{5, 0}}
+		cells = []cell{{5, 0}, {5, time.Millisecond}}
 	}
 	for _, c := range cells {
 		var ours *result
@@ -350,6 +353,7 @@ func handoff(ctx context.Context, e *env) string {
 				continue
 			}
 			r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, c.n, c.hold), c.hold, 0, true)
+			perLock := attemptsPerLock(lockers)
 			for _, l := range lockers {
 				l.close()
 			}
@@ -364,14 +368,20 @@ func handoff(ctx context.Context, e *env) string {
 			prefix := fmt.Sprintf("handoff%d-%v %s", c.n, c.hold, lb.name)
 			e.metrics[prefix+" rate"] = r.rate()
 			e.metrics[prefix+" p99"] = float64(r.pct(0.99))
+			e.metrics[prefix+" p99 cycle"] = float64(percentile(r.cycle, 0.99))
 			e.metrics[prefix+" jain"] = r.jain()
 			e.metrics[prefix+" handoff"] = float64(ho)
 			selfShare := 0.0
 			if r.cycles > 0 {
 				selfShare = float64(r.self) / float64(r.cycles)
 			}
-			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %.1f× | %.0f%% | %.3f | %v | %s |\n",
-				c.n, c.hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(ho), float64(ho)/float64(rtt), 100*selfShare, r.jain(), r.perCli, adv)
+			attempts := "—"
+			if perLock > 0 {
+				attempts = fmt.Sprintf("%.2f", perLock)
+				e.metrics[prefix+" attempts"] = perLock
+			}
+			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %s | %.1f× | %.0f%% | %.3f | %s | %v | %s |\n",
+				c.n, c.hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(percentile(r.cycle, 0.99)), ms(ho), float64(ho)/float64(rtt), 100*selfShare, r.jain(), attempts, r.perCli, adv)
 		}
 	}
 	b.WriteString("\n")
@@ -684,4 +694,21 @@ func mastersCPU(addrs []string) time.Duration {
 		}
 	}
 	return total
+}
+
+// attemptsPerLock is the mean number of attempts per lock the lockers
+// took, or 0 when they do not count them (the peers).
+func attemptsPerLock(lockers []locker) float64 {
+	var attempts, acquired int64
+	for _, l := range lockers {
+		if ac, ok := l.(attemptCounter); ok {
+			a, n := ac.counts()
+			attempts += a
+			acquired += n
+		}
+	}
+	if acquired == 0 {
+		return 0
+	}
+	return float64(attempts) / float64(acquired)
 }

@@ -411,6 +411,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 	}()
 	lead := -1             // the master the next attempt asks first (a woken waiter's, lead.go), or none
 	var waitFrom time.Time // when this call began to wait (real time), for leadDelay
+	hints := 0             // attempts made at a hinted moment since the last wake (expiry.go)
 	for attempt := 0; ; attempt++ {
 		l, r, err := c.attempt(ctx, key, lc, k, lead)
 		lead = -1
@@ -448,10 +449,20 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			}
 			waitFrom = time.Now()
 			wt = c.waker.wait(k.keys(key), mark, k.leaves() && !k.queued(), arrivalOf(k))
+			if pk, ok := k.(plainKind); ok {
+				// Its next attempts learn when the holder's key runs out.
+				pk.waiting = true
+				k = pk
+			}
 		} else {
 			c.waker.revive()
 		}
-		delay := min(wt.delay(lc, attempt, k.leaves(), err), left)
+		// A refused waiting attempt said when the key runs out: try again
+		// then, if sooner (expiry.go). Each such attempt refused again
+		// doubles the least delay a hint may give.
+		in, told := last.freeIn(c.quorum, time.Now())
+		delay, hint := hinted(wt.delay(lc, attempt, k.leaves(), err), in, told, hintFloor(lc, hints))
+		delay = min(delay, left)
 		switch why, next := c.pause(ctx, wt, key, k, delay, waitFrom); why {
 		case resumeCtx:
 			var qe *QuorumError
@@ -462,7 +473,11 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		case resumeReleased:
 			// The backoff starts over: try again now, and should that
 			// fail, soon again.
-			attempt, lead = -1, next
+			attempt, lead, hints = -1, next, 0
+		case resumeDelay:
+			if hint {
+				hints++
+			}
 		}
 	}
 }

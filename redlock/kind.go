@@ -106,17 +106,26 @@ func (baseKind) partial() bool            { return false }
 func (baseKind) forRelease() kind         { return nil }
 
 // plainKind is the plain lock (Client.Acquire without WithFair): SET NX
-// PX, or with WithFencing the fenced acquisition's script.
-type plainKind struct{ baseKind }
+// PX, or with WithFencing the fenced acquisition's script. Once its first
+// attempt was refused (waiting), an attempt without fencing sends SET NX
+// PX as the wait_acquire script instead, whose refusal says how long the
+// holder's key has left (round.freeIn).
+type plainKind struct {
+	baseKind
+	waiting bool
+}
 
 var _ kind = plainKind{}
 
-func (plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
+func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, string, []any) {
 	key, token := r.key, r.token
 	switch op {
 	case opAcquire:
 		if r.fence != nil {
 			return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
+		}
+		if p.waiting {
+			return scripts.WaitAcquire, "", append(dst, key, token, r.ttlMS)
 		}
 		return nil, "SET", append(dst, key, token, "NX", "PX", r.ttlMS)
 	case opExtend:

@@ -89,6 +89,11 @@ type round struct {
 	// counters[i] is master i's fencing counter, from a fenced
 	// acquisition's reply; written before the reply is reported.
 	counters []uint64
+	// freeAt[i] is when (Unix ns, real time) master i's copy of the key is
+	// expected to be free, from a waiting plain acquisition's reply (the
+	// holder's remaining TTL), or 0 when unknown; nil for other rounds.
+	// Set before the reply is reported, read by freeIn at any time.
+	freeAt []atomic.Int64
 	// writerWaits has bit i set when master i turned a reader away for a
 	// waiting writer (and not a holder); set before the reply is reported.
 	writerWaits atomic.Uint64
@@ -264,6 +269,9 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	}
 	if fence != nil && op == opAcquire {
 		r.counters = make([]uint64, n)
+	}
+	if pk, ok := k.(plainKind); ok && pk.waiting && fence == nil && op == opAcquire {
+		r.freeAt = make([]atomic.Int64, n)
 	}
 	r.running.Store(int32(n))
 	c.mu.Lock()
@@ -1005,6 +1013,7 @@ const (
 	expectSHA     = expect(transport.ReplySHA)     // SCRIPT LOAD: a script's SHA1, 40 hex digits
 	expectRW      = expect(transport.ReplyRW)      // the read-write script: 1 or 0, or for a read acquisition 2 (a writer waits)
 	expectInfo    = expect(transport.ReplyInfo)    // INFO: a bulk string (its size is checked by whoever reads it)
+	expectTTL     = expect(transport.ReplyTTL)     // a waiting plain acquisition: "OK", or the holder's remaining TTL
 )
 
 // expectOf returns what script's replies may be (nil: the plain SET).
@@ -1017,6 +1026,8 @@ func expectOf(script *scripts.Script) expect {
 		return expectCounter
 	case scripts.RW:
 		return expectRW
+	case scripts.WaitAcquire:
+		return expectTTL
 	default:
 		return expectFlag
 	}
@@ -1051,6 +1062,14 @@ func (r *round) decode(i int, op opKind, want expect, res any, err error) (vote,
 	}
 	if !want.fits(res) {
 		return voteFail, &fault.DesyncError{Cmd: op.String(), Reply: fault.Describe(res)}
+	}
+	if want == expectTTL {
+		left, refused := res.(int64)
+		r.noteFree(i, left, refused)
+		if refused {
+			return voteNo, nil
+		}
+		return voteYes, nil
 	}
 	switch {
 	case res == nil || res == int64(0):

@@ -187,7 +187,7 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
 	}
 	atDeadline := l.faults && o != nil && l.rng.Float64() < w.AtDeadline
-	if l.faults && o != nil && o.cmd.Name == "SET" && l.rng.Float64() < w.AtDeadlineSet {
+	if l.faults && o != nil && plainAcquire(o.cmd) && l.rng.Float64() < w.AtDeadlineSet {
 		atDeadline = true
 	}
 	arrive := now.Add(out)
@@ -594,4 +594,10 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// plainAcquire reports whether cmd is a plain acquisition: its SET NX PX,
+// or a waiting attempt's wait_acquire script, which runs the same SET.
+func plainAcquire(cmd *transport.Command) bool {
+	return cmd.Name == "SET" || cmd.Script != nil && cmd.Script.Name() == "wait_acquire"
 }

@@ -266,6 +266,12 @@ const (
 	// what it reads). The Client sends INFO server at first contact to
 	// tell its masters apart (a plain command: Name "INFO").
 	ReplyInfo
+	// ReplyTTL is a waiting plain acquisition's: "OK" (as a status, or as
+	// a bulk string where a transport reads every string as one) when
+	// granted, else an integer: the holder's remaining TTL in
+	// milliseconds, negative when unknown. The lock reads the TTL only as
+	// a hint of when to try again, bounded by its own backoff.
+	ReplyTTL
 )
 
 // Fits reports whether v is a reply of this shape.
@@ -286,6 +292,16 @@ func (s ReplyShape) Fits(v any) bool {
 	case ReplyInfo:
 		_, ok := v.([]byte)
 		return ok
+	case ReplyTTL:
+		switch v := v.(type) {
+		case int64:
+			return true
+		case string:
+			return v == "OK"
+		case []byte:
+			return string(v) == "OK"
+		}
+		return false
 	case ReplySHA:
 		b, ok := v.([]byte)
 		return ok && len(b) == 40 && allIn(b, "0123456789abcdef")

@@ -35,6 +35,8 @@ func TestReplyShape_fitsOnlyItsReplies(t *testing.T) {
 			[]any{int64(1), []byte(""), []byte("4a"), []byte("123456789012345678901"), "42"}},
 		{transport.ReplySHA, []any{sha}, []any{sha[:39], []byte("0123456789ABCDEF0123456789abcdef01234567"), string(sha)}},
 		{transport.ReplyInfo, []any{[]byte("# Server\r\n")}, []any{"# Server", nil}},
+		{transport.ReplyTTL, []any{"OK", []byte("OK"), int64(0), int64(7999), int64(-1), int64(-3), int64(1 << 62)},
+			[]any{nil, "QUEUED", []byte("ok"), []byte("42"), "42"}},
 		{transport.ReplyShape(0), nil, []any{nil, "OK", int64(0)}},
 	} {
 		for _, v := range tc.fits {

@@ -350,7 +350,7 @@ func (m *Master) set(s []string) (any, error) {
 }
 
 // fakeScripts are the scripts the fake master knows.
-var fakeScripts = []*scripts.Script{scripts.Release, scripts.Extend, scripts.FencedAcquire, scripts.FenceCommit}
+var fakeScripts = []*scripts.Script{scripts.Release, scripts.Extend, scripts.FencedAcquire, scripts.FenceCommit, scripts.WaitAcquire}
 
 // DropBefore deletes key just before the next run of the script named
 // name (a lock that expired or was lost between two commands).
@@ -371,6 +371,14 @@ func (m *Master) script(sc *scripts.Script, s []string) (any, error) {
 		delete(m.data, key)
 	}
 	switch sc {
+	case scripts.WaitAcquire: // lock; token, ttl
+		// It runs SET NX PX, counted as a SET: tests count attempts so.
+		m.calls["SET"]++
+		ok, err := m.set([]string{s[0], s[1], "NX", "PX", s[2]})
+		if err != nil || ok != nil {
+			return ok, err
+		}
+		return m.run("PTTL", []any{s[0]})
 	case scripts.FencedAcquire: // lock, counter; token, ttl
 		ok, err := m.set([]string{s[0], s[2], "NX", "PX", s[3]})
 		if err != nil || ok == nil {

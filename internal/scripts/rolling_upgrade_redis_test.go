@@ -196,3 +196,59 @@ func TestMultiWithMeta_previousVersionClientBesideThisOne(t *testing.T) {
 		allKeysGone(t, servers)
 	})
 }
+
+// The plain lock's waiting attempts send wait_acquire.lua where the
+// previous version sent SET NX PX on every attempt. During a rolling
+// upgrade both run on one key: each keeps the other out while it holds,
+// the new client's refusal reads the previous holder's TTL (which the
+// previous version set), and a key the previous version released or let
+// expire is taken by the new one, and the other way round.
+func TestWaitAcquire_previousVersionsSetBesideIt(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	previousAcquire := func(tok string, ttl int) any { // the previous version's every attempt
+		v, err := c.Do("SET", "k", tok, "NX", "PX", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	release := func(tok string) {
+		if n, err := redis.Int(redigot.Do(scripts.Release, c, timeout, "k", tok, "ch")); err != nil || n != 1 {
+			t.Fatalf("release of %s = %d, %v", tok, n, err)
+		}
+	}
+	if v := previousAcquire("old", 5000); v != "OK" {
+		t.Fatalf("the previous version on a free key: %#v", v)
+	}
+	left, err := redis.Int64(redigot.Do(scripts.WaitAcquire, c, timeout, "k", "new", 5000))
+	if err != nil || left <= 0 || left > 5000 {
+		t.Fatalf("this version beside the previous holder = %d, %v", left, err)
+	}
+	release("old")
+	if v, err := redigot.Do(scripts.WaitAcquire, c, timeout, "k", "new", 5000); err != nil || v != "OK" {
+		t.Fatalf("this version after the previous one released = %#v, %v", v, err)
+	}
+	if v := previousAcquire("old", 5000); v != nil {
+		t.Fatalf("the previous version beside this version's holder: %#v", v)
+	}
+	release("new")
+	// A previous holder that vanished: its key runs out, and the refusal
+	// said when.
+	if v := previousAcquire("old", 50); v != "OK" {
+		t.Fatalf("the previous version, short TTL: %#v", v)
+	}
+	left, err = redis.Int64(redigot.Do(scripts.WaitAcquire, c, timeout, "k", "new", 5000))
+	if err != nil || left < 0 || left > 50 {
+		t.Fatalf("beside a short hold = %d, %v", left, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	redistest.WaitFor(ctx, func() bool {
+		v, _ := redigot.Do(scripts.WaitAcquire, c, timeout, "k", "new", 5000)
+		return v == "OK"
+	})
+	if v, _ := redis.String(c.Do("GET", "k")); v != "new" {
+		t.Fatalf("after the previous holder's TTL: GET = %q, want new", v)
+	}
+}

@@ -44,6 +44,8 @@ var (
 	multiSrc string
 	//go:embed heal.lua
 	healSrc string
+	//go:embed wait_acquire.lua
+	waitAcquireSrc string
 )
 
 // The scripts, built once.
@@ -51,6 +53,9 @@ var (
 	// Release deletes KEYS[1] if it holds ARGV[1] (the token) and then
 	// PUBLISHes on channel ARGV[2]; replies 1 if it deleted the key, else 0.
 	Release = New("release", 1, releaseSrc)
+	// WaitAcquire is a waiting plain acquisition: SET NX PX that, refused,
+	// replies the key's remaining TTL (see wait_acquire.lua).
+	WaitAcquire = New("wait_acquire", 1, waitAcquireSrc)
 	// Extend sets the TTL of KEYS[1] to ARGV[2] milliseconds if it holds
 	// ARGV[1]; replies 1 if it did, else 0. It never creates the key.
 	Extend = New("extend", 1, extendSrc)
@@ -101,7 +106,7 @@ var (
 
 	// All lists every script, for loading them on a new connection.
 	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FenceCommitTerm, FencedWrite,
-		Reentrant, RW, Multi, Heal}, metaAll()...)
+		Reentrant, RW, Multi, Heal, WaitAcquire}, metaAll()...)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to

@@ -332,3 +332,50 @@ func TestRelease_noticeCountsTheSubscribers(t *testing.T) {
 		}
 	}
 }
+
+// A waiting plain acquisition sets a free key as SET NX PX does and
+// replies OK; refused, it replies the holder's remaining TTL (-1 for a
+// key without one), and -3 where the ACL user may not run PTTL, with no
+// error and no ACL log entry.
+func TestWaitAcquire_refusalRepliesTheHoldersRemainingTTL(t *testing.T) {
+	srv := redistest.StartOne(t)
+	c := conn(t, srv)
+	if v, err := redigot.Do(scripts.WaitAcquire, c, timeout, "k", "mine", 3000); err != nil || v != "OK" {
+		t.Fatalf("on a free key = %#v, %v; want OK", v, err)
+	}
+	if v, _ := redis.String(c.Do("GET", "k")); v != "mine" {
+		t.Fatalf("GET = %q, want mine", v)
+	}
+	if ttl, _ := redis.Int64(c.Do("PTTL", "k")); ttl <= 0 || ttl > 3000 {
+		t.Fatalf("PTTL after the grant = %d", ttl)
+	}
+	left, err := redis.Int64(redigot.Do(scripts.WaitAcquire, c, timeout, "k", "theirs", 9000))
+	if err != nil || left <= 0 || left > 3000 {
+		t.Fatalf("on a held key = %d, %v; want its remaining TTL (0, 3000]", left, err)
+	}
+	if v, _ := redis.String(c.Do("GET", "k")); v != "mine" {
+		t.Fatalf("GET after a refusal = %q, want mine", v)
+	}
+	if _, err := c.Do("SET", "forever", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := redis.Int64(redigot.Do(scripts.WaitAcquire, c, timeout, "forever", "theirs", 9000)); err != nil || left != -1 {
+		t.Fatalf("on a key without a TTL = %d, %v; want -1", left, err)
+	}
+	if _, err := c.Do("ACL", "SETUSER", "nopttl", "on", "nopass", "~*", "+@all", "-pttl"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("ACL", "LOG", "RESET"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := conn(t, srv)
+	if _, err := c2.Do("AUTH", "nopttl", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := redis.Int64(redigot.Do(scripts.WaitAcquire, c2, timeout, "k", "theirs", 9000)); err != nil || left != -3 {
+		t.Fatalf("for a user without PTTL = %d, %v; want -3", left, err)
+	}
+	if log, err := redis.Values(c.Do("ACL", "LOG")); err != nil || len(log) != 0 {
+		t.Fatalf("ACL LOG after the attempt without PTTL: %d entries, %v", len(log), err)
+	}
+}
