@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // The adaptive per-master bound: how long an acquisition or an extension
@@ -24,25 +26,24 @@ import (
 //     peaks say nothing — never raise it, and the latest stall of this
 //     process (stall.go), decaying alike, when it is higher;
 //   - the wait is twice that figure, never less than the per-master
-//     timeout and never more than boundCap times it, nor a tenth of the
-//     lock's TTL (when that is more than the timeout).
+//     timeout and never more than the cap: the stall bound (LateBound:
+//     one timeout, at least a second) or a tenth of the lock's TTL,
+//     whichever is less (but never less than the timeout).
 //
 // The cap is the documented cost of a hung master: an acquisition or an
 // extension that needs the answer of a master that does not answer gives
-// up on it at most boundCap per-master timeouts after its start (200 ms
-// by default), plus what patience adds for a process that did not run.
+// up on it at most the cap after its start (a second with the defaults,
+// TTL 10 s and timeout 50 ms), plus what patience adds for a process
+// that did not run; only while a quorum of masters has answered that
+// slowly within the last few half-lives. A master silent for longer than
+// the round's wait is down as before: later rounds do not send to it.
 // On a quiet host the figure stays below half the timeout and the wait
 // is the timeout, as before. Validity is counted from the call's start
 // whatever the wait: a longer wait leaves less of it, never more. See
 // "An adaptive bound for acquisitions" in docs/design.md.
 
-const (
-	// boundCap is how many per-master timeouts a round's adaptive wait
-	// reaches at most.
-	boundCap = 4
-	// boundHalfLife is how fast a master's peak round trip is forgotten.
-	boundHalfLife = 2 * time.Second
-)
+// boundHalfLife is how fast a master's peak round trip is forgotten.
+const boundHalfLife = 2 * time.Second
 
 // peak is one master's decaying peak round trip: the highest answer time
 // seen, halved every boundHalfLife since. Written only by an answer that
@@ -129,8 +130,7 @@ func (c *Client) boundFor(op opKind, ttl time.Duration) time.Duration {
 }
 
 // adaptiveBound is twice the host's slowness, at least the per-master
-// timeout, at most boundCap timeouts and a tenth of ttl (but never less
-// than the timeout).
+// timeout, at most boundCeiling.
 func (c *Client) adaptiveBound(ttl time.Duration, now time.Time) time.Duration {
 	w := 2 * c.hostSlowness(now)
 	if w <= c.timeout {
@@ -140,7 +140,8 @@ func (c *Client) adaptiveBound(ttl time.Duration, now time.Time) time.Duration {
 }
 
 // boundCeiling is the most an acquisition or an extension of ttl waits
-// for a master.
+// for a master: the stall bound or a tenth of ttl, whichever is less, and
+// never less than the per-master timeout.
 func (c *Client) boundCeiling(ttl time.Duration) time.Duration {
-	return max(c.timeout, min(boundCap*c.timeout, ttl/10))
+	return max(c.timeout, min(stall.LateBound(c.timeout), ttl/10))
 }

@@ -77,9 +77,9 @@ func TestAdaptiveBound_slowMastersAreWaitedFor(t *testing.T) {
 	}
 }
 
-// defaultTTLForTest is a TTL long enough that the bound's cap is
-// boundCap timeouts.
-const defaultTTLForTest = 8 * time.Second
+// defaultTTLForTest is the TTL of the tests' locks: the bound's cap is a
+// tenth of it.
+const defaultTTLForTest = 2 * time.Second
 
 // Masters answered slowly of late (the bound is at its cap), then two of
 // three stop (SIGSTOP): an acquisition, which needs one of them, fails
@@ -96,6 +96,7 @@ func TestAdaptiveBound_stoppedMastersFailWithinTheCap(t *testing.T) {
 			for i := range c.peaks {
 				c.noteAnswer(i, now.Add(-2*time.Second), now) // uncapped: 4 s
 			}
+			// The cap: a tenth of the TTL, 200 ms.
 			ceiling := c.boundCeiling(defaultTTLForTest)
 			if got := c.adaptiveBound(defaultTTLForTest, time.Now()); got != ceiling {
 				t.Fatalf("bound %v after 2 s answers, want the cap %v", got, ceiling)

@@ -54,9 +54,9 @@ func TestAdaptiveBound_isCappedByTheTimeoutAndTheTTL(t *testing.T) {
 	for _, tc := range []struct {
 		ttl, want time.Duration
 	}{
-		{8 * time.Second, boundCap * 50 * time.Millisecond}, // boundCap timeouts
-		{time.Second, 100 * time.Millisecond},               // a tenth of the TTL
-		{100 * time.Millisecond, 50 * time.Millisecond},     // never below the timeout
+		{30 * time.Second, time.Second},                 // the stall bound
+		{8 * time.Second, 800 * time.Millisecond},       // a tenth of the TTL
+		{100 * time.Millisecond, 50 * time.Millisecond}, // never below the timeout
 	} {
 		if got := c.adaptiveBound(tc.ttl, now); got != tc.want {
 			t.Errorf("ttl %v: bound %v, want %v", tc.ttl, got, tc.want)
