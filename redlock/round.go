@@ -322,10 +322,14 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 			// hung: a command to it gets the per-master timeout, so that
 			// it holds no pooled connection longer.
 			l.cmd.Deadline = r.deadline.Add(c.timeout - r.wait)
-		} else if l.cmd.DropWhenDown && r.wait > c.timeout && !c.masters[i].silentFor(r.wait) {
-			// The transport drops an acquisition to a master silent for
-			// a per-master timeout; under the adaptive bound a master is
-			// down only once silent for the round's whole wait (down).
+		} else if l.cmd.DropWhenDown && r.wait > c.timeout && !c.masters[i].ordered && !c.masters[i].silentFor(r.wait) {
+			// The pooled transport drops an acquisition to a master
+			// silent for a per-master timeout; under the adaptive bound
+			// such a master is down only once silent for the round's
+			// whole wait (round.down). An Ordered transport keeps its
+			// own judgement: its silence already follows its reader, and
+			// writing to a master it counts down only queues commands
+			// behind a frozen one.
 			l.cmd.DropWhenDown = false
 		}
 		if n == 1 && op != opLeave {
