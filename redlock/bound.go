@@ -66,7 +66,10 @@ func (p *peak) load(now time.Time) time.Duration {
 	return decay(time.Duration(v), time.Duration(age))
 }
 
-// note records an answer that took d, seen at now.
+// note records an answer that took d, seen at now. Two answers noted at
+// once may pair one's peak with the other's time: the peak then decays
+// from a moment a few microseconds off, which changes nothing that
+// matters.
 func (p *peak) note(d time.Duration, now time.Time) {
 	if d > p.load(now) {
 		p.v.Store(int64(d))
