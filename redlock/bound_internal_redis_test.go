@@ -52,11 +52,9 @@ func TestAdaptiveBound_slowMastersAreWaitedFor(t *testing.T) {
 		t.Run(map[bool]string{true: "pipelined", false: "pooled"}[pipelined], func(t *testing.T) {
 			c := slowClient(t, pipelined, 80*time.Millisecond, WithTimeout(50*time.Millisecond))
 			ctx := context.Background()
-			learned := false
-			for i := 0; i < 5 && !learned; i++ {
+			for i := range 5 {
 				l, err := c.TryAcquire(ctx, "slow:learn:"+string(rune('a'+i)))
 				if err == nil {
-					learned = true
 					l.Release(ctx)
 					break
 				}
