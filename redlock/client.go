@@ -32,6 +32,7 @@ type Client struct {
 	quorum   int
 
 	timeout     time.Duration
+	peaks       []peak // per master, its decaying peak round trip (bound.go)
 	driftFactor float64
 	clock       clock.Clock
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
@@ -121,6 +122,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
 		masters:      make([]master, len(ts)),
 		failedAt:     make([]atomic.Int64, len(ts)),
+		peaks:        make([]peak, len(ts)),
 		addrs:        make([]string, len(ts)),
 		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,

@@ -107,9 +107,13 @@ func (c *config) check() error {
 }
 
 // WithTimeout bounds every command to one master: a master that has not
-// answered within d counts as failed for that operation, and the caller
-// never waits longer than d for it. Keep it a small fraction of the TTL:
-// it is subtracted from every lock's validity. A release, which has no
+// answered within d counts as failed for that operation. Keep it a small
+// fraction of the TTL: the time a call waits is subtracted from its
+// lock's validity. While a quorum of masters has answered slower than d
+// of late (a busy host, not masters down), an acquisition or an extension
+// waits for a master up to twice that recent round trip, at most the
+// lesser of max(d, 1 s) and a tenth of the TTL; with masters that answer
+// in time it waits d. A release, which has no
 // validity to protect, waits for a master up to max(d, 500 ms) (on the
 // pooled path max(d, 1 s)), and returns as soon as a quorum is
 // confirmed. The default is DefaultTimeout.

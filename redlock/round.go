@@ -100,7 +100,9 @@ type round struct {
 	chain       string    // the key in Client.chains this round is the newest of, or ""
 	deadline    time.Time // when its commands stop being waited for
 	// wait is how long its commands are waited for from its start: the
-	// per-master timeout, or a release's longer one (Client.releaseWait).
+	// adaptive bound of an acquisition or an extension (bound.go), a
+	// release's longer wait (Client.releaseWait), else the per-master
+	// timeout.
 	wait    time.Duration
 	running atomic.Int32
 	// ledBy is 1 + the index of the master an acquisition asks first,
@@ -259,7 +261,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	r.c, r.op, r.key, r.token, r.ttlMS = c, op, key, token, ttl.Milliseconds()
 	r.ledBy = lead + 1
 	r.k, r.fence = k, fence
-	r.wait = c.timeout
+	r.wait = c.boundFor(op, ttl)
 	if op == opRelease {
 		r.wait = c.releaseWait()
 	}
@@ -322,11 +324,21 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		l.r, l.i = r, i
 		w.fill(&l.cmd, r)
 		l.cmd.To, l.cmd.Deadline = l, r.deadline
-		if r.wait != c.timeout && c.masters[i].knownDown() {
-			// A release's longer wait is for masters that are slow, not
-			// for one known hung: a command to it gets the per-master
-			// timeout, so that it holds no pooled connection longer.
+		if r.wait > c.timeout && c.masters[i].knownDown() {
+			// A release's longer wait, and an adaptive bound above the
+			// timeout, are for masters that are slow, not for one known
+			// hung: a command to it gets the per-master timeout, so that
+			// it holds no pooled connection longer.
 			l.cmd.Deadline = r.deadline.Add(c.timeout - r.wait)
+		} else if l.cmd.DropWhenDown && r.wait > c.timeout && !c.masters[i].ordered && !c.masters[i].silentFor(r.wait) {
+			// The pooled transport drops an acquisition to a master
+			// silent for a per-master timeout; under the adaptive bound
+			// such a master is down only once silent for the round's
+			// whole wait (round.down). An Ordered transport keeps its
+			// own judgement: its silence already follows its reader, and
+			// writing to a master it counts down only queues commands
+			// behind a frozen one.
+			l.cmd.DropWhenDown = false
 		}
 		if n == 1 && op != opLeave {
 			// The caller waits for this reply alone (collect follows):
@@ -386,7 +398,7 @@ func (l *leg) begin(prev *round) {
 	}
 	var down error
 	if dn != nil && !l.led() {
-		down = dn.Down()
+		down = r.down(dn, m)
 	}
 	r.mu.Lock()
 	l.to(evWait)
@@ -414,6 +426,29 @@ func (l *leg) begin(prev *round) {
 	}
 }
 
+// silentFor reports whether the master has been silent for d (Silencer);
+// false when its transport cannot tell.
+func (m *master) silentFor(d time.Duration) bool {
+	s, ok := m.t.(Silencer)
+	return ok && s.Silence() >= d
+}
+
+// down is why master m is down for the round's acquisition (dn.Down), or
+// nil. When the round waits longer than the per-master timeout (the
+// adaptive bound: every master answers late of late), a master that has
+// been silent for less than that wait is only as slow as the others, not
+// down; one silent for longer still is (bound.go).
+func (r *round) down(dn Downer, m *master) error {
+	err := dn.Down()
+	if err == nil || r.wait <= r.c.timeout {
+		return err
+	}
+	if _, ok := m.t.(Silencer); ok && !m.silentFor(r.wait) {
+		return nil
+	}
+	return err
+}
+
 // downLed gives a led leg up once its lead granted, when it still waits
 // for an earlier command on its master and that master is down (begin).
 func (l *leg) downLed(dn Downer) {
@@ -424,7 +459,7 @@ func (l *leg) downLed(dn Downer) {
 	if !wait {
 		return
 	}
-	down := dn.Down()
+	down := r.down(dn, &r.c.masters[l.i])
 	if down == nil {
 		return
 	}
@@ -620,6 +655,8 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	m := &r.c.masters[l.i]
 	if err != nil {
 		err = r.c.nodeErrorIn(m, err, r.wait)
+	} else {
+		r.c.noteAnswer(l.i, r.started(), time.Now())
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()

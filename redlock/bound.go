@@ -1,0 +1,150 @@
+package redlock
+
+import (
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/stall"
+)
+
+// The adaptive per-master bound: how long an acquisition or an extension
+// waits for a master. The per-master timeout is chosen for a host whose
+// masters answer in a millisecond; on a host so loaded that every master
+// answers late at once (its CPUs busy, this process descheduled), a round
+// that waits only the timeout counts masters failed that answered, and
+// TryAcquire fails with every master up. So a round's wait follows what
+// the masters' answers took of late:
+//
+//   - each master keeps a decaying peak of its round trips (from a
+//     round's start to its answer, late answers included: a master that
+//     answered late is slow, not down); the peak halves every
+//     boundHalfLife without a higher one;
+//   - the host's figure is the quorum-th lowest of those peaks, so that
+//     masters beyond a quorum's worth — slow ones, or hung ones, whose
+//     peaks say nothing — never raise it, and the latest stall of this
+//     process (stall.go), decaying alike, when it is higher;
+//   - the wait is twice that figure, never less than the per-master
+//     timeout and never more than the cap: the stall bound (LateBound:
+//     one timeout, at least a second) or a tenth of the lock's TTL,
+//     whichever is less (but never less than the timeout).
+//
+// The cap is the documented cost of a hung master: an acquisition or an
+// extension that needs the answer of a master that does not answer gives
+// up on it at most the cap after its start (a second with the defaults,
+// TTL 10 s and timeout 50 ms), plus what patience adds for a process
+// that did not run; only while a quorum of masters has answered that
+// slowly within the last few half-lives. A master silent for longer than
+// the round's wait is down as before: later rounds do not send to it.
+// On a quiet host the figure stays below half the timeout and the wait
+// is the timeout, as before. Validity is counted from the call's start
+// whatever the wait: a longer wait leaves less of it, never more. See
+// "An adaptive bound for acquisitions" in docs/design.md.
+
+// boundHalfLife is how fast a master's peak round trip is forgotten.
+const boundHalfLife = 2 * time.Second
+
+// peak is one master's decaying peak round trip: the highest answer time
+// seen, halved every boundHalfLife since. Written only by an answer that
+// beats it, so a host that answers fast writes nothing.
+type peak struct {
+	v  atomic.Int64 // the peak, ns
+	at atomic.Int64 // when it was seen, unix ns
+}
+
+// load returns the peak decayed to now.
+func (p *peak) load(now time.Time) time.Duration {
+	v := p.v.Load()
+	if v == 0 {
+		return 0
+	}
+	age := now.UnixNano() - p.at.Load()
+	if age <= 0 {
+		return time.Duration(v)
+	}
+	return decay(time.Duration(v), time.Duration(age))
+}
+
+// note records an answer that took d, seen at now. Two answers noted at
+// once may pair one's peak with the other's time: the peak then decays
+// from a moment a few microseconds off, which changes nothing that
+// matters.
+func (p *peak) note(d time.Duration, now time.Time) {
+	if d > p.load(now) {
+		p.v.Store(int64(d))
+		p.at.Store(now.UnixNano())
+	}
+}
+
+// decay is v halved for every boundHalfLife in age.
+func decay(v, age time.Duration) time.Duration {
+	if age >= 32*boundHalfLife {
+		return 0
+	}
+	return time.Duration(float64(v) * math.Exp2(-float64(age)/float64(boundHalfLife)))
+}
+
+// noteAnswer records master i's answer to a round that started at start,
+// read at now; only real-clock rounds count (a simulated clock's waits
+// are no host's).
+func (c *Client) noteAnswer(i int, start, now time.Time) {
+	if !c.realClock || c.peaks == nil {
+		return
+	}
+	if d := now.Sub(start); d > c.timeout/8 {
+		c.peaks[i].note(d, now)
+	}
+}
+
+// hostSlowness is how long masters have taken to answer of late, at a
+// quorum (the quorum-th lowest decayed peak), or this process's latest
+// stall, decayed alike, when that is more.
+func (c *Client) hostSlowness(now time.Time) time.Duration {
+	var s time.Duration
+	if c.peaks != nil {
+		var buf [16]time.Duration
+		ps := buf[:0]
+		for i := range c.peaks {
+			ps = append(ps, c.peaks[i].load(now))
+		}
+		slices.Sort(ps)
+		s = ps[c.quorum-1]
+	}
+	if c.stalls == nil || !c.realClock {
+		return s
+	}
+	if end, d, ok := c.stalls.Last(); ok {
+		if age := now.Sub(end); age >= 0 {
+			s = max(s, decay(d, age))
+		}
+	}
+	return s
+}
+
+// boundFor returns how long a round of op with ttl waits for a master:
+// the adaptive bound for acquisitions and extensions, the per-master
+// timeout for the other rounds (a release waits releaseWait).
+func (c *Client) boundFor(op opKind, ttl time.Duration) time.Duration {
+	if op != opAcquire && op != opExtend {
+		return c.timeout
+	}
+	return c.adaptiveBound(ttl, time.Now())
+}
+
+// adaptiveBound is twice the host's slowness, at least the per-master
+// timeout, at most boundCeiling.
+func (c *Client) adaptiveBound(ttl time.Duration, now time.Time) time.Duration {
+	w := 2 * c.hostSlowness(now)
+	if w <= c.timeout {
+		return c.timeout
+	}
+	return min(w, c.boundCeiling(ttl))
+}
+
+// boundCeiling is the most an acquisition or an extension of ttl waits
+// for a master: the stall bound or a tenth of ttl, whichever is less, and
+// never less than the per-master timeout.
+func (c *Client) boundCeiling(ttl time.Duration) time.Duration {
+	return max(c.timeout, min(stall.LateBound(c.timeout), ttl/10))
+}
