@@ -506,6 +506,17 @@ const (
 // first (lead.go), or -1. Before a woken attempt it waits the woken
 // waiter's delay (spread or leadDelay); it sends nothing itself.
 func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, delay time.Duration, waitFrom time.Time) (why resume, lead int) {
+	if why = c.waitOut(ctx, wt, k, delay); why == resumeReleased {
+		return why, c.woken(ctx, wt, key, k, waitFrom)
+	}
+	return why, -1
+}
+
+// waitOut is the wait of pause and of a semaphore's waiter
+// (Semaphore.pause): it ends at the first of delay, the recheck of a new
+// waiter (then after the spread of a waiter of kind k), a release
+// announced to wt, Close and ctx, and says which.
+func (c *Client) waitOut(ctx context.Context, wt *waiting, k kind, delay time.Duration) resume {
 	t := c.clock.NewTimer(delay)
 	defer t.Stop()
 	var poll <-chan time.Time
@@ -529,16 +540,15 @@ func (c *Client) pause(ctx context.Context, wt *waiting, key string, k kind, del
 			}
 			t.Stop()
 			c.spread(ctx, k)
-			return resumeRecheck, -1
+			return resumeRecheck
 		case <-t.C():
-			return resumeDelay, -1
+			return resumeDelay
 		case <-wt.ch:
-			t.Stop()
-			return resumeReleased, c.woken(ctx, wt, key, k, waitFrom)
+			return resumeReleased
 		case <-c.closing:
-			return resumeClosing, -1
+			return resumeClosing
 		case <-ctx.Done():
-			return resumeCtx, -1
+			return resumeCtx
 		}
 	}
 }

@@ -227,39 +227,5 @@ func (s *Semaphore) wokenSlot(wt *waiting) int {
 // its delay, the recheck of a new waiter, a release of any slot
 // (resumeReleased: wokenSlot tells which), Close and ctx.
 func (s *Semaphore) pause(ctx context.Context, wt *waiting, delay time.Duration) resume {
-	c := s.c
-	t := c.clock.NewTimer(delay)
-	defer t.Stop()
-	var poll <-chan time.Time
-	var pollT *time.Timer
-	var pollEnd time.Time
-	if c.settled != nil && !wt.recheck {
-		c.settled()
-	}
-	if wt.recheck {
-		wt.recheck = false
-		pollT, pollEnd = time.NewTimer(0), time.Now().Add(c.timeout)
-		defer pollT.Stop()
-		poll = pollT.C
-	}
-	for {
-		select {
-		case <-poll:
-			if !wt.live() && time.Now().Before(pollEnd) {
-				pollT.Reset(recheckPoll)
-				continue
-			}
-			t.Stop()
-			c.spread(ctx, plainKind{})
-			return resumeRecheck
-		case <-t.C():
-			return resumeDelay
-		case <-wt.ch:
-			return resumeReleased
-		case <-c.closing:
-			return resumeClosing
-		case <-ctx.Done():
-			return resumeCtx
-		}
-	}
+	return s.c.waitOut(ctx, wt, plainKind{}, delay)
 }
