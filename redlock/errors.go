@@ -166,7 +166,6 @@ type QuorumError struct {
 	sentinel error
 	ctxErr   error
 	addrs    []string
-	before   string // set when nothing was sent: what the call waited for instead (identWaitError)
 }
 
 // Error says, on one line, what happened to which key, how many masters
@@ -176,15 +175,6 @@ func (e *QuorumError) Error() string {
 	var b strings.Builder
 	b.WriteString(keyMessage(e.sentinel, e.Key))
 	b.WriteString(": ")
-	if e.before != "" {
-		// No round ran: say what the call waited for, and why it ended.
-		b.WriteString(e.before)
-		if e.ctxErr != nil {
-			b.WriteString("; ")
-			b.WriteString(e.ctxErr.Error())
-		}
-		return b.String()
-	}
 	if e.Op != opImplied(e.sentinel) {
 		b.WriteString(e.Op)
 		b.WriteString(": ")

@@ -1122,21 +1122,42 @@ type tally struct {
 	// because its copy of the key is a lock of another kind.
 	wrongKind []error
 	ctxErr    error
+
+	// gate counts the grants of an acquisition or extension while some
+	// master is not identified (countGate); nil otherwise. Then yes
+	// counts the grants that count, pending those that may once the first
+	// probe ended, lost those that never will in this round, and probing
+	// holds the outcome open until the first probe ended.
+	gate          *countGate
+	pending, lost int
+	probing       bool
 }
 
 // ok reports whether a quorum agreed: granted or extended it, or for a
 // release are known not to hold the token afterwards (yes and free).
-func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum }
+func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum && !t.probing }
 
 // open reports whether the outcome of a round on n masters is still
 // unknown: neither a quorum agreed (ok) nor so many no and failures that
 // a quorum of yes is impossible.
-func (t *tally) open(quorum, n int) bool { return !t.ok(quorum) && t.no+t.fail+t.skip <= n-quorum }
+func (t *tally) open(quorum, n int) bool {
+	return !t.ok(quorum) && t.no+t.fail+t.skip+t.lost <= n-quorum
+}
+
+// mayCount reports whether the grants, counted or pending, could make a
+// quorum once the first probe ended.
+func (t *tally) mayCount(quorum int) bool {
+	return t.probing && t.yes+t.pending+t.free >= quorum
+}
 
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
 	switch rp.vote {
 	case voteYes:
+		if t.gate != nil {
+			t.gate.count(t)
+			break
+		}
 		t.yes++
 	case voteNo:
 		t.no++
@@ -1172,6 +1193,13 @@ func (t *tally) add(rp reply) {
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n), final: r.final}
+	var probed <-chan struct{} // the first probe's end, while a grant may wait for it
+	if r.op == opAcquire || r.op == opExtend {
+		if t.gate = c.ident.gate(); t.gate != nil {
+			t.gate.count(&t)
+			probed = t.gate.first
+		}
+	}
 	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
@@ -1190,9 +1218,13 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				now := c.clock.Now()
 				if c.overdue(&t, p, hold.Sub(now), now, last) == 0 {
 					c.timedOut(&t, r)
+					t.awaitProbe(ctx, c.quorum)
 					return t
 				}
 			}
+		case <-probed:
+			probed = nil
+			t.gate.count(&t)
 		case <-timer.C():
 			// Count the replies that arrived with the timer first.
 			for drained := false; !drained; {
@@ -1233,6 +1265,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				continue
 			}
 			c.timedOut(&t, r)
+			t.awaitProbe(ctx, c.quorum)
 			return t
 		case <-ctx.Done():
 			t.ctxErr = ctx.Err()
@@ -1240,6 +1273,22 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 		}
 	}
 	return t
+}
+
+// awaitProbe waits, when the round stopped waiting for its masters, for
+// the first probe to end if the grants could make a quorum then
+// (tally.mayCount), then counts them, but never past ctx. The
+// probe started before the round, so this adds at most probeGrace.
+func (t *tally) awaitProbe(ctx context.Context, quorum int) {
+	if !t.mayCount(quorum) {
+		return
+	}
+	select {
+	case <-t.gate.first:
+		t.gate.count(t)
+	case <-ctx.Done():
+		t.ctxErr = ctx.Err()
+	}
 }
 
 // knownDown reports whether the master's transport knows it down now
