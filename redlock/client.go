@@ -663,12 +663,18 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	// dup: the round counted its grants by the masters' identities
 	// (countGate), and the masters were found to include one server twice
 	// meanwhile, or the client was closed (which ends the first probe):
-	// the attempt fails with that error.
+	// the attempt fails with that error. A round that failed while the
+	// first probe ran waits for it (it started before the round, so that
+	// is within the round's budget and probeGrace) to tell the duplicate
+	// on this call; one that succeeded waited already.
 	var dup error
 	if t.gate != nil {
-		if d := c.ident.dup.Load(); d != nil {
+		if t.ctxErr == nil {
+			dup = c.identified(ctx)
+		} else if d := c.ident.dup.Load(); d != nil {
 			dup = d.err
-		} else {
+		}
+		if dup == nil {
 			dup = c.closedErr("acquire", key)
 		}
 	}

@@ -166,6 +166,9 @@ type QuorumError struct {
 	sentinel error
 	ctxErr   error
 	addrs    []string
+	// uncounted are the masters that granted but did not count: not
+	// identified yet, or one server under a second address (countGate).
+	uncounted []int
 }
 
 // Error says, on one line, what happened to which key, how many masters
@@ -196,6 +199,10 @@ func (e *QuorumError) Error() string {
 			b.WriteString("; not held by this token on ")
 		}
 		e.writeMasters(&b, e.Refused, append(wrongKind, e.WriterWaiting...))
+	}
+	if len(e.uncounted) > 0 {
+		b.WriteString("; granted but not counted (its server not identified yet, or counted under another address): ")
+		e.writeMasters(&b, e.uncounted, nil)
 	}
 	if e.WrongKind != nil {
 		for _, err := range e.WrongKind.Errors {

@@ -207,35 +207,65 @@ func (g *countGate) ended() bool {
 // (pending), and those that never will in this round (lost).
 func (g *countGate) count(t *tally) {
 	ended := g.ended()
-	id := g.id
 	t.yes, t.pending, t.lost, t.probing = 0, 0, 0, !ended
-	id.mu.Lock()
-	defer id.mu.Unlock()
+	g.id.mu.Lock()
+	defer g.id.mu.Unlock()
 	for i, v := range t.votes {
 		if v != voteYes {
 			continue
 		}
-		switch {
-		case i < len(id.ids) && id.ids[i] != "":
-			counted := true
-			for j := range i {
-				if t.votes[j] == voteYes && id.ids[j] == id.ids[i] {
-					counted = false // one server, already counted
-					break
-				}
-			}
-			if counted {
-				t.yes++
-			} else {
+		switch g.id.grantLocked(i, t.votes) {
+		case grantCounts:
+			t.yes++
+		case grantUnknown:
+			if ended {
 				t.lost++
+			} else {
+				t.pending++
 			}
-		case i < len(id.final) && id.final[i]:
-			t.yes++ // answered without a run_id: its own vote
-		case ended:
-			t.lost++
 		default:
-			t.pending++
+			t.lost++
 		}
+	}
+}
+
+// uncounted returns the masters that granted but whose grant does not
+// count (yet), for the error of a round that failed.
+func (g *countGate) uncounted(votes []vote) []int {
+	g.id.mu.Lock()
+	defer g.id.mu.Unlock()
+	var out []int
+	for i, v := range votes {
+		if v == voteYes && g.id.grantLocked(i, votes) != grantCounts {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// grant is how master i's grant counts.
+type grant uint8
+
+const (
+	grantCounts  grant = iota // identified and distinct, or unidentifiable
+	grantUnknown              // its master is not identified
+	grantTwice                // its server was counted under another address
+)
+
+// grantLocked says how master i's grant counts among votes. id.mu is held.
+func (id *identity) grantLocked(i int, votes []vote) grant {
+	switch {
+	case i < len(id.ids) && id.ids[i] != "":
+		for j := range i {
+			if votes[j] == voteYes && id.ids[j] == id.ids[i] {
+				return grantTwice
+			}
+		}
+		return grantCounts
+	case i < len(id.final) && id.final[i]:
+		return grantCounts // answered without a run_id: its own vote
+	default:
+		return grantUnknown
 	}
 }
 

@@ -84,7 +84,9 @@ func TestIdentity_aliasWhoseProbeTimesOutNeverCountsTwice(t *testing.T) {
 			if !errors.Is(err, ErrNotAcquired) {
 				t.Fatalf("%v, want an error matching ErrNotAcquired", err)
 			}
-			t.Log(err)
+			if !strings.Contains(err.Error(), "granted but not counted") || !strings.Contains(err.Error(), "master 2 ("+addrs[2]+")") {
+				t.Errorf("%q does not name master 2's grant as not counted", err)
+			}
 			leftover.None(t, servers[:1], key)
 		})
 	}

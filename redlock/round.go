@@ -1431,6 +1431,9 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 		Succeeded: t.yes + t.free, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
 	}
+	if t.gate != nil {
+		qe.uncounted = t.gate.uncounted(t.votes)
+	}
 	if w := r.writerWaits.Load(); w != 0 {
 		for _, i := range t.refused {
 			if i < 64 && w&(1<<i) != 0 {
