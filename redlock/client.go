@@ -677,6 +677,9 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		if dup == nil {
 			dup = c.closedErr("acquire", key)
 		}
+		if t.lost > 0 {
+			c.reprobeGranted(t.votes)
+		}
 	}
 	if t.ok(c.quorum) {
 		// A led round's last legs may still be on their way to be sent

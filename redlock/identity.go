@@ -40,8 +40,8 @@ import (
 // every call that talks to the masters fails at once with an error
 // matching ErrInvalid that names both, and a round in flight fails with
 // it and rolls back. A master that did not answer the probe is asked
-// again, at most once per identifyRetry, in the background; its grants
-// count once it answered. A master whose ACL refuses INFO, or whose reply
+// again in the background, at most once per identifyRetry (once per
+// reprobeGranted after it granted); its grants count once it answered. A master whose ACL refuses INFO, or whose reply
 // carries no well-formed run_id, is not asked again: it cannot be told
 // apart, and its grant counts as one vote of its own, as its address
 // does. docs/design.md, "Counting distinct servers", gives the argument;
@@ -50,6 +50,11 @@ import (
 
 // identifyRetry spaces the probes of a master that did not answer.
 const identifyRetry = time.Second
+
+// reprobeGranted spaces the probes of a master that did not answer its
+// last probe but granted since (reprobeGranted): it answers, so it is
+// asked again sooner than identifyRetry.
+const reprobeGranted = 100 * time.Millisecond
 
 // maxInfoReply bounds the INFO server reply the probe reads: a server's is
 // about 1.5 KB; a master sending more is not identified.
@@ -161,6 +166,34 @@ func (c *Client) identified(ctx context.Context) error {
 		return d.err
 	}
 	return nil
+}
+
+// reprobeGranted asks again, in the background, the masters that granted
+// in votes but are not identified, unless one is being asked or was less
+// than reprobeGranted ago: their grants count once they are identified,
+// and a master that grants answers. Nothing is asked while the first
+// probe runs.
+func (c *Client) reprobeGranted(votes []vote) {
+	id := &c.ident
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.first == nil {
+		return
+	}
+	select {
+	case <-id.first:
+	default:
+		return
+	}
+	var due []int
+	for i, v := range votes {
+		if v == voteYes && !id.final[i] && !id.probing[i] && time.Since(id.tried[i]) >= reprobeGranted {
+			due = append(due, i)
+		}
+	}
+	if len(due) > 0 {
+		c.probe(due, nil)
+	}
 }
 
 // countGate is how a round counts grants while some master is not
