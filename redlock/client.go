@@ -662,8 +662,8 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	t := c.collect(ctx, r)
 	// dup: the round counted its grants by the masters' identities
 	// (countGate), and the masters were found to include one server twice
-	// meanwhile, or the client was closed (which ends the first probe):
-	// the attempt fails with that error. A round that failed while the
+	// meanwhile, or Close stopped the probe (which then identified
+	// nothing more): the attempt fails with that error. A round that failed while the
 	// first probe ran waits for it (it started before the round, so that
 	// is within the round's budget and probeGrace) to tell the duplicate
 	// on this call; one that succeeded waited already.
@@ -674,7 +674,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		} else if d := c.ident.dup.Load(); d != nil {
 			dup = d.err
 		}
-		if dup == nil {
+		if dup == nil && c.ident.stopped.Load() {
 			dup = c.closedErr("acquire", key)
 		}
 		if t.lost > 0 {

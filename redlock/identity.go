@@ -70,6 +70,7 @@ type identity struct {
 	settled atomic.Bool              // every master identified or known unidentifiable
 	retryAt atomic.Int64             // unix ns before which no master is due for a probe
 	dup     atomic.Pointer[dupError] // two masters are one server
+	stopped atomic.Bool              // a probe was stopped by Close
 	all     atomic.Pointer[[]string] // every master's run_id, once all are known (known)
 
 	mu      sync.Mutex    // guards the fields below
@@ -423,6 +424,7 @@ func (c *Client) askRunIDs(idx []int) {
 		case <-t.C:
 			return
 		case <-c.closing:
+			id.stopped.Store(true)
 			return
 		}
 	}

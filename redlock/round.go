@@ -699,13 +699,30 @@ func (l *leg) rollback() {
 	q.cmd.To, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
 	r.mu.Lock()
 	r.rbq[l.i] = q
+	unanswered := l.vote == voteFail
 	r.mu.Unlock()
 	if r.c.abandoned.Load() {
 		q.complete(nil, errAbandoned, SendInfo{})
 		return
 	}
+	if unanswered {
+		select {
+		case <-r.c.closing:
+			// The master never answered the SET and Close began: a
+			// rollback would wait for it once more (a dial, a
+			// handshake) past Close's bound. Should the SET ever run,
+			// its key expires at its TTL, as Close drops locks.
+			q.complete(nil, errClosingUnanswered, SendInfo{})
+			return
+		default:
+		}
+	}
 	r.c.masters[l.i].t.Send(&q.cmd)
 }
+
+// errClosingUnanswered is the rollback not sent, at Close, to a master
+// that never answered the SET it would undo.
+var errClosingUnanswered = fmt.Errorf("%w: rollback not sent: the master never answered the acquisition, and the client is closing", ErrClosed)
 
 // rollbackReq is one master's rollback of a failed acquisition.
 type rollbackReq struct {
