@@ -669,6 +669,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	// on this call; one that succeeded waited already.
 	var dup error
 	if t.gate != nil {
+		t.uncounted = t.gate.uncounted(t.votes)
 		if t.ctxErr == nil {
 			dup = c.identified(ctx)
 		} else if d := c.ident.dup.Load(); d != nil {

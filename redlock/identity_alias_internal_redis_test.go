@@ -91,3 +91,66 @@ func TestIdentity_aliasWhoseProbeTimesOutNeverCountsTwice(t *testing.T) {
 		})
 	}
 }
+
+// infoSilentFirst is a master's transport whose first INFO is never
+// answered (it fails at its deadline); later ones are.
+type infoSilentFirst struct {
+	infoSilent
+	once sync.Once
+}
+
+func (s *infoSilentFirst) Send(cmd *Command) {
+	first := false
+	if cmd.Name == "INFO" {
+		s.once.Do(func() { first = true })
+	}
+	if first {
+		s.infoSilent.Send(cmd)
+		return
+	}
+	s.Transport.Send(cmd)
+}
+
+// A master whose first run_id probe timed out but that then granted is
+// asked again at once, in the background, without waiting for a later
+// call: its grants count once it answered. Master 1 refuses (the key is
+// held there), so the first attempt fails on master 2's uncounted grant;
+// no call is made until master 2 is identified.
+func TestIdentity_masterThatGrantedIsAskedAgain(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	const key = "reprobe-k"
+	if _, err := servers[1].Do("SET", key, "another-holder", "PX", 600000); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
+	for _, p := range leadPaths {
+		t.Run(p.name, func(t *testing.T) {
+			c, err := newRedigoFromAddrs(addrs, withPipelining(p.pipelined), WithTimeout(500*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.masters[2].t = &infoSilentFirst{infoSilent: infoSilent{Transport: c.masters[2].t}} // before any call
+			_, err = c.TryAcquire(context.Background(), key, WithTTL(time.Minute))
+			if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "granted but not counted") {
+				t.Fatalf("%v, want ErrNotAcquired with master 2's grant not counted", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if !redistest.WaitFor(ctx, func() bool {
+				c.ident.mu.Lock()
+				defer c.ident.mu.Unlock()
+				return c.ident.ids[2] != ""
+			}) {
+				t.Fatal("master 2 was not asked again after it granted")
+			}
+			l, err := c.TryAcquire(context.Background(), key, WithTTL(time.Minute))
+			if err != nil {
+				t.Fatalf("with master 2 identified: %v", err)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

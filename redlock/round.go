@@ -1148,6 +1148,9 @@ type tally struct {
 	gate          *countGate
 	pending, lost int
 	probing       bool
+	// uncounted are the masters whose grant did not count when the
+	// acquisition was decided, for its error.
+	uncounted []int
 }
 
 // ok reports whether a quorum agreed: granted or extended it, or for a
@@ -1448,9 +1451,7 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 		Succeeded: t.yes + t.free, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
 	}
-	if t.gate != nil {
-		qe.uncounted = t.gate.uncounted(t.votes)
-	}
+	qe.uncounted = t.uncounted
 	if w := r.writerWaits.Load(); w != 0 {
 		for _, i := range t.refused {
 			if i < 64 && w&(1<<i) != 0 {
