@@ -70,7 +70,7 @@ type identity struct {
 	settled atomic.Bool              // every master identified or known unidentifiable
 	retryAt atomic.Int64             // unix ns before which no master is due for a probe
 	dup     atomic.Pointer[dupError] // two masters are one server
-	stopped atomic.Bool              // a probe was stopped by Close
+	stopped atomic.Bool              // Close stopped a probe, or a round waiting for one
 	all     atomic.Pointer[[]string] // every master's run_id, once all are known (known)
 
 	mu      sync.Mutex    // guards the fields below
@@ -161,6 +161,7 @@ func (c *Client) identified(ctx context.Context) error {
 		select {
 		case <-first:
 		case <-ctx.Done():
+		case <-c.closing:
 		}
 	}
 	if d := id.dup.Load(); d != nil {

@@ -1213,12 +1213,16 @@ func (t *tally) add(rp reply) {
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n), final: r.final}
-	var probed <-chan struct{} // the first probe's end, while a grant may wait for it
+	var probed <-chan struct{}  // the first probe's end, while a grant may wait for it
+	var closing <-chan struct{} // Close, while the round waits for the first probe
 	if r.op == opAcquire || r.op == opExtend {
 		if t.gate = c.ident.gate(); t.gate != nil {
 			t.gate.count(&t)
 			probed = t.gate.first
 		}
+	}
+	if probed != nil {
+		closing = c.closing
 	}
 	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
@@ -1243,8 +1247,14 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				}
 			}
 		case <-probed:
-			probed = nil
+			probed, closing = nil, nil
 			t.gate.count(&t)
+		case <-closing:
+			// Close stops the probe (which may be held up sending to a
+			// hung master): nothing more is identified, and the round
+			// ends undecided (t.probing), failing with ErrClosed.
+			c.ident.stopped.Store(true)
+			return t
 		case <-timer.C():
 			// Count the replies that arrived with the timer first.
 			for drained := false; !drained; {
