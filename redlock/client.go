@@ -253,7 +253,7 @@ func (c *Client) check(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return c.identify(ctx)
+	return c.identify()
 }
 
 // addWorker counts one more goroutine in c.workers, which Close waits
@@ -372,7 +372,7 @@ func within(ch <-chan struct{}, d time.Duration) bool {
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, key)
+		return nil, err
 	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -600,7 +600,7 @@ func (c *Client) woken(ctx context.Context, wt *waiting, key string, k kind, wai
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, key)
+		return nil, err
 	}
 	lc, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -688,6 +688,28 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		return nil, nil, err
 	}
 	t := c.collect(ctx, r)
+	// dup: the round counted its grants by the masters' identities
+	// (countGate), and the masters were found to include one server twice
+	// meanwhile, or Close stopped the probe (which then identified
+	// nothing more): the attempt fails with that error. A round that failed while the
+	// first probe ran waits for it (it started before the round, so that
+	// is within the round's budget and probeGrace) to tell the duplicate
+	// on this call; one that succeeded waited already.
+	var dup error
+	if t.gate != nil {
+		t.uncounted = t.gate.uncounted(t.votes)
+		if t.ctxErr == nil {
+			dup = c.identified(ctx)
+		} else if d := c.ident.dup.Load(); d != nil {
+			dup = d.err
+		}
+		if dup == nil && c.ident.stopped.Load() {
+			dup = c.closedErr("acquire", key)
+		}
+		if t.lost > 0 {
+			c.reprobeGranted(t.votes)
+		}
+	}
 	if t.ok(c.quorum) {
 		// A led round's last legs may still be on their way to be sent
 		// (the lead's answer readies them one by one): no later command
@@ -700,7 +722,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	// fence commit's.
 	var failed *QuorumError
 	var token64 uint64
-	if lc.fencing && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 {
+	if lc.fencing && t.ok(c.quorum) && t.ctxErr == nil && validity > 0 && dup == nil {
 		ct, cr, ft, err := c.commitFence(ctx, r, &t, ttl)
 		if err != nil {
 			// The commit could not start (the client is closing): undo
@@ -715,7 +737,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		}
 		token64 = ft
 	}
-	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 && failed == nil {
+	if t.ok(c.quorum) && t.ctxErr == nil && validity > 0 && failed == nil && dup == nil {
 		r.decide(false)
 		l := newLock(c, r, start, start.Add(ttl-c.drift(ttl)), lc)
 		l.fence = token64
@@ -752,7 +774,11 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		case <-rolled:
 		case <-bound:
 		case <-ctx.Done():
+		case <-c.closing: // Close bounds what is left
 		}
+	}
+	if dup != nil {
+		return nil, r, dup
 	}
 	if failed != nil {
 		return nil, r, failed

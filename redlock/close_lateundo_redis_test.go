@@ -31,8 +31,9 @@ func TestClose_grantReadDuringCloseIsRolledBack(t *testing.T) {
 		seen := make(chan struct{})
 		release := make(chan struct{})
 		var once sync.Once
+		key := "lateundo"
 		proxy := hostile.NewProxy(t, real.Addr(), func(c *hostile.Conn, cmd []string) hostile.Verdict {
-			if cmd[0] != "SET" {
+			if cmd[0] != "SET" || len(cmd) < 2 || cmd[1] != key {
 				return hostile.Forward
 			}
 			once.Do(func() { close(seen) })
@@ -44,7 +45,15 @@ func TestClose_grantReadDuringCloseIsRolledBack(t *testing.T) {
 		})
 		c := addrClient(t, path, []string{proxy.Addr()})
 		ctx := ctxT(t)
-		key := "lateundo"
+		// First contact (the run_id probe) is made before: the SET held
+		// below is a later call's, whose master has been silent for it.
+		warm, err := c.TryAcquire(ctx, "lateundo-warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.TryAcquire(ctx, key, redlock.WithTTL(30*time.Second))
@@ -72,7 +81,7 @@ func TestClose_grantReadDuringCloseIsRolledBack(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("Close did not return")
 		}
-		err := <-done
+		err = <-done
 		t.Logf("TryAcquire: %v; Close took %v", err, took)
 		if err == nil {
 			t.Errorf("the attempt succeeded across Close")

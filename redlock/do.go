@@ -15,7 +15,7 @@ import (
 // when the lock was lost while fn ran. Nothing of Do outlives it.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := c.check(ctx); err != nil {
-		return c.identWaitFailed(err, key)
+		return err
 	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)

@@ -166,7 +166,9 @@ type QuorumError struct {
 	sentinel error
 	ctxErr   error
 	addrs    []string
-	before   string // set when nothing was sent: what the call waited for instead (identWaitError)
+	// uncounted are the masters that granted but did not count: not
+	// identified yet, or one server under a second address (countGate).
+	uncounted []int
 }
 
 // Error says, on one line, what happened to which key, how many masters
@@ -176,15 +178,6 @@ func (e *QuorumError) Error() string {
 	var b strings.Builder
 	b.WriteString(keyMessage(e.sentinel, e.Key))
 	b.WriteString(": ")
-	if e.before != "" {
-		// No round ran: say what the call waited for, and why it ended.
-		b.WriteString(e.before)
-		if e.ctxErr != nil {
-			b.WriteString("; ")
-			b.WriteString(e.ctxErr.Error())
-		}
-		return b.String()
-	}
 	if e.Op != opImplied(e.sentinel) {
 		b.WriteString(e.Op)
 		b.WriteString(": ")
@@ -206,6 +199,10 @@ func (e *QuorumError) Error() string {
 			b.WriteString("; not held by this token on ")
 		}
 		e.writeMasters(&b, e.Refused, append(wrongKind, e.WriterWaiting...))
+	}
+	if len(e.uncounted) > 0 {
+		b.WriteString("; granted but not counted (its server not identified yet, or counted under another address): ")
+		e.writeMasters(&b, e.uncounted, nil)
 	}
 	if e.WrongKind != nil {
 		for _, err := range e.WrongKind.Errors {

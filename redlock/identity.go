@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,27 +23,38 @@ import (
 //
 // The Client asks each master for it at first contact: the first call
 // that would talk to the masters (an acquisition of any kind, a
-// Reentrant's too, Do, Inspect, an Election's calls) starts a
-// probe, INFO server sent to every master at once through its Transport
-// (Send, as the rounds' commands go: on the pipelined connection, the
-// pooled one, the go-redis adapter alike), each bounded by the per-master
-// timeout. The calls made while it runs wait for it, each at most until
-// its own ctx ends (the probe goes on for the others; nothing is sent for
-// that call, and it returns an error matching ctx.Err() that names the
-// masters the probe still awaited: for an acquisition a *QuorumError
-// matching ErrNotAcquired too, as the acquisitions document; Inspect
-// reports ctx's end in each master's state instead) or the client is closed (the probe stops). From
-// then on, once two masters name the same run_id, every such call fails
-// at once with an error matching ErrInvalid that names both masters. A
-// master that did not answer the probe is asked again, at most once per
-// identifyRetry, in the background: a hung master does not slow the calls
-// down. A master whose ACL refuses INFO, or whose reply carries no
-// well-formed run_id, is not identified and not asked again: it cannot be
-// told apart. docs/operations.md says why the check is made at first
-// contact rather than in New.
+// Reentrant's too, Do, Inspect, an Election's calls) starts a probe, INFO
+// server sent to every master at once through its Transport (Send, as the
+// rounds' commands go: on the pipelined connection, the pooled one, the
+// go-redis adapter alike), each bounded by the per-master timeout. The
+// probe runs beside the call's first round rather than before it, so the
+// two share one per-master timeout.
+//
+// Until a master is identified, its grant does not count: an acquisition
+// or extension counts one vote per distinct run_id among the masters that
+// granted (countGate), and a master whose probe has not answered counts
+// for nothing. A round that started while the first probe ran does not
+// succeed before that probe ended (at most the per-master timeout and
+// probeGrace after it started), so that a list naming one server twice
+// is refused on the first call: once two masters name the same run_id,
+// every call that talks to the masters fails at once with an error
+// matching ErrInvalid that names both, and a round in flight fails with
+// it and rolls back. A master that did not answer the probe is asked
+// again in the background, at most once per identifyRetry (once per
+// reprobeGranted after it granted); its grants count once it answered. A master whose ACL refuses INFO, or whose reply
+// carries no well-formed run_id, is not asked again: it cannot be told
+// apart, and its grant counts as one vote of its own, as its address
+// does. docs/design.md, "Counting distinct servers", gives the argument;
+// docs/operations.md says why the check is made at first contact rather
+// than in New.
 
 // identifyRetry spaces the probes of a master that did not answer.
 const identifyRetry = time.Second
+
+// reprobeGranted spaces the probes of a master that did not answer its
+// last probe but granted since (reprobeGranted): it answers, so it is
+// asked again sooner than identifyRetry.
+const reprobeGranted = 100 * time.Millisecond
 
 // maxInfoReply bounds the INFO server reply the probe reads: a server's is
 // about 1.5 KB; a master sending more is not identified.
@@ -61,6 +70,7 @@ type identity struct {
 	settled atomic.Bool              // every master identified or known unidentifiable
 	retryAt atomic.Int64             // unix ns before which no master is due for a probe
 	dup     atomic.Pointer[dupError] // two masters are one server
+	stopped atomic.Bool              // Close stopped a probe, or a round waiting for one
 	all     atomic.Pointer[[]string] // every master's run_id, once all are known (known)
 
 	mu      sync.Mutex    // guards the fields below
@@ -90,70 +100,12 @@ func (id *identity) known() []string {
 // dupError is two masters found to be one server.
 type dupError struct{ err error }
 
-// identWaitError is the error of a call whose ctx ended while it waited
-// for the first probe: it matches ctx.Err() and names the masters the
-// probe still awaited. An acquisition turns it into a *QuorumError
-// matching ErrNotAcquired too (identWaitFailed), as it documents.
-type identWaitError struct {
-	err     error
-	pending []int    // the masters whose answer the probe awaited
-	addrs   []string // the masters' addresses
-}
-
-func (e *identWaitError) Error() string {
-	var b strings.Builder
-	b.WriteString("redlock: ")
-	b.WriteString(e.detail())
-	b.WriteString(": ")
-	b.WriteString(e.err.Error())
-	return b.String()
-}
-
-// detail says what was waited for: "nothing sent: the context ended
-// during the masters' identity check (first contact, INFO server), which
-// awaited master 2 (127.0.0.1:7003)".
-func (e *identWaitError) detail() string {
-	var b strings.Builder
-	b.WriteString("nothing sent: the context ended during the masters' identity check (first contact, INFO server)")
-	if len(e.pending) > 0 {
-		b.WriteString(", which awaited ")
-		for k, i := range e.pending {
-			if k > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("master ")
-			b.WriteString(strconv.Itoa(i))
-			if i < len(e.addrs) {
-				b.WriteString(" (")
-				b.WriteString(e.addrs[i])
-				b.WriteString(")")
-			}
-		}
-	}
-	return b.String()
-}
-
-func (e *identWaitError) Unwrap() error { return e.err }
-
-// identWaitFailed returns err, or, when it is an identWaitError, the
-// *QuorumError of an acquisition of key that ended before anything was
-// sent: it matches ErrNotAcquired and ctx.Err(), and its Unanswered are
-// the masters the identity check awaited.
-func (c *Client) identWaitFailed(err error, key string) error {
-	var we *identWaitError
-	if !errors.As(err, &we) {
-		return err
-	}
-	return &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
-		Unanswered: we.pending, sentinel: ErrNotAcquired, ctxErr: we.err, addrs: c.addrs, before: we.detail()}
-}
-
 // identify is the first-contact check of every call that talks to the
 // masters: it returns the duplicate-master error once one is known,
-// starts the probe of every master the first time and waits for it (at
-// most until ctx ends), and starts background probes of masters not yet
-// identified.
-func (c *Client) identify(ctx context.Context) error {
+// starts the probe of every master the first time, and starts background
+// probes of masters not yet identified. It never waits: the rounds count
+// only identified masters (countGate).
+func (c *Client) identify() error {
 	id := &c.ident
 	if d := id.dup.Load(); d != nil {
 		return d.err
@@ -162,6 +114,7 @@ func (c *Client) identify(ctx context.Context) error {
 		return nil // nothing to ask, or nothing due: no lock on the hot path
 	}
 	id.mu.Lock()
+	defer id.mu.Unlock()
 	if id.first == nil {
 		n := len(c.masters)
 		id.ids, id.final, id.tried, id.probing = make([]string, n), make([]bool, n), make([]time.Time, n), make([]bool, n)
@@ -170,52 +123,185 @@ func (c *Client) identify(ctx context.Context) error {
 			all[i] = i
 		}
 		first := make(chan struct{})
-		if !c.probe(all, func() { close(first) }) {
-			id.mu.Unlock()
-			return nil // closed: the call fails with ErrClosed
+		if c.probe(all, func() { close(first) }) {
+			id.first = first
 		}
-		id.first = first
-	} else {
-		select {
-		case <-id.first:
-			var due []int
-			for i := range c.masters {
-				if !id.final[i] && !id.probing[i] && time.Since(id.tried[i]) >= identifyRetry {
-					due = append(due, i)
-				}
-			}
-			if len(due) > 0 {
-				c.probe(due, nil)
-			}
-			id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
-		default: // the first probe runs
-		}
+		return nil // not started: closed, the call fails with ErrClosed
 	}
+	select {
+	case <-id.first:
+		var due []int
+		for i := range c.masters {
+			if !id.final[i] && !id.probing[i] && time.Since(id.tried[i]) >= identifyRetry {
+				due = append(due, i)
+			}
+		}
+		if len(due) > 0 {
+			c.probe(due, nil)
+		}
+		id.retryAt.Store(time.Now().Add(identifyRetry).UnixNano())
+	default: // the first probe runs
+	}
+	return nil
+}
+
+// identified waits until the first probe has ended, or ctx ends, and
+// returns the duplicate-master error if one is known then: for a call
+// that counts no grants (Inspect) but refuses one server twice as the
+// others do.
+func (c *Client) identified(ctx context.Context) error {
+	id := &c.ident
+	if id.settled.Load() && id.dup.Load() == nil {
+		return nil
+	}
+	id.mu.Lock()
 	first := id.first
 	id.mu.Unlock()
-	select {
-	case <-first:
-	default:
+	if first != nil {
 		select {
 		case <-first:
 		case <-ctx.Done():
-			we := &identWaitError{err: ctx.Err(), addrs: c.addrs}
-			id.mu.Lock()
-			for i, p := range id.probing {
-				if p {
-					we.pending = append(we.pending, i)
-				}
-			}
-			id.mu.Unlock()
-			return we
 		case <-c.closing:
-			return nil // the call fails with ErrClosed
 		}
 	}
 	if d := id.dup.Load(); d != nil {
 		return d.err
 	}
 	return nil
+}
+
+// reprobeGranted asks again, in the background, the masters that granted
+// in votes but are not identified, unless one is being asked or was less
+// than reprobeGranted ago: their grants count once they are identified,
+// and a master that grants answers. Nothing is asked while the first
+// probe runs.
+func (c *Client) reprobeGranted(votes []vote) {
+	id := &c.ident
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.first == nil {
+		return
+	}
+	select {
+	case <-id.first:
+	default:
+		return
+	}
+	var due []int
+	for i, v := range votes {
+		if v == voteYes && !id.final[i] && !id.probing[i] && time.Since(id.tried[i]) >= reprobeGranted {
+			due = append(due, i)
+		}
+	}
+	if len(due) > 0 {
+		c.probe(due, nil)
+	}
+}
+
+// countGate is how a round counts grants while some master is not
+// identified (or two are one server): nil on the hot path, once every
+// master is. A grant counts when its master's run_id is known and no
+// master of a lower index that also granted has the same run_id, or when
+// its master answered the probe without a run_id (it cannot be told
+// apart, see above). A grant from a master not identified yet waits while
+// the first probe runs, and counts for nothing once it ended.
+type countGate struct {
+	id    *identity
+	first <-chan struct{} // the first probe's end; nil once it ended (or never started)
+}
+
+// gate returns the gate of a round that counts grants, or nil when every
+// master is identified and distinct.
+func (id *identity) gate() *countGate {
+	if id.settled.Load() && id.dup.Load() == nil {
+		return nil
+	}
+	id.mu.Lock()
+	g := &countGate{id: id, first: id.first}
+	id.mu.Unlock()
+	g.ended()
+	return g
+}
+
+// ended reports whether the first probe has ended.
+func (g *countGate) ended() bool {
+	if g.first == nil {
+		return true
+	}
+	select {
+	case <-g.first:
+		g.first = nil
+		return true
+	default:
+		return false
+	}
+}
+
+// count recounts t's grants (t.yes) by the identities known now: the
+// grants that count, those that may count once the first probe ends
+// (pending), and those that never will in this round (lost).
+func (g *countGate) count(t *tally) {
+	ended := g.ended()
+	t.yes, t.pending, t.lost, t.probing = 0, 0, 0, !ended
+	g.id.mu.Lock()
+	defer g.id.mu.Unlock()
+	for i, v := range t.votes {
+		if v != voteYes {
+			continue
+		}
+		switch g.id.grantLocked(i, t.votes) {
+		case grantCounts:
+			t.yes++
+		case grantUnknown:
+			if ended {
+				t.lost++
+			} else {
+				t.pending++
+			}
+		default:
+			t.lost++
+		}
+	}
+}
+
+// uncounted returns the masters that granted but whose grant does not
+// count (yet), for the error of a round that failed.
+func (g *countGate) uncounted(votes []vote) []int {
+	g.id.mu.Lock()
+	defer g.id.mu.Unlock()
+	var out []int
+	for i, v := range votes {
+		if v == voteYes && g.id.grantLocked(i, votes) != grantCounts {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// grant is how master i's grant counts.
+type grant uint8
+
+const (
+	grantCounts  grant = iota // identified and distinct, or unidentifiable
+	grantUnknown              // its master is not identified
+	grantTwice                // its server was counted under another address
+)
+
+// grantLocked says how master i's grant counts among votes. id.mu is held.
+func (id *identity) grantLocked(i int, votes []vote) grant {
+	switch {
+	case i < len(id.ids) && id.ids[i] != "":
+		for j := range i {
+			if votes[j] == voteYes && id.ids[j] == id.ids[i] {
+				return grantTwice
+			}
+		}
+		return grantCounts
+	case i < len(id.final) && id.final[i]:
+		return grantCounts // answered without a run_id: its own vote
+	default:
+		return grantUnknown
+	}
 }
 
 // probe starts probing masters idx in the background, then records what
@@ -339,6 +425,7 @@ func (c *Client) askRunIDs(idx []int) {
 		case <-t.C:
 			return
 		case <-c.closing:
+			id.stopped.Store(true)
 			return
 		}
 	}

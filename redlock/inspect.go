@@ -47,12 +47,7 @@ type MasterState struct {
 // kept is bounded: docs/design.md, "What a master holds".
 func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 	if err := c.check(ctx); err != nil {
-		var we *identWaitError
-		if !errors.As(err, &we) {
-			return Inspection{}, err
-		}
-		// ctx ended during the identity check at first contact: each
-		// master reports it in its MasterState, as documented.
+		return Inspection{}, err
 	}
 	if key == "" {
 		return Inspection{}, fmt.Errorf("%w: empty key", ErrInvalid)
@@ -72,6 +67,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 		}(&c.masters[i])
 	}
 	wg.Wait()
+	// Read beside the first probe: one server under two addresses is
+	// refused here too once the probe tells (bounded by its timeout).
+	if err := c.identified(ctx); err != nil {
+		return Inspection{}, err
+	}
 	if err := c.closedErr("inspect", key); err != nil {
 		return Inspection{}, err // what was read may be of after the Close
 	}

@@ -47,8 +47,15 @@ func identified(t *testing.T) func(*Client, error) *Client {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		if err := c.identify(context.Background()); err != nil {
+		if err := c.identify(); err != nil {
 			t.Fatal(err)
+		}
+		// The probe ends within a per-master timeout (and probeGrace).
+		c.ident.mu.Lock()
+		first := c.ident.first
+		c.ident.mu.Unlock()
+		if first != nil {
+			<-first
 		}
 		return c
 	}

@@ -37,7 +37,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, opts []LockOpt
 		return nil, err
 	}
 	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, keys[0])
+		return nil, err
 	}
 	lc, err := c.kindConfig("multi-key", keys[0], opts)
 	if err != nil {

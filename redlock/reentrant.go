@@ -136,8 +136,8 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 	}
 	// A call that talks to the masters: the identity check at first
 	// contact (identity.go), and from then on the duplicate-master error.
-	if err := r.c.identify(ctx); err != nil {
-		return r.c.identWaitFailed(err, r.key)
+	if err := r.c.identify(); err != nil {
+		return err
 	}
 	if once {
 		select {

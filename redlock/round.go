@@ -744,13 +744,30 @@ func (l *leg) rollback() {
 	q.cmd.To, q.cmd.Deadline = q, time.Now().Add(r.c.timeout)
 	r.mu.Lock()
 	r.rbq[l.i] = q
+	unanswered := l.vote == voteFail
 	r.mu.Unlock()
 	if r.c.abandoned.Load() {
 		q.complete(nil, errAbandoned, SendInfo{})
 		return
 	}
+	if unanswered {
+		select {
+		case <-r.c.closing:
+			// The master never answered the SET and Close began: a
+			// rollback would wait for it once more (a dial, a
+			// handshake) past Close's bound. Should the SET ever run,
+			// its key expires at its TTL, as Close drops locks.
+			q.complete(nil, errClosingUnanswered, SendInfo{})
+			return
+		default:
+		}
+	}
 	r.c.masters[l.i].t.Send(&q.cmd)
 }
+
+// errClosingUnanswered is the rollback not sent, at Close, to a master
+// that never answered the SET it would undo.
+var errClosingUnanswered = fmt.Errorf("%w: rollback not sent: the master never answered the acquisition, and the client is closing", ErrClosed)
 
 // rollbackReq is one master's rollback of a failed acquisition.
 type rollbackReq struct {
@@ -1178,21 +1195,45 @@ type tally struct {
 	// because its copy of the key is a lock of another kind.
 	wrongKind []error
 	ctxErr    error
+
+	// gate counts the grants of an acquisition or extension while some
+	// master is not identified (countGate); nil otherwise. Then yes
+	// counts the grants that count, pending those that may once the first
+	// probe ended, lost those that never will in this round, and probing
+	// holds the outcome open until the first probe ended.
+	gate          *countGate
+	pending, lost int
+	probing       bool
+	// uncounted are the masters whose grant did not count when the
+	// acquisition was decided, for its error.
+	uncounted []int
 }
 
 // ok reports whether a quorum agreed: granted or extended it, or for a
 // release are known not to hold the token afterwards (yes and free).
-func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum }
+func (t *tally) ok(quorum int) bool { return t.yes+t.free >= quorum && !t.probing }
 
 // open reports whether the outcome of a round on n masters is still
 // unknown: neither a quorum agreed (ok) nor so many no and failures that
 // a quorum of yes is impossible.
-func (t *tally) open(quorum, n int) bool { return !t.ok(quorum) && t.no+t.fail+t.skip <= n-quorum }
+func (t *tally) open(quorum, n int) bool {
+	return !t.ok(quorum) && t.no+t.fail+t.skip+t.lost <= n-quorum
+}
+
+// mayCount reports whether the grants, counted or pending, could make a
+// quorum once the first probe ended.
+func (t *tally) mayCount(quorum int) bool {
+	return t.probing && t.yes+t.pending+t.free >= quorum
+}
 
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
 	switch rp.vote {
 	case voteYes:
+		if t.gate != nil {
+			t.gate.count(t)
+			break
+		}
 		t.yes++
 	case voteNo:
 		t.no++
@@ -1228,6 +1269,17 @@ func (t *tally) add(rp reply) {
 func (c *Client) collect(ctx context.Context, r *round) tally {
 	n := len(c.masters)
 	t := tally{votes: make([]vote, n), final: r.final}
+	var probed <-chan struct{}  // the first probe's end, while a grant may wait for it
+	var closing <-chan struct{} // Close, while the round waits for the first probe
+	if r.op == opAcquire || r.op == opExtend {
+		if t.gate = c.ident.gate(); t.gate != nil {
+			t.gate.count(&t)
+			probed = t.gate.first
+		}
+	}
+	if probed != nil {
+		closing = c.closing
+	}
 	timer := c.clock.NewTimer(r.wait)
 	defer func() { timer.Stop() }()
 	due := c.clock.Now().Add(r.wait)
@@ -1246,9 +1298,19 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				now := c.clock.Now()
 				if c.overdue(&t, p, hold.Sub(now), now, last) == 0 {
 					c.timedOut(&t, r)
+					t.awaitProbe(ctx, c.quorum)
 					return t
 				}
 			}
+		case <-probed:
+			probed, closing = nil, nil
+			t.gate.count(&t)
+		case <-closing:
+			// Close stops the probe (which may be held up sending to a
+			// hung master): nothing more is identified, and the round
+			// ends undecided (t.probing), failing with ErrClosed.
+			c.ident.stopped.Store(true)
+			return t
 		case <-timer.C():
 			// Count the replies that arrived with the timer first.
 			for drained := false; !drained; {
@@ -1289,6 +1351,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 				continue
 			}
 			c.timedOut(&t, r)
+			t.awaitProbe(ctx, c.quorum)
 			return t
 		case <-ctx.Done():
 			t.ctxErr = ctx.Err()
@@ -1296,6 +1359,22 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 		}
 	}
 	return t
+}
+
+// awaitProbe waits, when the round stopped waiting for its masters, for
+// the first probe to end if the grants could make a quorum then
+// (tally.mayCount), then counts them, but never past ctx. The
+// probe started before the round, so this adds at most probeGrace.
+func (t *tally) awaitProbe(ctx context.Context, quorum int) {
+	if !t.mayCount(quorum) {
+		return
+	}
+	select {
+	case <-t.gate.first:
+		t.gate.count(t)
+	case <-ctx.Done():
+		t.ctxErr = ctx.Err()
+	}
 }
 
 // knownDown reports whether the master's transport knows it down now
@@ -1438,6 +1517,7 @@ func (c *Client) quorumError(t tally, r *round, sentinel error, noValidity bool)
 		Succeeded: t.yes + t.free, Refused: t.refused, NoValidity: noValidity,
 		sentinel: sentinel, ctxErr: t.ctxErr, addrs: c.addrs,
 	}
+	qe.uncounted = t.uncounted
 	if w := r.writerWaits.Load(); w != 0 {
 		for _, i := range t.refused {
 			if i < 64 && w&(1<<i) != 0 {

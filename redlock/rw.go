@@ -50,7 +50,7 @@ func (c *Client) TryAcquireWrite(ctx context.Context, key string, opts ...LockOp
 func (c *Client) acquireRW(ctx context.Context, key string, opts []LockOption, write, once bool) (*Lock, error) {
 	called := c.callStart()
 	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, key)
+		return nil, err
 	}
 	lc, err := c.kindConfig("read-write", key, opts)
 	if err != nil {

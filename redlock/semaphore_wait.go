@@ -39,7 +39,7 @@ func (k slotsKind) keys(string) []string { return k.slots }
 func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p *Permit, err error) {
 	c := s.c
 	if err := c.check(ctx); err != nil {
-		return nil, c.identWaitFailed(err, s.key)
+		return nil, err
 	}
 	begun := c.clock.Now()
 	tries := 0

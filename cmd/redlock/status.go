@@ -31,9 +31,9 @@ per key and master: reachable, kind, holder, remaining TTL, fence counter,
 holds; then whether the key is held on a quorum, free on one, or unknown.
 Masters that did not answer are named once, below the tables: a master
 that fails (did not answer in time, refused the connection) costs the first
-key at most two waits of 1s (or --timeout, if longer): the client's
-identity check at first contact and the read. It is skipped for the keys
-after.
+key at most one wait of 1s (or --timeout, if longer) and 100ms: the read,
+beside the client's identity check at first contact. It is skipped for the
+keys after.
 
 exit codes:
   0   a quorum of the masters answered for every key (a master that did not

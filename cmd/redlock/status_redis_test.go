@@ -64,8 +64,8 @@ func TestStatus_hungMasterAskedOnce(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d with 2 of 3 answering:\n%s%s", code, out, errOut)
 	}
-	// For the first key the client's identity check and one read, each at
-	// most statusTimeout (1s); then the Close of that client, which gives
+	// For the first key one read beside the client's identity check, at
+	// most statusTimeout (1s) and 100 ms; then the Close of that client, which gives
 	// the hung master's read still in flight up to one more timeout when
 	// status moves on to a client without it; then nothing: under the five
 	// seconds (or ten) a read per key would cost, plus that Close.
