@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -34,6 +33,7 @@ type Client struct {
 	timeout     time.Duration
 	driftFactor float64
 	clock       clock.Clock
+	jit         *jitter       // its random delays (nil: math/rand/v2's global source)
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
@@ -126,6 +126,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
+		jit:          newJitter(cfg.jitter),
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,
@@ -156,7 +157,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.health = make([]masterHealth, len(ts))
 	}
 	c.waker = newWaker(c)
-	c.fin.init(len(ts))
+	c.fin.init(len(ts), c.jit)
 	return c, nil
 }
 
@@ -592,7 +593,7 @@ func (c *Client) spread(ctx context.Context, k kind) {
 	if len(c.masters) == 1 || k.queued() {
 		return
 	}
-	j := time.NewTimer(rand.N(wakeSpread))
+	j := time.NewTimer(c.jit.n(wakeSpread))
 	defer j.Stop()
 	select {
 	case <-j.C:
@@ -613,7 +614,7 @@ const leadAge = time.Millisecond
 // of the key a waiter heard (waited 0) waits the longest.
 func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 	d := time.Duration(float64(wakeSpread) * float64(leadAge) / float64(leadAge+max(waited, 0)))
-	j := time.NewTimer(d/2 + rand.N(d-d/2+1))
+	j := time.NewTimer(d/2 + c.jit.n(d-d/2+1))
 	defer j.Stop()
 	select {
 	case <-j.C:
@@ -626,8 +627,9 @@ func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 const recheckPoll = 500 * time.Microsecond
 
 // backoff returns the delay before retry number attempt+1: a random
-// duration in [d/2, d] where d = min(ceiling, floor×2^attempt).
-func backoff(floor, ceiling time.Duration, attempt int) time.Duration {
+// duration in [d/2, d] where d = min(ceiling, floor×2^attempt), drawn
+// from j.
+func backoff(j *jitter, floor, ceiling time.Duration, attempt int) time.Duration {
 	d := ceiling
 	if attempt < 30 {
 		if e := floor << attempt; e > 0 && e < ceiling {
@@ -635,7 +637,7 @@ func backoff(floor, ceiling time.Duration, attempt int) time.Duration {
 		}
 	}
 	half := d / 2
-	return half + rand.N(d-half+1)
+	return half + j.n(d-half+1)
 }
 
 // attempt makes one acquisition attempt of a lock of kind k, with the
@@ -649,7 +651,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 		return nil, nil, &QuorumError{Op: "acquire", Key: key, Masters: len(c.masters), Quorum: c.quorum,
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
-	token := k.token()
+	token := k.token(c.jit)
 	start := c.clock.Now()
 	var fence *fencing
 	if lc.fencing {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -199,7 +198,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 // pass tries each slot once from a random one, and stops at the first
 // grant or at an error other than a refusal.
 func (s *Semaphore) pass(ctx context.Context, opts []LockOption, attempts *int) (*Permit, []error) {
-	start := rand.IntN(s.permits)
+	start := s.c.jit.intN(s.permits)
 	var errs []error
 	for j := 0; j < s.permits; j++ {
 		i := (start + j) % s.permits
