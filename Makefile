@@ -43,8 +43,10 @@ test: deps redis-image
 ##   other (and TEST_PARALLEL of those marked t.Parallel at once)
 REDLOCK_SHARDS ?= 2
 TEST_PARALLEL ?= 4
+##   The tests that load the CPUs on purpose run alone after the shards (REDLOCK_ALONE).
+REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
 test-redlock: deps
-	GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
+	ALONE='$(REDLOCK_ALONE)' GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
 
 ## test-root: the root module's other packages, with the race detector
 test-root: deps redis-image

@@ -6,9 +6,12 @@
 # runs its tests one after the other, so a test that counts goroutines or
 # memory, or bounds a duration, sees only its own process; the processes
 # share the CPUs. Each shard's output is printed, whole, when it ends.
+# Tests whose names match ALONE (a regexp: tests that load the CPUs on
+# purpose) run after the shards, in one process, with nothing of this
+# package beside them.
 #
-# Usage: testshards.sh SHARDS PKGDIR [test binary flags ...]
-#   e.g. testshards.sh 3 redlock -test.timeout=20m
+# Usage: [ALONE=regexp] testshards.sh SHARDS PKGDIR [test binary flags ...]
+#   e.g. ALONE='UnderLoad$' testshards.sh 2 redlock -test.timeout=20m
 set -uo pipefail
 shards=$1 dir=$2
 shift 2
@@ -22,7 +25,15 @@ if ! $go test -race -c -o "$work/pkg.test" . >"$work/build.log" 2>&1; then
 	exit 1
 fi
 [ -x "$work/pkg.test" ] || { echo "ok	$dir [no test files]"; exit 0; }
-"$work/pkg.test" -test.list '.*' | grep -E '^(Test|Example|Fuzz)' | sort >"$work/list" || true
+"$work/pkg.test" -test.list '.*' | grep -E '^(Test|Example|Fuzz)' | sort >"$work/all" || true
+alone=${ALONE:-}
+if [ -n "$alone" ]; then
+	grep -Ev "$alone" "$work/all" >"$work/list"
+	grep -E "$alone" "$work/all" | paste -sd'|' >"$work/alone"
+else
+	cp "$work/all" "$work/list"
+	: >"$work/alone"
+fi
 start=$(date +%s)
 pids=()
 for ((i = 0; i < shards; i++)); do
@@ -42,6 +53,11 @@ for p in "${pids[@]}"; do
 	if ! wait "${p%%:*}"; then fail=1; fi
 	cat "$work/out.${p##*:}"
 done
+if [ -s "$work/alone" ]; then
+	s=$(date +%s)
+	"$work/pkg.test" -test.run "^($(cat "$work/alone"))\$" -test.count=1 "$@" || fail=1
+	echo "alone in $dir ($(cat "$work/alone")): $(($(date +%s) - s)) s"
+fi
 if [ $fail -ne 0 ]; then
 	echo "FAIL	$dir	$(($(date +%s) - start))s ($shards shards)"
 	exit 1
