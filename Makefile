@@ -10,7 +10,7 @@ QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
 .PHONY: nemesis-semaphore
-.PHONY: all test test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-redlock test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -30,15 +30,32 @@ redis-image: deps
 	else echo "no Docker engine answers: the integration suites run on redis-server processes only"; fi
 
 ## test: unit and integration tests, with the race detector, against real Redis masters
-##   (every test whose behaviour depends on the connection path runs on both, as subtests)
+##   (every test whose behaviour depends on the connection path runs on both, as subtests).
+##   The suites below run TEST_JOBS at a time, the longest first; each one's output
+##   comes in one piece when it ends (docs/testing.md, "What runs at once").
+TEST_JOBS ?= 3
 test: deps redis-image
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
+	  test-redlock test-integration test-root test-sim test-goredis test-rueidis test-valkey test-otel
+
+## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
+##   REDLOCK_SHARDS processes at once, each running its share of the tests one after the
+##   other (and TEST_PARALLEL of those marked t.Parallel at once)
+REDLOCK_SHARDS ?= 2
+TEST_PARALLEL ?= 4
+##   The tests that load the CPUs on purpose run alone after the shards (REDLOCK_ALONE).
+REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
+test-redlock: deps
+	ALONE='$(REDLOCK_ALONE)' GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
+
+## test-root: the root module's other packages, with the race detector
+test-root: deps redis-image
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx github.com/quorumlock/quorumlock/redlock)
+
+## test-integration: the integration module's suites in their make test form (short
+##   nemesis and clock runs; `make integration` for the long ones)
+test-integration: deps redis-image
 	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
-	$(MAKE) test-goredis
-	$(MAKE) test-rueidis
-	$(MAKE) test-valkey
-	$(MAKE) test-otel
-	$(MAKE) test-sim
 
 ## test-sim: the simulator's module (sim/): a short seeded simulation and the differential
 ##   test of the simulated master against a real redis-server
@@ -234,7 +251,7 @@ bench-peers-quick: bench-deps
 ##   draws only those operations; REORDER=true lets a resumed master read its
 ##   connections in no fixed order. `make sim SEED=...`
 ##   replays the seed, `make sim SEED=... SCRIPT=file` the shrunk list (each runs
-##   until it fails, REPLAYS times at most: the scheduler and the library's jitter are not seeded).
+##   until it fails, REPLAYS times at most: Go's scheduler is not seeded).
 SEED ?= 0
 OPS ?= 5000
 DURATION ?= 1m

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -35,6 +34,7 @@ type Client struct {
 	peaks       []peak // per master, its decaying peak round trip (bound.go)
 	driftFactor float64
 	clock       clock.Clock
+	jit         *jitter       // its random delays (nil: math/rand/v2's global source)
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
@@ -128,6 +128,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
+		jit:          newJitter(cfg.jitter),
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,
@@ -158,7 +159,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.health = make([]masterHealth, len(ts))
 	}
 	c.waker = newWaker(c)
-	c.fin.init(len(ts))
+	c.fin.init(len(ts), c.jit)
 	return c, nil
 }
 
@@ -619,7 +620,7 @@ func (c *Client) spread(ctx context.Context, k kind) {
 	if len(c.masters) == 1 || k.queued() {
 		return
 	}
-	j := time.NewTimer(rand.N(wakeSpread))
+	j := time.NewTimer(c.jit.n(wakeSpread))
 	defer j.Stop()
 	select {
 	case <-j.C:
@@ -640,7 +641,7 @@ const leadAge = time.Millisecond
 // of the key a waiter heard (waited 0) waits the longest.
 func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 	d := time.Duration(float64(wakeSpread) * float64(leadAge) / float64(leadAge+max(waited, 0)))
-	j := time.NewTimer(d/2 + rand.N(d-d/2+1))
+	j := time.NewTimer(d/2 + c.jit.n(d-d/2+1))
 	defer j.Stop()
 	select {
 	case <-j.C:
@@ -653,8 +654,9 @@ func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 const recheckPoll = 500 * time.Microsecond
 
 // backoff returns the delay before retry number attempt+1: a random
-// duration in [d/2, d] where d = min(ceiling, floor×2^attempt).
-func backoff(floor, ceiling time.Duration, attempt int) time.Duration {
+// duration in [d/2, d] where d = min(ceiling, floor×2^attempt), drawn
+// from j.
+func backoff(j *jitter, floor, ceiling time.Duration, attempt int) time.Duration {
 	d := ceiling
 	if attempt < 30 {
 		if e := floor << attempt; e > 0 && e < ceiling {
@@ -662,7 +664,7 @@ func backoff(floor, ceiling time.Duration, attempt int) time.Duration {
 		}
 	}
 	half := d / 2
-	return half + rand.N(d-half+1)
+	return half + j.n(d-half+1)
 }
 
 // attempt makes one acquisition attempt of a lock of kind k, with the
@@ -677,7 +679,7 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 			sentinel: ErrNotAcquired, ctxErr: err, addrs: c.addrs}
 	}
 	k = kindForAttempt(k)
-	token := k.token()
+	token := k.token(c.jit)
 	start := c.clock.Now()
 	var fence *fencing
 	if lc.fencing {

@@ -257,6 +257,7 @@ func TestClient_foreignTokenCannotReleaseOrExtend(t *testing.T) {
 }
 
 func TestClient_vanishedHolderFreesAtTTL(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)

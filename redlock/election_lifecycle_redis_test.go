@@ -232,6 +232,7 @@ func TestElection_majorityPausedLeaderLosesFirst(t *testing.T) {
 // Terms keep growing after every master crashed and came back with its
 // AOF, whether the leader had resigned before or held on through it.
 func TestElection_termGrowsAcrossAOFRestartOfAll(t *testing.T) {
+	t.Parallel()
 	rs := startReal(t, 3, redistest.WithAOF())
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)

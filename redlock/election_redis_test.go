@@ -128,6 +128,7 @@ func TestElection_CampaignResignLeaderObserve(t *testing.T) {
 // (with its data, AOF); at no moment do two candidates hold valid
 // leaderships.
 func TestElection_FrozenLeaderAndNemesis(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		for _, n := range []int{1, 5} {
 			t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {

@@ -17,7 +17,9 @@ var ErrParserPanic = errPanic
 var WithClock = withClock
 
 // Backoff exposes the retry delay for tests.
-var Backoff = backoff
+func Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
+	return backoff(nil, floor, ceiling, attempt)
+}
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for
 // tests that check it stays bounded: in-flight releases and chained

@@ -558,6 +558,7 @@ func TestLock_Extend_confirmedAfterWatcherDeclaredLoss(t *testing.T) {
 // when they resume, and a second client that then takes the key (in the
 // kind's conflicting mode) finds the first lock's validity already over.
 func TestExtend_unconfirmedShorterTTLEveryKind(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		type acquireFunc func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error)
 		plain := func(ctx context.Context, c *redlock.Client, opts ...redlock.LockOption) (*redlock.Lock, error) {

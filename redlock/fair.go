@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/google/uuid"
-
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
@@ -25,7 +23,7 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 	return &fairness{
 		queue:      layout.QueueKey(key),
 		deadlines:  layout.QueueDeadlinesKey(key),
-		waiter:     uuid.NewString(),
+		waiter:     c.jit.uuid(),
 		arrival:    c.clock.Now().UnixMicro(),
 		entryTTLms: entry.Milliseconds(),
 	}

@@ -18,6 +18,7 @@ import (
 // Fencing against real masters.
 
 func TestFence_strictlyIncreasesAcrossHolders(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		forEachN(t, func(t *testing.T, n int) {
 			rs := startReal(t, n)

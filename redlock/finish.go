@@ -82,6 +82,7 @@ type finisher struct {
 	wake        chan struct{} // size 1: the queue's head changed
 	limit       int
 	min, max    time.Duration
+	jit         *jitter // the client's
 
 	// owners maps each reentrant owner's chain (chainID) to its newest
 	// round, until that round's retries could no longer run. Under
@@ -190,7 +191,8 @@ type finEntry struct {
 	confirm bool
 }
 
-func (f *finisher) init(masters int) {
+func (f *finisher) init(masters int, jit *jitter) {
+	f.jit = jit
 	f.wake = make(chan struct{}, 1)
 	f.limit = finishLimit
 	f.min, f.max = finishMin, finishMax
@@ -319,7 +321,7 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 		if !confirm {
 			// The master just failed: its first retry goes alone.
 			f.masters[i].down = true
-			due = now.Add(backoff(f.min, f.max, 0))
+			due = now.Add(backoff(f.jit, f.min, f.max, 0))
 		}
 		f.queueLocked(c, e, due, &a)
 	}
@@ -379,7 +381,7 @@ func (f *finisher) ended(c *Client, e *finEntry, err error, dropped, again bool)
 		m.down, m.fails = false, 0
 	default:
 		e.err = err
-		m.next = at.Add(backoff(f.min, f.max, m.fails))
+		m.next = at.Add(backoff(f.jit, f.min, f.max, m.fails))
 		m.down = true
 		m.fails++
 		// The held ones compete with it for the next try, so that one

@@ -178,6 +178,7 @@ func TestRelease_afterStallBrokenConnectionIsFinished(t *testing.T) {
 // acquisition on that master: it would delete the new hold. The retry of
 // a release that master 2 missed is dropped once the owner acquires again.
 func TestFinish_neverDeletesTheOwnersNextHold(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
@@ -265,6 +266,7 @@ func TestFinish_closeStopsPendingFinishes(t *testing.T) {
 // At most a bounded number of retries wait per client: beyond it, new
 // ones are refused with a log line (the key then expires at its TTL).
 func TestFinish_boundedInNumber(t *testing.T) {
+	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startDB1(t, 3)
 		var logs syncBuffer
@@ -336,6 +338,7 @@ func (p *countingPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // pipelined path the retries share the master's connection, and a failed
 // dial holds further ones back for a while.)
 func TestFinish_holdsBackWhileAMasterIsDown(t *testing.T) {
+	t.Parallel()
 	rs := startDB1(t, 3)
 	counted := &countingPool{RedisPool: rs.pools[2].(*pool.RedisPool)}
 	rs.pools[2] = counted

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -35,7 +33,7 @@ type kind interface {
 	// kind that leaves something.
 	command(r *round, op opKind, dst []any) (script *scripts.Script, cmd string, args []any)
 	// token returns an attempt's token.
-	token() string
+	token(j *jitter) string
 	// keys returns the keys the lock holds — the ones a waiter waits to
 	// see released and Lock.Keys returns — given the lock's first key.
 	keys(key string) []string
@@ -94,7 +92,7 @@ func kindForAttempt(k kind) kind {
 // token per attempt, one key, nothing left behind, held alone.
 type baseKind struct{}
 
-func (baseKind) token() string            { return uuid.NewString() }
+func (baseKind) token(j *jitter) string   { return j.uuid() }
 func (baseKind) keys(key string) []string { return []string{key} }
 func (baseKind) holder() string           { return "" }
 func (baseKind) leaves() bool             { return false }

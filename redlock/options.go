@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
@@ -58,6 +59,7 @@ type config struct {
 	timeout      time.Duration
 	driftFactor  float64
 	clock        clock.Clock
+	jitter       rand.Source // nil: math/rand/v2's global source
 	logger       *slog.Logger
 	observer     Observer
 	clusterSlots bool
@@ -129,7 +131,17 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // internal/testhook. The default is clock.Real().
 func withClock(clk clock.Clock) Option { return func(c *config) { c.clock = clk } }
 
-func init() { testhook.WithClock = withClock }
+// withJitter draws the client's random delays (backoff, the spread of
+// woken waiters, the retries of missed releases) and a semaphore's first
+// slot from src instead of math/rand/v2's global source, for a simulator
+// whose runs must replay from a seed. The client serialises its draws
+// from src. Tests of the other modules reach it through internal/testhook.
+func withJitter(src rand.Source) Option { return func(c *config) { c.jitter = src } }
+
+func init() {
+	testhook.WithClock = withClock
+	testhook.WithJitter = withJitter
+}
 
 // WithLogger receives the failures of single masters (a timeout, a
 // refused connection, an error reply) and lost locks. A master's failure

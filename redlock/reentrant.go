@@ -67,7 +67,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 		return nil, err
 	}
 	if owner == "" {
-		owner = uuid.NewString()
+		owner = c.jit.uuid()
 	}
 	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs()}, nil
 }
@@ -389,11 +389,11 @@ func (h *holdIDs) next() string {
 	return h.name + ":" + strconv.FormatUint(h.n.Add(1), 10)
 }
 
-func (k *reentrantKind) token() string    { return k.owner }
-func (k *reentrantKind) oneToken() bool   { return true }
-func (k *reentrantKind) renews() bool     { return true }
-func (k *reentrantKind) partial() bool    { return k.count != 0 }
-func (k *reentrantKind) forRelease() kind { return k.withCount(0) }
+func (k *reentrantKind) token(*jitter) string { return k.owner }
+func (k *reentrantKind) oneToken() bool       { return true }
+func (k *reentrantKind) renews() bool         { return true }
+func (k *reentrantKind) partial() bool        { return k.count != 0 }
+func (k *reentrantKind) forRelease() kind     { return k.withCount(0) }
 
 // withCount returns k with the count set to n; the last release (n = 0)
 // gets an id of its own to be announced by, since every release of one

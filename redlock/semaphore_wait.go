@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"math/rand/v2"
 	"time"
 )
 
@@ -77,7 +76,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 // grant or at an error other than a refusal.
 func (s *Semaphore) pass(ctx context.Context, lc *lockConfig, tries *int) (*Permit, []error) {
 	n := len(s.slots)
-	start := rand.IntN(n)
+	start := s.c.jit.intN(n)
 	var errs []error
 	for j := 0; j < n; j++ {
 		i := (start + j) % n
@@ -204,7 +203,7 @@ func (s *Semaphore) wokenSlot(wt *waiting) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := len(wt.ws)
-	start, got := rand.IntN(n), -1
+	start, got := s.c.jit.intN(n), -1
 	for j := 0; j < n; j++ {
 		i := (start + j) % n
 		each := wt.ws[i]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -408,7 +407,7 @@ func fallbackPoll(ttl, backoffMax time.Duration) time.Duration {
 // a writer's intent) keeps the backoff: its attempts refresh the mark,
 // which would expire otherwise.
 func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error) time.Duration {
-	d := backoff(lc.backoffMin, lc.backoffMax, attempt)
+	d := backoff(wg.w.c.jit, lc.backoffMin, lc.backoffMax, attempt)
 	if leaves || attempt < 30 && lc.backoffMin<<attempt < lc.backoffMax && lc.backoffMin<<attempt > 0 {
 		return d
 	}
@@ -426,7 +425,7 @@ func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error)
 		}
 	}
 	p := fallbackPoll(lc.ttl, lc.backoffMax)
-	return p/2 + rand.N(p-p/2+1)
+	return p/2 + wg.w.c.jit.n(p-p/2+1)
 }
 
 // liveLocked counts the masters on which key's channel is subscribed and

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/testhook"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -243,7 +244,10 @@ func (r *run) run() error {
 		for i, m := range r.masters {
 			ts[i] = NewLink(m, ordered, r.rng(1000+uint64(c*64+i)), r.stats)
 		}
-		cl, err := redlock.NewWithTransports(ts, redlock.WithTimeout(timeout))
+		// The client's jitter (backoff, wake-up spread, tokens) draws
+		// from the seed too, per virtual instant as the links do.
+		jit := testhook.WithJitter.(func(rand.Source) redlock.Option)(&instantSource{seed: r.rng(2000 + uint64(c)).Uint64()})
+		cl, err := redlock.NewWithTransports(ts, redlock.WithTimeout(timeout), jit)
 		if err != nil {
 			return err
 		}
@@ -323,6 +327,29 @@ func (r *run) run() error {
 		return r.violation
 	}
 	return nil
+}
+
+// instantSource is a client's jitter source (the library serialises its
+// draws): each draw is seeded from the source's seed, the virtual instant
+// and how many draws came before it at that instant, so that a replay
+// whose schedule drifted somewhere still draws the same at the instants
+// it did not drift, instead of every later draw shifting by one (as
+// Link.drawLocked does for the links).
+type instantSource struct {
+	seed uint64
+	at   time.Time
+	n    uint64
+	pcg  rand.PCG
+}
+
+func (s *instantSource) Uint64() uint64 {
+	now := time.Now()
+	if !now.Equal(s.at) {
+		s.at, s.n = now, 0
+	}
+	s.n++
+	s.pcg.Seed(s.seed^uint64(now.UnixNano()), s.n)
+	return s.pcg.Uint64()
 }
 
 func (r *run) stopping() bool {

@@ -125,9 +125,9 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 		}
 	}
 	if *seedFlag != 0 {
-		// The seed fixes the operations and the faults, not Go's
-		// scheduler nor the library's jitter: a replay runs the seed
-		// until it fails, -replays times at most.
+		// The seed fixes the operations, the faults and the library's
+		// jitter, not Go's scheduler: a replay runs the seed until it
+		// fails, -replays times at most.
 		for i := range *replaysFlag {
 			if !t.Run(fmt.Sprintf("replay%d", i+1), func(t *testing.T) {
 				cfg := config(*seedFlag, ops)

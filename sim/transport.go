@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,18 +37,20 @@ type Link struct {
 	bound   time.Duration // how long past its deadline an ordered link waits for a reply
 	faults  bool          // whether the link applies the master's weather
 
-	mu      sync.Mutex
-	seed    uint64
-	pcg     rand.PCG
-	drawAt  time.Time
-	drawN   uint64
-	rng     *rand.Rand // draws from pcg
-	closed  bool
-	pending map[*op]struct{}
-	conn    *conn
-	wg      sync.WaitGroup // callbacks in progress
-	subs    map[*subscription]struct{}
-	stats   *Stats
+	mu       sync.Mutex
+	seed     uint64
+	pcg      rand.PCG
+	drawAt   time.Time
+	drawN    uint64
+	rng      *rand.Rand // draws from pcg
+	sent     uint64     // commands sent (op.seq)
+	subsMade uint64     // subscriptions made
+	closed   bool
+	pending  map[*op]struct{}
+	conn     *conn
+	wg       sync.WaitGroup // callbacks in progress
+	subs     map[*subscription]struct{}
+	stats    *Stats
 }
 
 type conn struct {
@@ -70,6 +74,7 @@ type arrival struct {
 }
 
 type op struct {
+	seq      uint64 // the link's count of commands when it was sent
 	cmd      *transport.Command
 	l        *Link
 	c        *conn
@@ -99,7 +104,7 @@ func NewLink(m *Master, ordered bool, rng *rand.Rand, stats *Stats) *Link {
 // drawLocked reseeds the link's rng for the draws of one command: from
 // the link's seed, the virtual instant and how many commands the link
 // drew for at that instant before. A replay whose schedule drifted
-// somewhere (the library's jitter is not seeded) then still draws the
+// somewhere (Go's scheduler is not seeded) then still draws the
 // same delays and losses for the commands sent at the same instants,
 // instead of every later draw of the link shifting by one.
 func (l *Link) drawLocked() {
@@ -140,7 +145,8 @@ func (l *Link) Send(cmd *transport.Command) {
 		cmd.Complete(nil, errClosed, transport.SendInfo{})
 		return
 	}
-	o := &op{cmd: cmd, l: l}
+	l.sent++
+	o := &op{seq: l.sent, cmd: cmd, l: l}
 	if !l.ordered || l.conn == nil || l.conn.broken || l.conn.gen != gen {
 		if !up {
 			l.mu.Unlock()
@@ -332,6 +338,8 @@ func (l *Link) giveUp(o *op) {
 				fail = append(fail, p)
 			}
 		}
+		// In the order they were sent, not the map's.
+		slices.SortFunc(fail, func(a, b *op) int { return cmp.Compare(a.seq, b.seq) })
 		l.breakLocked(o.c)
 	} else {
 		fail = []*op{o}
@@ -364,6 +372,9 @@ func (l *Link) Close() error {
 	var fail []*op
 	for p := range l.pending {
 		fail = append(fail, p)
+	}
+	slices.SortFunc(fail, func(a, b *op) int { return cmp.Compare(a.seq, b.seq) })
+	for _, p := range fail {
 		l.finishLocked(p)
 	}
 	subs := make([]*subscription, 0, len(l.subs))
@@ -432,8 +443,9 @@ func (l *Link) Subscribe(ctx context.Context, notify func(channel, payload strin
 	if !up {
 		return nil, &connError{"dial: connection refused"}
 	}
+	l.subsMade++ // its delays' stream: the link's count, not the master's (whose order the scheduler picks)
 	s := &subscription{l: l, gen: gen, notify: notify, done: make(chan struct{}), live: map[string]bool{},
-		rng: rand.New(rand.NewPCG(l.seed, l.m.connID()))}
+		rng: rand.New(rand.NewPCG(l.seed, 1<<32+l.subsMade))}
 	l.subs[s] = struct{}{}
 	return s, nil
 }

@@ -381,18 +381,46 @@ func (s *Server) stop(sig syscall.Signal) {
 	<-exited
 }
 
-// FreePort returns a TCP port that is free on 127.0.0.1 now.
+// given holds the ports FreePort returned in this process: a server that
+// was stopped keeps its port for its restart, and tests that run in
+// parallel (t.Parallel) must not get it meanwhile.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a TCP port that is free on 127.0.0.1 now and that it
+// has not returned before in this process.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	var held []net.Listener // ports returned before: kept open while drawing another
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	given.Lock()
+	defer given.Unlock()
+	if given.ports == nil {
+		given.ports = map[int]bool{}
 	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, errors.New("not a TCP address")
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		addr, ok := l.Addr().(*net.TCPAddr)
+		if !ok {
+			l.Close()
+			return 0, errors.New("not a TCP address")
+		}
+		if given.ports[addr.Port] && len(held) < 64 {
+			held = append(held, l)
+			continue
+		}
+		l.Close()
+		given.ports[addr.Port] = true
+		return addr.Port, nil
 	}
-	return addr.Port, nil
 }
 
 // WaitFor polls cond every few milliseconds until it holds or ctx ends, for

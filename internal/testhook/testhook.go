@@ -16,3 +16,10 @@ package testhook
 //		return testhook.WithClock.(func(clock.Clock) redlock.Option)(c)
 //	}
 var WithClock any
+
+// WithJitter is redlock's option that draws a Client's random delays
+// (backoff, the spread of woken waiters, the retries of missed releases)
+// and a semaphore's first slot from a seeded source, a
+// func(rand.Source) redlock.Option (math/rand/v2), so that a simulation
+// replays from its seed.
+var WithJitter any
