@@ -114,7 +114,7 @@ func TestIdentity_aliasWhoseProbeTimesOutNeverCountsTwice(t *testing.T) {
 	if err := oh.TryAcquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ts := []redlock.Transport{
+	ts := []transport.Transport{
 		NewTransport(patientClient(t, ss[0].addr)),
 		NewTransport(patientClient(t, ss[1].addr)),
 		&infoSilent{Transport: NewTransport(patientClient(t, "localhost:"+port))},

@@ -176,8 +176,6 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 		float64(total.Load())/el.Minutes())
 }
 
-var knownFlag = flag.Bool("known-bugs", false, "run the tests of library bugs not fixed yet (they fail)")
-
 // TestSim_reentrantHoldSurvivesOwnersOlderReleaseOnResume replays a
 // simulation in which a master, frozen for 2.3 s, reads its connections
 // in another order than they were written when it resumes (-reorder): a
