@@ -32,7 +32,8 @@ func luaStrings(src string) []string {
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	names := []string{keys.ReaderPrefix, keys.WriterPrefix, keys.IntentField, keys.IntentExpiryField}
 	spelled := append(slices.Clip(names), keys.TermPrefix, // the election's term field: fence_commit_term.lua, leader_read.lua
-		keys.NoticeSep) // release.lua's notice
+		keys.NoticeSep,     // release.lua's notice
+		keys.HoldIDPattern) // reentrant.lua's hold ids
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
 		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop,
 		"string", // a key's type, as TYPE names it (leader_read.lua)
