@@ -176,7 +176,12 @@ func TestSim_noTwoValidHolders(t *testing.T) {
 		float64(total.Load())/el.Minutes())
 }
 
+// knownFlag gates the tests of library bugs not fixed yet. None is at
+// present, so nothing reads it; the flag stays for the command
+// docs/testing.md gives (`go test -known-bugs .`).
 var knownFlag = flag.Bool("known-bugs", false, "run the tests of library bugs not fixed yet (they fail)")
+
+var _ = knownFlag
 
 // TestSim_reentrantHoldSurvivesOwnersOlderReleaseOnResume replays a
 // simulation in which a master, frozen for 2.3 s, reads its connections
