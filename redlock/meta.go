@@ -135,6 +135,13 @@ func (mk *metaKind) withMeta(r *round, op opKind, script *scripts.Script, args [
 	switch {
 	case op == opAcquire:
 		what = scripts.MetaSet
+	case mk.oneToken():
+		// A reentrant owner's field is shared by all its holds: a last
+		// release or rollback of an older hold that a master runs after
+		// the owner's newer attempt there finds another hold id and leaves
+		// that hold, so it must leave its metadata too. One that ends the
+		// hold deletes the lock key, and the hash goes with it (its TTL
+		// follows the lock key's).
 	case op == opRollback:
 		what = scripts.MetaDrop
 	case op == opRelease && !mk.partial():

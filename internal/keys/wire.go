@@ -46,6 +46,12 @@ const (
 // of the hold (the empty string, which no owner ID is).
 const HoldIDField = ""
 
+// HoldIDPattern is the Lua pattern reentrant.lua matches a hold id with:
+// "<name>:<n>", a Reentrant's name and the number of its attempt (decimal
+// digits), captured apart. A hold id that does not match is taken over
+// by no attempt.
+const HoldIDPattern = "^(.*):(%d+)$"
+
 // ReaderField returns the field of a read-write lock's hash that a reader
 // holding token owns.
 func ReaderField(token string) string { return ReaderPrefix + token }

@@ -3,7 +3,9 @@
 # applied to a temporary copy of the repository): each must fail within
 # BUDGET, on random seeds, naming the seed. Usage: run.sh [mutant ...]
 # A mutant is m.patch; m.*.diff are versions of it for other versions of
-# the library's code (the first that applies is used).
+# the library's code (the first that applies is used); m.flags, if there,
+# holds more flags for the simulator (one line), for a mutant only some
+# workloads reach.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -38,11 +40,13 @@ for m in "${mutants[@]}"; do
 	if ! (cd "$copy/sim" && GOFLAGS=-mod=mod $go test -c -o "$copy/sim.test" . >"$copy/build.log" 2>&1); then
 		echo "mutant $m: does not build:"; cat "$copy/build.log"; survived=$((survived+1)); continue
 	fi
+	flags=()
+	if [ -f "$here/$m.flags" ]; then read -ra flags < "$here/$m.flags"; fi
 	start=$(date +%s.%N)
 	# A run that hangs (no violation, no deadlock the bubble can see)
 	# ends by the test's own timeout, printing every goroutine: not a kill.
 	(cd "$copy/sim" && GOGC=400 "$copy/sim.test" -test.run '^TestSim_noTwoValidHolders$' -test.v \
-		-test.timeout "$hang" -ops "$ops" -duration "$budget" -shrink "$shrink" >"$copy/run.log" 2>&1)
+		-test.timeout "$hang" -ops "$ops" -duration "$budget" -shrink "$shrink" "${flags[@]}" >"$copy/run.log" 2>&1)
 	rc=$?
 	took=$(echo "$(date +%s.%N) - $start" | bc)
 	# The time to the violation, not counting the shrinking after it.
