@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -213,5 +214,59 @@ func TestWrongKind_besideAStoppedMaster(t *testing.T) {
 		if err := r.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// A read or write lock meets a key a reentrant lock holds (both are
+// hashes): every master refuses it as another kind's, writing nothing, so
+// the reentrant hold stays whole on every master and its owner still
+// releases it.
+func TestWrongKind_readWriteLeavesAReentrantHoldWhole(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		const key = "wrongkind:rw-on-reentrant"
+		c := rs.client(t, path)
+		r, err := c.NewReentrant(key, "owner")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.TryAcquire(ctx); err != nil { // count 2
+			t.Fatal(err)
+		}
+		// Wait for the hold on every master, not only the quorum.
+		for i, s := range rs.servers {
+			eventually(t, fmt.Sprintf("master %d: the reentrant hold's count at 2", i), func() bool {
+				v, err := redis.String(s.Do("HGET", key, "owner"))
+				return err == nil && v == "2"
+			})
+		}
+		for _, try := range []func() error{
+			func() error { _, err := c.TryAcquireRead(ctx, key); return err },
+			func() error { _, err := c.TryAcquireWrite(ctx, key); return err },
+		} {
+			err := try()
+			if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrWrongKind) {
+				t.Fatalf("err = %v, want ErrNotAcquired and ErrWrongKind", err)
+			}
+			if !strings.Contains(err.Error(), "held by a reentrant lock") {
+				t.Errorf("the error does not name the reentrant lock: %v", err)
+			}
+		}
+		for i, s := range rs.servers {
+			if v, err := redis.String(s.Do("HGET", key, "owner")); err != nil || v != "2" {
+				t.Errorf("master %d: the reentrant hold's count is %q, %v after the read-write attempts; want 2", i, v, err)
+			}
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		leftover.None(t, rs.servers, key)
 	})
 }

@@ -62,6 +62,12 @@ func newLuaVM(m *Master) *luaVM {
 	redis := ls.NewTable()
 	ls.SetField(redis, "call", ls.NewFunction(func(ls *lua.LState) int { return vm.call(ls, false) }))
 	ls.SetField(redis, "pcall", ls.NewFunction(func(ls *lua.LState) int { return vm.call(ls, true) }))
+	ls.SetField(redis, "error_reply", ls.NewFunction(func(ls *lua.LState) int {
+		t := ls.NewTable()
+		t.RawSetString("err", lua.LString(ls.CheckString(1)))
+		ls.Push(t)
+		return 1
+	}))
 	ls.SetField(redis, "acl_check_cmd", ls.NewFunction(func(ls *lua.LState) int {
 		ls.Push(lua.LTrue)
 		return 1

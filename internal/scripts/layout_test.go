@@ -24,7 +24,7 @@ func luaStrings(src string) []string {
 // The names the Lua scripts spell themselves are the layout package's:
 // every string literal of every script is a Redis command (upper case),
 // an op of the script's own protocol, a number, "", an error reply of its
-// own ("ERR quorumlock: ...") or a name of package
+// own ("ERR quorumlock: ...", "WRONGTYPE quorumlock: ...") or a name of package
 // layout (TermPrefix for an election's term), and
 // rw.lua spells every field of the read-write hash. Every other name (lock
 // keys, companion keys, channels) reaches the scripts through KEYS[] and
@@ -42,7 +42,7 @@ func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	number := regexp.MustCompile(`^-?(inf|[0-9]+)$`)
 	for _, s := range append(slices.Clip(scripts.All), scripts.LeaderRead) {
 		for _, lit := range luaStrings(s.Source()) {
-			if lit == "" || strings.HasPrefix(lit, "ERR quorumlock: ") || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(spelled, lit) {
+			if lit == "" || strings.HasPrefix(lit, "ERR quorumlock: ") || strings.HasPrefix(lit, "WRONGTYPE quorumlock: ") || command.MatchString(lit) || number.MatchString(lit) || slices.Contains(ops, lit) || slices.Contains(spelled, lit) {
 				continue
 			}
 			t.Errorf("%s.lua spells %q, which package layout does not name", s.Name(), lit)

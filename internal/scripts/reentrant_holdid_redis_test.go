@@ -1,7 +1,7 @@
 package scripts_test
 
 import (
-	"flag"
+	"errors"
 	"strings"
 	"testing"
 
@@ -104,22 +104,12 @@ func TestReentrant_holdIDWithoutOwnerRefusesEveryone(t *testing.T) {
 	}
 }
 
-var knownBugs = flag.Bool("known-bugs", false, "run the tests of script bugs not fixed yet (they fail)")
-
 // Kinds must not be mixed on one key (docs/kinds.md), but a read-write
 // lock's script that meets a reentrant lock's hash must still leave that
-// hold alone, as reentrant.lua leaves a read-write hash: refused, the
-// owner's field and hold id unchanged. Known bug: rw.lua drops every
-// field whose value is not a future expiry, so it deletes the owner's
-// field (a hold count is a small number) and then fails on the hold id
-// ("attempt to compare nil with number"), leaving a hash with the id and
-// no owner: the owner's hold is gone on that master and the hash refuses
-// everyone until its TTL. The previous reentrant script (no hold id) let
-// rw.lua delete the hash and grant the reader beside the owner.
+// hold alone, as reentrant.lua leaves a read-write hash: refused with an
+// error that names the other kind (ErrWrongKind), the owner's field and
+// hold id unchanged.
 func TestReentrant_readWriteScriptLeavesReentrantHold(t *testing.T) {
-	if !*knownBugs {
-		t.Skip("known bug: rw.lua deletes a reentrant owner's field; run with -known-bugs")
-	}
 	srv := redistest.StartOne(t)
 	for _, op := range [][]any{{"re", "read", "r1", 30000, 0, ""}, {"re", "write", "w1", 30000, 300, "W"}} {
 		c := conn(t, srv)
@@ -128,8 +118,11 @@ func TestReentrant_readWriteScriptLeavesReentrantHold(t *testing.T) {
 		}
 		reentrantRun(t, c, scripts.Reentrant, reAcquire("o", "h:1", 2)...)
 		n, err := redis.Int(redigot.Do(scripts.RW, c, timeout, op...))
-		if err == nil && n != 0 {
-			t.Errorf("rw %s on a reentrant hold answered %d, want a refusal", op[1], n)
+		if err != nil {
+			err = scripts.Explain(err, err.Error())
+		}
+		if !errors.Is(err, scripts.ErrWrongKind) {
+			t.Errorf("rw %s on a reentrant hold answered %d, %v; want an error matching ErrWrongKind", op[1], n, err)
 		}
 		if count, id := reHold(t, c, "o"); count != "2" || id != "h:1" {
 			t.Errorf("rw %s on a reentrant hold (%d, %v) left count %q id %q, want 2 and h:1", op[1], n, err, count, id)

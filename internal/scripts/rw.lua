@@ -30,9 +30,19 @@ local key, op, tok = KEYS[1], ARGV[1], ARGV[2]
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- A hash with a field of no read-write lock (a reentrant lock's owner or
+-- hold id) is another kind's: refuse before writing anything.
+local all = redis.call("HGETALL", key)
+for i = 1, #all, 2 do
+	local f = all[i]
+	local p = string.sub(f, 1, 2)
+	if f ~= "intent" and f ~= "intent:exp" and p ~= "r:" and p ~= "w:" then
+		return redis.error_reply("WRONGTYPE quorumlock: the key holds a reentrant lock")
+	end
+end
+
 -- Drop what expired; count what is left.
 local readers, writer, intent = 0, nil, nil
-local all = redis.call("HGETALL", key)
 local intentExp = 0
 for i = 1, #all, 2 do
 	if all[i] == "intent:exp" then
@@ -48,7 +58,8 @@ for i = 1, #all, 2 do
 			redis.call("HDEL", key, "intent", "intent:exp")
 		end
 	elseif f ~= "intent:exp" then
-		if tonumber(v) <= now then
+		local e = tonumber(v)
+		if not e or e <= now then
 			redis.call("HDEL", key, f)
 		elseif string.sub(f, 1, 2) == "r:" then
 			readers = readers + 1

@@ -192,11 +192,19 @@ func (e *WrongKindError) Error() string {
 // Unwrap returns ErrWrongKind and the master's reply.
 func (e *WrongKindError) Unwrap() []error { return []error{ErrWrongKind, e.Err} }
 
+// rwOnReentrant starts rw.lua's refusal of a hash whose fields are no
+// read-write lock's (a reentrant lock's): it writes nothing then.
+const rwOnReentrant = "WRONGTYPE quorumlock: the key holds a reentrant lock"
+
 // wrongKind explains a WRONGTYPE reply to one of the scripts, or returns
 // nil.
 func wrongKind(msg string, err error) error {
 	if !strings.HasPrefix(msg, "WRONGTYPE") {
 		return nil
+	}
+	if strings.HasPrefix(msg, rwOnReentrant) {
+		// rw.lua's own refusal of a hash that holds a reentrant lock.
+		return &WrongKindError{Script: "read-write", Holder: "a reentrant lock", Err: err}
 	}
 	for _, s := range All {
 		if !strings.Contains(msg, s.sha) {
