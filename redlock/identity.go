@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,8 @@ import (
 // it and rolls back. A master that did not answer the probe is asked
 // again in the background, at most once per identifyRetry (once per
 // reprobeGranted after it granted); its grants count once it answered. A master whose ACL refuses INFO, or whose reply
-// carries no well-formed run_id, is not asked again: it cannot be told
+// carries no well-formed run_id, is not asked again (an error reply that
+// says "not now", BUSY say, is no answer: notNow): it cannot be told
 // apart, and its grant counts as one vote of its own, as its address
 // does. docs/design.md, "Counting distinct servers", gives the argument;
 // docs/operations.md says why the check is made at first contact rather
@@ -437,6 +439,13 @@ func probeAnswerResult(reply any, err error) probeResult {
 		var rpe ReplyError
 		var be *fault.BadBytesError
 		var de *fault.DesyncError
+		if errors.As(err, &rpe) && notNow(string(rpe)) {
+			// "Not now" (a script running, a data set loading): the
+			// server answers INFO once that ends, so it is asked again
+			// as one that did not answer. Taken for a refusal, one
+			// server under two addresses would count twice for good.
+			return probeResult{}
+		}
 		if errors.As(err, &rpe) || errors.As(err, &be) || errors.As(err, &de) || errors.Is(err, errPanic) {
 			// It answered: an error reply (an ACL without INFO), or bytes
 			// no server sends. Not identified, not asked again.
@@ -448,6 +457,19 @@ func probeAnswerResult(reply any, err error) probeResult {
 		return probeResult{final: true}
 	}
 	return probeResult{runID: runID(reply), final: true}
+}
+
+// notNow reports whether an error reply is one a Redis server sends for a
+// while and then stops sending (a script or function running past
+// busy-reply-threshold, a data set loading, a cluster or replica link
+// down, a full client table), rather than a refusal of INFO itself.
+func notNow(msg string) bool {
+	for _, code := range []string{"BUSY ", "LOADING ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN ", "ERR max number of clients reached"} {
+		if strings.HasPrefix(msg, code) {
+			return true
+		}
+	}
+	return false
 }
 
 // runID returns the run_id of an INFO server reply, or "" when the reply

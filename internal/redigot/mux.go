@@ -394,6 +394,10 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The reads below heed a deadline, not ctx: ctx's end (Close ends
+	// mx.life) closes the connection, so that Close does not wait out the
+	// handshake of a master that does not answer.
+	cut := context.AfterFunc(ctx, func() { nc.Close() })
 	// Load the scripts first: a NOSCRIPT in the middle of a pipeline would
 	// cost the caller a second round trip. Each reply must be the script's
 	// own hash.
@@ -425,8 +429,14 @@ func (mx *mux) connect(ctx context.Context) (*muxConn, error) {
 			err = &fault.DesyncError{Cmd: "SCRIPT LOAD", Reply: fault.Describe(v)}
 		}
 	}
+	if !cut() && err == nil {
+		err = ctx.Err() // ended as the handshake did: the connection is closed
+	}
 	if err != nil {
 		nc.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
 		return nil, err
 	}
 	mc := &muxConn{mx: mx, nc: nc, stall: stallBound(mx.timeout), queue: make(chan *muxReq, muxQueue+muxUndo), kick: make(chan struct{}, 1),
