@@ -158,6 +158,11 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))
 	}
+	if len(ts) == 1 {
+		// One master cannot be counted twice: nothing to identify, and
+		// its grants count from the first round.
+		c.ident.settled.Store(true)
+	}
 	c.waker = newWaker(c)
 	c.fin.init(len(ts), c.jit)
 	return c, nil
