@@ -155,8 +155,12 @@ func (p *pooledTransport) doneLone(cmd *transport.Command, readBy time.Time, v a
 func (p *pooledTransport) finishLone(cmd *transport.Command, readBy time.Time, v any, err error) {
 	defer p.ran()
 	defer p.beat.Leave()
-	get, cancel := context.WithDeadline(p.life, readBy)
-	defer cancel()
+	get := p.life // complete gets a connection only to re-send
+	if err != nil && cmd.Resend && fault.BrokenConn(err) {
+		var cancel context.CancelFunc
+		get, cancel = context.WithDeadline(p.life, readBy)
+		defer cancel()
+	}
 	p.complete(get, readBy, cmd, v, true, err, false)
 }
 
