@@ -369,8 +369,11 @@ func (l *leg) begin(prev *round) {
 		}
 	}
 	// What has fired already is not waited for: with nothing else to
-	// wait for, the caller sends the leg here.
-	waits = slices.DeleteFunc(waits, (*event).hasFired)
+	// wait for, the caller sends the leg here. Not a led leg: ready
+	// decides whether it is asked at all, and counts it in sentLed.
+	if !l.led() {
+		waits = slices.DeleteFunc(waits, (*event).hasFired)
+	}
 	if len(waits) == 0 {
 		l.send()
 		return
