@@ -18,9 +18,10 @@ import (
 // the masters' answers took of late:
 //
 //   - each master keeps a decaying peak of its round trips (from a
-//     round's start to its answer, late answers included: a master that
-//     answered late is slow, not down); the peak halves every
-//     boundHalfLife without a higher one;
+//     round's start, or for the legs of a led attempt from the lead's
+//     answer (leg.askedAt), to its answer, late answers included: a
+//     master that answered late is slow, not down); the peak halves
+//     every boundHalfLife without a higher one;
 //   - the host's figure is the quorum-th lowest of those peaks, so that
 //     masters beyond a quorum's worth — slow ones, or hung ones, whose
 //     peaks say nothing — never raise it, and the latest stall of this

@@ -109,6 +109,10 @@ type round struct {
 	// or 0: the others are asked once it granted, and not at all when it
 	// did not (a woken waiter's attempt, see Client.leadFor).
 	ledBy int
+	// leadAnswered is how long after the round's start its lead master
+	// answered (ns), once it did: the other legs, sent only then, count
+	// their round trips for the adaptive bound from that moment.
+	leadAnswered atomic.Int64
 	// sentLed counts the legs on Ordered transports that wait for the
 	// lead and have neither been sent nor ended: an acquisition that
 	// succeeded waits for it before it returns, so that no later command
@@ -583,6 +587,19 @@ func (l *leg) errGaveUp() error {
 	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("%s is still pending: %w", what, context.DeadlineExceeded))
 }
 
+// askedAt is when the leg's master was asked, as the adaptive bound
+// counts its round trip: the round's start, or for a leg that waited for
+// the lead master's grant, the lead's answer. From the round's start, a
+// slow lead would make every master it leads look as slow as itself, and
+// a single slow master would raise the bound for all.
+func (l *leg) askedAt() time.Time {
+	s := l.r.started()
+	if l.led() {
+		s = s.Add(time.Duration(l.r.leadAnswered.Load()))
+	}
+	return s
+}
+
 // led reports whether the leg waits for its round's lead master.
 func (l *leg) led() bool { return l.r.ledBy != 0 && l.i != l.r.ledBy-1 }
 
@@ -656,7 +673,11 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	if err != nil {
 		err = r.c.nodeErrorIn(m, err, r.wait)
 	} else {
-		r.c.noteAnswer(l.i, r.started(), time.Now())
+		now := time.Now()
+		if r.ledBy == l.i+1 {
+			r.leadAnswered.Store(int64(now.Sub(r.started())))
+		}
+		r.c.noteAnswer(l.i, l.askedAt(), now)
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
