@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -105,14 +106,16 @@ type round struct {
 	// timeout.
 	wait    time.Duration
 	running atomic.Int32
+	// leadAnswered is how long after the round's start its lead master
+	// answered (µs), once it did: the other legs, sent only then, count
+	// their round trips for the adaptive bound from that moment. (An
+	// Int32 beside running, in what would be padding: an Int64 would
+	// take round3 to the next size class.)
+	leadAnswered atomic.Int32
 	// ledBy is 1 + the index of the master an acquisition asks first,
 	// or 0: the others are asked once it granted, and not at all when it
 	// did not (a woken waiter's attempt, see Client.leadFor).
 	ledBy int
-	// leadAnswered is how long after the round's start its lead master
-	// answered (ns), once it did: the other legs, sent only then, count
-	// their round trips for the adaptive bound from that moment.
-	leadAnswered atomic.Int64
 	// sentLed counts the legs on Ordered transports that wait for the
 	// lead and have neither been sent nor ended: an acquisition that
 	// succeeded waits for it before it returns, so that no later command
@@ -595,7 +598,7 @@ func (l *leg) errGaveUp() error {
 func (l *leg) askedAt() time.Time {
 	s := l.r.started()
 	if l.led() {
-		s = s.Add(time.Duration(l.r.leadAnswered.Load()))
+		s = s.Add(time.Duration(l.r.leadAnswered.Load()) * time.Microsecond)
 	}
 	return s
 }
@@ -675,7 +678,7 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	} else {
 		now := time.Now()
 		if r.ledBy == l.i+1 {
-			r.leadAnswered.Store(int64(now.Sub(r.started())))
+			r.leadAnswered.Store(int32(min(now.Sub(r.started()), math.MaxInt32*time.Microsecond) / time.Microsecond))
 		}
 		r.c.noteAnswer(l.i, l.askedAt(), now)
 	}
