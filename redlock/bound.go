@@ -18,9 +18,10 @@ import (
 // the masters' answers took of late:
 //
 //   - each master keeps a decaying peak of its round trips (from a
-//     round's start to its answer, late answers included: a master that
-//     answered late is slow, not down); the peak halves every
-//     boundHalfLife without a higher one;
+//     round's start, or for the legs of a led attempt from the lead's
+//     answer (leg.askedAt), to its answer, late answers included: a
+//     master that answered late is slow, not down); the peak halves
+//     every boundHalfLife without a higher one;
 //   - the host's figure is the quorum-th lowest of those peaks, so that
 //     masters beyond a quorum's worth — slow ones, or hung ones, whose
 //     peaks say nothing — never raise it, and the latest stall of this
@@ -48,9 +49,13 @@ const boundHalfLife = 2 * time.Second
 // peak is one master's decaying peak round trip: the highest answer time
 // seen, halved every boundHalfLife since. Written only by an answer that
 // beats it, so a host that answers fast writes nothing.
+//
+// Its age is read on the monotonic clock (at keeps time.Now()'s reading
+// whole): a wall clock stepped back an hour would keep a peak at its
+// height for that hour, one stepped forward would forget it at once.
 type peak struct {
-	v  atomic.Int64 // the peak, ns
-	at atomic.Int64 // when it was seen, unix ns
+	v  atomic.Int64              // the peak, ns
+	at atomic.Pointer[time.Time] // when it was seen; a new one only when the peak rises
 }
 
 // load returns the peak decayed to now.
@@ -59,11 +64,15 @@ func (p *peak) load(now time.Time) time.Duration {
 	if v == 0 {
 		return 0
 	}
-	age := now.UnixNano() - p.at.Load()
+	at := p.at.Load()
+	if at == nil {
+		return time.Duration(v)
+	}
+	age := now.Sub(*at)
 	if age <= 0 {
 		return time.Duration(v)
 	}
-	return decay(time.Duration(v), time.Duration(age))
+	return decay(time.Duration(v), age)
 }
 
 // note records an answer that took d, seen at now. Two answers noted at
@@ -73,7 +82,7 @@ func (p *peak) load(now time.Time) time.Duration {
 func (p *peak) note(d time.Duration, now time.Time) {
 	if d > p.load(now) {
 		p.v.Store(int64(d))
-		p.at.Store(now.UnixNano())
+		p.at.Store(&now)
 	}
 }
 

@@ -17,7 +17,12 @@ import (
 // for delay before they pass it on: a host whose masters all answer late.
 func slowClient(t *testing.T, pipelined bool, delay time.Duration, opts ...Option) *Client {
 	t.Helper()
-	reals := redistest.Start(t, 3)
+	return slowClientOn(t, redistest.Start(t, 3), pipelined, delay, opts...)
+}
+
+// slowClientOn is slowClient on the masters reals.
+func slowClientOn(t *testing.T, reals []*redistest.Server, pipelined bool, delay time.Duration, opts ...Option) *Client {
+	t.Helper()
 	quit := make(chan struct{})
 	t.Cleanup(func() { close(quit) })
 	pools := make([]pool.Pool, len(reals))

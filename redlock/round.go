@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -106,6 +107,12 @@ type round struct {
 	// timeout.
 	wait    time.Duration
 	running atomic.Int32
+	// leadAnswered is how long after the round's start its lead master
+	// answered (µs), once it did: the other legs, sent only then, count
+	// their round trips for the adaptive bound from that moment. (An
+	// Int32 beside running, in what would be padding: an Int64 would
+	// take round3 to the next size class.)
+	leadAnswered atomic.Int32
 	// ledBy is 1 + the index of the master an acquisition asks first,
 	// or 0: the others are asked once it granted, and not at all when it
 	// did not (a woken waiter's attempt, see Client.leadFor).
@@ -601,6 +608,19 @@ func (l *leg) errGaveUp() error {
 	return l.r.c.nodeError(&l.r.c.masters[l.i], fmt.Errorf("%s is still pending: %w", what, context.DeadlineExceeded))
 }
 
+// askedAt is when the leg's master was asked, as the adaptive bound
+// counts its round trip: the round's start, or for a leg that waited for
+// the lead master's grant, the lead's answer. From the round's start, a
+// slow lead would make every master it leads look as slow as itself, and
+// a single slow master would raise the bound for all.
+func (l *leg) askedAt() time.Time {
+	s := l.r.started()
+	if l.led() {
+		s = s.Add(time.Duration(l.r.leadAnswered.Load()) * time.Microsecond)
+	}
+	return s
+}
+
 // led reports whether the leg waits for its round's lead master.
 func (l *leg) led() bool { return l.r.ledBy != 0 && l.i != l.r.ledBy-1 }
 
@@ -674,7 +694,11 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 	if err != nil {
 		err = r.c.nodeErrorIn(m, err, r.wait)
 	} else {
-		r.c.noteAnswer(l.i, r.started(), time.Now())
+		now := time.Now()
+		if r.ledBy == l.i+1 {
+			r.leadAnswered.Store(int32(min(now.Sub(r.started()), math.MaxInt32*time.Microsecond) / time.Microsecond))
+		}
+		r.c.noteAnswer(l.i, l.askedAt(), now)
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
