@@ -23,12 +23,19 @@ func slowClient(t *testing.T, pipelined bool, delay time.Duration, opts ...Optio
 // slowClientOn is slowClient on the masters reals.
 func slowClientOn(t *testing.T, reals []*redistest.Server, pipelined bool, delay time.Duration, opts ...Option) *Client {
 	t.Helper()
+	return slowMastersClient(t, reals, func(int) bool { return true }, pipelined, delay, opts...)
+}
+
+// slowMastersClient is slowClientOn where only the masters i with slow(i)
+// hold every SET for delay.
+func slowMastersClient(t *testing.T, reals []*redistest.Server, slow func(i int) bool, pipelined bool, delay time.Duration, opts ...Option) *Client {
+	t.Helper()
 	quit := make(chan struct{})
 	t.Cleanup(func() { close(quit) })
 	pools := make([]pool.Pool, len(reals))
 	for i, s := range reals {
 		px := hostile.NewProxy(t, s.Addr(), func(_ *hostile.Conn, cmd []string) hostile.Verdict {
-			if strings.EqualFold(cmd[0], "SET") {
+			if slow(i) && strings.EqualFold(cmd[0], "SET") {
 				timer := time.NewTimer(delay)
 				defer timer.Stop()
 				select {

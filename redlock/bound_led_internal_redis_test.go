@@ -3,13 +3,10 @@ package redlock
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // A woken waiter's attempt asks its lead master first and sends to the
@@ -23,30 +20,8 @@ func TestAdaptiveBound_aSlowLeadDoesNotMakeTheOthersLookSlow(t *testing.T) {
 		t.Run(map[bool]string{true: "pipelined", false: "pooled"}[pipelined], func(t *testing.T) {
 			const delay = 35 * time.Millisecond
 			reals := redistest.Start(t, 3)
-			quit := make(chan struct{})
-			t.Cleanup(func() { close(quit) })
-			pools := make([]pool.Pool, len(reals))
-			for i, s := range reals {
-				px := hostile.NewProxy(t, s.Addr(), func(_ *hostile.Conn, cmd []string) hostile.Verdict {
-					if i == 0 && strings.EqualFold(cmd[0], "SET") {
-						timer := time.NewTimer(delay)
-						defer timer.Stop()
-						select {
-						case <-timer.C:
-						case <-quit:
-						}
-					}
-					return hostile.Forward
-				})
-				p, err := pool.New(px.Addr())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { p.Close() })
-				pools[i] = p
-			}
 			timeout := 50 * time.Millisecond
-			c := identified(t)(newRedigo(pools, withPipelining(pipelined), WithTimeout(timeout)))
+			c := slowMastersClient(t, reals, func(i int) bool { return i == 0 }, pipelined, delay, WithTimeout(timeout))
 			ctx := context.Background()
 			granted := 0
 			for i := range 5 {
