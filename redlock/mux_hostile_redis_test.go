@@ -19,6 +19,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
+	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redigo"
@@ -60,10 +61,16 @@ func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The release reads the SET's "OK", which no release returns.
+		// The release reads the SET's "OK", which no release returns: the
+		// connection is out of step and fails. The release, a
+		// token-checked script, may be sent again on a fresh connection
+		// and succeed; else it is reported as not released, saying why.
 		err = l.Release(ctx)
-		if !errors.Is(err, redlock.ErrNotReleased) || !strings.Contains(err.Error(), "out of step") {
-			t.Errorf("release after the stray reply: %v, want ErrNotReleased saying the connection is out of step", err)
+		switch {
+		case err == nil:
+			leftover.None(t, []*redistest.Server{real}, "free")
+		case !errors.Is(err, redlock.ErrNotReleased) || !strings.Contains(err.Error(), "out of step"):
+			t.Errorf("release after the stray reply: %v, want success or ErrNotReleased saying the connection is out of step", err)
 		}
 		l2, err := c.TryAcquire(ctx, "held")
 		if err == nil {
