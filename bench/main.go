@@ -49,7 +49,6 @@ func main() {
 	quick := flag.Bool("quick", false, "only the workloads the targets are judged on, fewer cells, and 1s cells unless -duration says otherwise (about a minute)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile at the end of the run to this file")
-	only := flag.String("libs", "", "comma-separated libraries to run, by exact name (default: every one); the targets then judge only those")
 	flag.Parse()
 	if *quick {
 		set := map[string]bool{}
@@ -59,11 +58,6 @@ func main() {
 		}
 		if !set["workloads"] {
 			*workloads = quickWorkloads
-		}
-	}
-	if *only != "" {
-		if err := keepLibs(masters.Split(*only)); err != nil {
-			log.Fatal(err)
 		}
 	}
 	// The run, in a function of its own: its deferred clean-up (profiles,
@@ -255,22 +249,4 @@ func writeAllocs(path string) error {
 	}
 	defer f.Close()
 	return pprof.Lookup("allocs").WriteTo(f, 0)
-}
-
-// keepLibs leaves in libs only those named.
-func keepLibs(names []string) error {
-	var kept []lib
-	for _, name := range names {
-		i := slices.IndexFunc(libs, func(l lib) bool { return l.name == name })
-		if i < 0 {
-			have := make([]string, len(libs))
-			for j, l := range libs {
-				have[j] = l.name
-			}
-			return fmt.Errorf("bench: unknown library %q (have %s)", name, strings.Join(have, ", "))
-		}
-		kept = append(kept, libs[i])
-	}
-	libs = kept
-	return nil
 }

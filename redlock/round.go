@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -217,13 +216,6 @@ func (e *event) then(f func()) {
 	e.mu.Unlock()
 }
 
-// hasFired reports whether e has fired.
-func (e *event) hasFired() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fired
-}
-
 // fire fires e, once, and runs what waited for it, in the order then was
 // called.
 func (e *event) fire() {
@@ -357,8 +349,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		}
 		if n == 1 && op != opLeave {
 			// The caller waits for this reply alone (collect follows):
-			// a transport may read it in Send, when the caller sends it
-			// (begin).
+			// a transport may read it in Send.
 			l.cmd.Wait = ctx
 		}
 	}
@@ -395,19 +386,10 @@ func (l *leg) begin(prev *round) {
 			r.sentLed.Add(1)
 		}
 	}
-	// What has fired already is not waited for: with nothing else to
-	// wait for, the caller sends the leg here. Not a led leg: ready
-	// decides whether it is asked at all, and counts it in sentLed.
-	if !l.led() {
-		waits = slices.DeleteFunc(waits, (*event).hasFired)
-	}
 	if len(waits) == 0 {
 		l.send()
 		return
 	}
-	// Sent later by whichever goroutine ends the wait, not by the caller
-	// that waits for the reply: a transport must not read it there.
-	l.cmd.Wait = nil
 	// An acquisition, to a master that is down, is not sent (as a
 	// transport that knows it down fails it unsent): it gives up now
 	// rather than wait for a command that master leaves unanswered, while
