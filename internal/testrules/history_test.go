@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -40,8 +41,7 @@ func historyIn(t *testing.T, root string) []string {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if p != root && (name == "testdata" || name == "vendor" || name == "bin" ||
-				strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			if p != root && skippedDir(name) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -60,7 +60,7 @@ func historyIn(t *testing.T, root string) []string {
 		for n := 1; s.Scan(); n++ {
 			if line := s.Text(); hasHistory(line) {
 				rel, _ := filepath.Rel(root, p)
-				found = append(found, filepath.ToSlash(rel)+":"+itoa(n)+": "+strings.TrimSpace(line))
+				found = append(found, filepath.ToSlash(rel)+":"+strconv.Itoa(n)+": "+strings.TrimSpace(line))
 			}
 		}
 		return s.Err()
@@ -87,17 +87,6 @@ func hasHistory(line string) bool {
 		}
 	}
 	return false
-}
-
-func itoa(n int) string {
-	b := []byte{}
-	for {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-		if n == 0 {
-			return string(b)
-		}
-	}
 }
 
 // No Go file or Markdown page (but the CHANGELOG) names an issue number,

@@ -122,6 +122,13 @@ func modulePath(file string) string {
 	return ""
 }
 
+// skippedDir reports whether the checks leave out a directory named name:
+// test data, vendored code, build outputs, hidden and underscored ones.
+func skippedDir(name string) bool {
+	return name == "testdata" || name == "vendor" || name == "bin" ||
+		strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
+}
+
 // read parses every Go file under root (testdata, hidden directories and
 // build outputs excluded) and returns its functions and their calls.
 func read(t *testing.T, root string) *tree {
@@ -134,8 +141,7 @@ func read(t *testing.T, root string) *tree {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if p != root && (name == "testdata" || name == "vendor" || name == "bin" ||
-				strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			if p != root && skippedDir(name) {
 				return filepath.SkipDir
 			}
 			if m := modulePath(filepath.Join(p, "go.mod")); m != "" {
