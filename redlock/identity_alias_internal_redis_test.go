@@ -48,22 +48,8 @@ func (s *infoSilent) Close() error {
 // fails, and what was granted is rolled back.
 func TestIdentity_aliasWhoseProbeTimesOutNeverCountsTwice(t *testing.T) {
 	servers := redistest.Start(t, 2)
-	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
-	addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
 	const key = "alias-re"
-	// Master 1 refuses: another owner holds the key there.
-	other, err := newRedigoFromAddrs([]string{servers[1].Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	oh, err := other.NewReentrant(key, "another-owner", WithTTL(10*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := oh.TryAcquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	addrs := aliasAddrsWithRefusal(t, servers, key)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
 			c, err := newRedigoFromAddrs(addrs, withPipelining(p.pipelined), WithTimeout(500*time.Millisecond))
@@ -153,4 +139,27 @@ func TestIdentity_masterThatGrantedIsAskedAgain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aliasAddrsWithRefusal returns the addresses of servers[0], servers[1]
+// and servers[0] again as localhost:PORT (one server under two addresses),
+// with key held on servers[1] by another owner's Reentrant, released at
+// the test's end: the two addresses' grants are all an attempt can get.
+func aliasAddrsWithRefusal(t *testing.T, servers []*redistest.Server, key string) []string {
+	t.Helper()
+	port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
+	other, err := newRedigoFromAddrs([]string{servers[1].Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	oh, err := other.NewReentrant(key, "another-owner", WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oh.TryAcquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = oh.Release(context.Background()) })
+	return []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
 }

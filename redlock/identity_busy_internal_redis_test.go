@@ -22,24 +22,9 @@ func TestIdentity_aliasBusyAtFirstContactNeverCountsTwice(t *testing.T) {
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
 			servers := redistest.Start(t, 2, redistest.WithConfig("busy-reply-threshold", "20"))
-			port := strings.TrimPrefix(servers[0].Addr(), "127.0.0.1:")
-			addrs := []string{servers[0].Addr(), servers[1].Addr(), "localhost:" + port}
 			const key = "alias-busy"
-
 			// Master 1 refuses: another client holds the key there.
-			other, err := newRedigoFromAddrs([]string{servers[1].Addr()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close()
-			oh, err := other.NewReentrant(key, "another-owner", WithTTL(10*time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := oh.TryAcquire(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = oh.Release(context.Background()) }()
+			addrs := aliasAddrsWithRefusal(t, servers, key)
 
 			// Server 0 runs a script that does not end until killed.
 			busy := make(chan error, 1)
