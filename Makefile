@@ -9,7 +9,7 @@ REDIS_IMAGE ?= quorumlock/redis:local
 QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
-.PHONY: nemesis-semaphore
+.PHONY: nemesis-semaphore api api-update
 .PHONY: all test test-redlock test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
@@ -233,7 +233,7 @@ bench-deps: deps
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null; }
 
 ## bench-peers: quorumlock beside go-redsync and bsm/redislock on the same local masters, judged
-##   against the performance targets; writes docs/benchmarks.md (about 8 minutes)
+##   against the performance targets; writes docs/benchmarks.md (about 10 minutes)
 BENCH_DURATION ?= 3s
 bench-peers: bench-deps
 	cd bench && $(GO) run . -duration $(BENCH_DURATION) -out ../docs/benchmarks.md

@@ -100,8 +100,7 @@ func TestTargets(t *testing.T) {
 		"busy quorumlock (own *redis.Pool) probe p99": float64(80 * time.Millisecond),
 		"expiry5 quorumlock p50":                      float64(12 * time.Millisecond),
 	}
-	s := targetsSection(m)
-	for _, want := range []string{
+	wantLines(t, targetsSection(m),
 		"| 64 clients, N=5, cycles/s: quorumlock ÷ go-redsync ≥ 3 | 6.00 | met |",
 		"| one client, N=1, p50: quorumlock ÷ bsm/redislock ≤ 1.1 | 1.50 | not met |",
 		"| 64 clients, N=5, busy loop per core, quorumlock: failed acquisitions + unconfirmed releases = 0 | 0 | met |",
@@ -109,9 +108,62 @@ func TestTargets(t *testing.T) {
 		"| 64 clients, N=5, busy loop per core, quorumlock (own *redis.Pool): failed acquisitions + unconfirmed releases = 0 | 10 | inconclusive: the probe's PING p99 was 80.000 ms (> 25ms), the machine is overloaded |",
 		"| go-redis adapter: 64 clients, N=5, cycles/s ÷ go-redsync on go-redis ≥ 2 | not measured | – |",
 		"| a lock left to expire, N=5: the waiter holds it, p50 ms after it expired on a quorum ≤ 50 | 12.00 | met |",
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("missing %q in\n%s", want, s)
+	)
+}
+
+// TestCellVerdict checks a cell's verdict on all its targets: met when
+// every figure is, not met naming the figures that are not (an error in
+// any row among them), not measured when a figure is missing.
+func TestCellVerdict(t *testing.T) {
+	milli := float64(time.Millisecond)
+	m := map[string]float64{
+		"turns quorumlock attempts": 1.2, "turns quorumlock p99": 130 * milli, "turns quorumlock fifo": 104 * milli, "turns errors": 0,
+	}
+	if v, figures := cellVerdict(turnsCellName, m); v != "met" ||
+		figures != "attempts per lock ≤ 1.5: 1.20; p99 wait ÷ the FIFO bound ≤ 1.5: 1.25; failed locks + unlocks, every library = 0: 0" {
+		t.Errorf("turns: %q, %q", v, figures)
+	}
+	m["turns errors"] = 2
+	m["turns quorumlock p99"] = 200 * milli
+	if v, _ := cellVerdict(turnsCellName, m); v != "not met (p99 wait ÷ the FIFO bound ≤ 1.5; failed locks + unlocks, every library = 0)" {
+		t.Errorf("turns with errors and a slow p99: %q", v)
+	}
+
+	cell, p := contentionCellName(3, time.Millisecond), contentionPrefix(3, time.Millisecond)
+	if cell != "8 clients, one key, N=3, 1 ms hold" {
+		t.Fatalf("cell name %q", cell)
+	}
+	m[p+"quorumlock rate"], m[p+"go-redsync rate"] = 900, 600
+	m[p+"quorumlock p99 cycle"], m[p+"go-redsync p99 cycle"] = 10*milli, 100*milli
+	if v, _ := cellVerdict(cell, m); v != "not measured" {
+		t.Errorf("N=3 without its errors figure: %q", v)
+	}
+	m[p+"errors"] = 0
+	if v, _ := cellVerdict(cell, m); v != "met" {
+		t.Errorf("N=3: %q", v)
+	}
+	m[p+"errors"] = 1
+	if v, _ := cellVerdict(cell, m); v != "not met (failed locks + unlocks, every library = 0)" {
+		t.Errorf("N=3 with an error: %q", v)
+	}
+	if strings.Contains(targetsSection(m), "N=3, 1 ms hold: cycles/s") {
+		t.Error("N=3 judged on cycles/s: only N=5 has that goal")
+	}
+	// The N=5 targets keep their names.
+	wantLines(t, targetsSection(m),
+		"| 8 clients, one key, N=5, no hold: cycles/s ÷ go-redsync's ≥ 1.0 | not measured | – |",
+		"| 8 clients, one key, N=5, 1 ms hold: attempts per lock ≤ 1.5 | not measured | – |",
+		"| 8 clients, one key, N=3, 1 ms hold: failed locks + unlocks, every library = 0 | 1 | not met |",
+		"| 6 workers, one key, N=5, 20 ms holds: p99 wait ÷ the FIFO bound ≤ 1.5 | 1.92 | not met |",
+	)
+}
+
+// wantLines fails t for each of want that s does not contain.
+func wantLines(t *testing.T, s string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("missing %q in\n%s", w, s)
 		}
 	}
 }

@@ -14,6 +14,9 @@ import (
 // library and N; the target is judged on the median.
 const expiryRuns = 20
 
+// expiryCellName names the expiry cell the target judges.
+const expiryCellName = "a lock left to expire, N=5"
+
 // expiryTTL is the vanished holder's TTL: its key is set directly on the
 // masters, as a holder that crashed right after its acquisition left it.
 const expiryTTL = 500 * time.Millisecond
@@ -51,6 +54,7 @@ func expiry(ctx context.Context, e *env) string {
 		}
 	}
 	b.WriteString("\n")
+	b.WriteString(verdicts(e.metrics, expiryCellName))
 	return b.String()
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,12 @@ import (
 
 const ttl = 10 * time.Second
 
+// ttlSetter is a locker whose locks' TTL a cell can set after it is made
+// (the default is ttl).
+type ttlSetter interface {
+	setTTL(d time.Duration)
+}
+
 // locker is one library, set up on the first n masters.
 type locker interface {
 	// lock takes key, waiting as long as ctx allows, and returns how to
@@ -39,7 +46,7 @@ type locker interface {
 type lib struct {
 	name string
 	// in lists the workloads the library runs in (their tags: seq, par,
-	// scale, keys, handoff, degraded, allocs, busy, fresh, expiry).
+	// scale, keys, handoff, degraded, allocs, busy, fresh, expiry, turns).
 	in string
 	// make returns the library on n masters, or nil when it cannot run
 	// there (bsm/redislock has one master; the go-redis adapter's slot is
@@ -69,7 +76,7 @@ const (
 )
 
 var libs = []lib{
-	{qlName, everywhere + " fresh expiry", newQuorumlock},
+	{qlName, everywhere + " fresh expiry turns", newQuorumlock},
 	{qlPooledName, everywhere + " fresh", newQuorumlockPooled},
 	{qlOwnPoolName, "seq par allocs busy fresh", newQuorumlockOwnPools},
 	{qlGoRedisName, "seq par allocs busy handoff fresh", func(e *env, n int) locker {
@@ -78,8 +85,8 @@ var libs = []lib{
 		}
 		return newQuorumlockGoRedis(e, n)
 	}},
-	{"quorumlock (fair)", "handoff", newQuorumlockFair},
-	{rsName, "seq par scale keys handoff degraded allocs expiry", newRedsync},
+	{"quorumlock (fair)", "handoff turns", newQuorumlockFair},
+	{rsName, "seq par scale keys handoff degraded allocs expiry turns", newRedsync},
 	{rsGoRedisName, "seq par allocs", newRedsyncGoRedis},
 	{qlRueidisName, "seq par allocs busy handoff fresh", newQuorumlockRueidis},
 	{rsRueidisName, "seq par allocs", newRedsyncRueidis},
@@ -109,8 +116,11 @@ type env struct {
 	duration  time.Duration
 	hungCell  time.Duration // each cell of the degraded workload
 	freshCell time.Duration // each cell of the fresh workload
-	quick     bool          // fewer cells: only those the targets are judged on
-	closers   []func()
+	// contentionCell is each cell where clients contend for one key (the
+	// handoff and turns workloads).
+	contentionCell time.Duration
+	quick          bool // fewer cells: only those the targets are judged on
+	closers        []func()
 	// errs counts every cell's errors (shared by the copies of env a
 	// workload makes to change a cell's duration).
 	errs *errorLog
@@ -140,6 +150,8 @@ type attemptCounter interface {
 }
 
 func (q *qlLocker) counts() (attempts, acquired int64) { return q.attempts.Load(), q.acquired.Load() }
+
+func (q *qlLocker) setTTL(d time.Duration) { q.opts = append(q.opts, redlock.WithTTL(d)) }
 
 func newQuorumlockFair(e *env, n int) locker {
 	l := newQuorumlock(e, n).(*qlLocker)
@@ -222,8 +234,11 @@ func (q *qlLocker) close() { q.c.Close() }
 // go-redsync v4 on redigo pools, with its default retry delays (50-250ms)
 // and unbounded tries.
 type rsLocker struct {
-	rs *redsync.Redsync
+	rs     *redsync.Redsync
+	expiry time.Duration // 0: ttl
 }
+
+func (r *rsLocker) setTTL(d time.Duration) { r.expiry = d }
 
 func newRedsync(e *env, n int) locker {
 	pools := make([]rsredis.Pool, n)
@@ -238,11 +253,11 @@ func newRedsync(e *env, n int) locker {
 		e.closers = append(e.closers, func() { p.Close() })
 		pools[i] = rsredigo.NewPool(p)
 	}
-	return &rsLocker{redsync.New(pools...)}
+	return &rsLocker{rs: redsync.New(pools...)}
 }
 
 func (r *rsLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	m := r.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32))
+	m := r.rs.NewMutex(key, redsync.WithExpiry(cmp.Or(r.expiry, ttl)), redsync.WithTries(math.MaxInt32))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, err
 	}
@@ -266,13 +281,16 @@ func newRedsyncGoRedis(e *env, n int) locker {
 		e.closers = append(e.closers, func() { rc.Close() })
 		pools[i] = rsgoredis.NewPool(rc)
 	}
-	return &rsLocker{redsync.New(pools...)}
+	return &rsLocker{rs: redsync.New(pools...)}
 }
 
 // bsm/redislock on go-redis, single master, retrying every millisecond.
 type rlLocker struct {
-	c *redislock.Client
+	c   *redislock.Client
+	ttl time.Duration // 0: ttl
 }
+
+func (r *rlLocker) setTTL(d time.Duration) { r.ttl = d }
 
 func newRedislock(e *env, n int) locker {
 	if n != 1 {
@@ -280,11 +298,11 @@ func newRedislock(e *env, n int) locker {
 	}
 	rc := goredis.NewClient(&goredis.Options{Addr: e.addrs[0], PoolSize: 128})
 	e.closers = append(e.closers, func() { rc.Close() })
-	return &rlLocker{redislock.New(rc)}
+	return &rlLocker{c: redislock.New(rc)}
 }
 
 func (r *rlLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	l, err := r.c.Obtain(ctx, key, ttl, &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)})
+	l, err := r.c.Obtain(ctx, key, cmp.Or(r.ttl, ttl), &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)})
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
 	}

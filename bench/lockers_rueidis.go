@@ -52,7 +52,7 @@ func newRedsyncRueidis(e *env, n int) locker {
 	for i := range pools {
 		pools[i] = rsrueidis.NewPool(rueidiscompat.NewAdapter(rueidisClient(e, i)))
 	}
-	return &rsLocker{redsync.New(pools...)}
+	return &rsLocker{rs: redsync.New(pools...)}
 }
 
 func rueidisClient(e *env, i int) rueidis.Client {

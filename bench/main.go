@@ -46,9 +46,11 @@ func main() {
 	out := flag.String("out", "", "write the report to this markdown file")
 	hungCell := flag.Duration("hung-cell", 10*time.Second, "how long each cell of the degraded workload runs (shorter only for quick runs)")
 	freshCell := flag.Duration("fresh-cell", 5*time.Second, "how long each cell of the fresh workload runs")
+	contentionCell := flag.Duration("contention-cell", 5*time.Second, "how long each cell of clients contending for one key runs (handoff, turns; with -quick, -duration unless given)")
 	quick := flag.Bool("quick", false, "only the workloads the targets are judged on, fewer cells, and 1s cells unless -duration says otherwise (about a minute)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile at the end of the run to this file")
+	only := flag.String("libs", "", "comma-separated libraries to run, by exact name (default: every one); the targets then judge only those")
 	flag.Parse()
 	if *quick {
 		set := map[string]bool{}
@@ -58,6 +60,14 @@ func main() {
 		}
 		if !set["workloads"] {
 			*workloads = quickWorkloads
+		}
+		if !set["contention-cell"] {
+			*contentionCell = *duration
+		}
+	}
+	if *only != "" {
+		if err := keepLibs(masters.Split(*only)); err != nil {
+			log.Fatal(err)
 		}
 	}
 	// The run, in a function of its own: its deferred clean-up (profiles,
@@ -99,7 +109,7 @@ func main() {
 		if len(addrs) < 7 {
 			return fmt.Errorf("bench: %d masters given, the workloads need 7", len(addrs))
 		}
-		env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, freshCell: *freshCell, quick: *quick,
+		env := &env{addrs: addrs, servers: servers, duration: *duration, hungCell: *hungCell, freshCell: *freshCell, contentionCell: *contentionCell, quick: *quick,
 			metrics: map[string]float64{}, errs: &errorLog{}}
 		defer env.close()
 
@@ -153,8 +163,8 @@ type workload func(ctx context.Context, e *env) string
 // what the targets are judged on (the hung-master targets excepted). The
 // ceiling comes right before the parallel cells it is judged beside.
 const (
-	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,handoffdiag,expiry,allocs,loaded,fresh,degraded"
-	quickWorkloads = "ceiling,parallel,sequential,handoff,expiry,allocs,loaded,fresh"
+	fullWorkloads  = "ceiling,parallel,sequential,scale,handoff,turns,handoffdiag,expiry,allocs,loaded,fresh,degraded"
+	quickWorkloads = "ceiling,parallel,sequential,handoff,turns,expiry,allocs,loaded,fresh"
 )
 
 var registry = map[string]workload{
@@ -169,6 +179,7 @@ var registry = map[string]workload{
 	"scale":       scale,
 	"handoff":     handoff,
 	"expiry":      expiry,
+	"turns":       turns,
 }
 
 func workloadNames() []string {
@@ -249,4 +260,22 @@ func writeAllocs(path string) error {
 	}
 	defer f.Close()
 	return pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+// keepLibs leaves in libs only those named.
+func keepLibs(names []string) error {
+	var kept []lib
+	for _, name := range names {
+		i := slices.IndexFunc(libs, func(l lib) bool { return l.name == name })
+		if i < 0 {
+			have := make([]string, len(libs))
+			for j, l := range libs {
+				have[j] = l.name
+			}
+			return fmt.Errorf("bench: unknown library %q (have %s)", name, strings.Join(have, ", "))
+		}
+		kept = append(kept, libs[i])
+	}
+	libs = kept
+	return nil
 }

@@ -22,6 +22,10 @@ type target struct {
 	// inconclusive, when set, tells why this run cannot judge the
 	// target ("" when it can).
 	inconclusive func(m map[string]float64) string
+	// cell, when set, names the cell of a workload the target judges (the
+	// name starts with it): that cell prints its verdict on all its
+	// targets (cellVerdict).
+	cell string
 }
 
 // probeBound is the probe PING p99 above which a loaded cell cannot judge
@@ -90,23 +94,14 @@ func targets() []target {
 			target{name: fmt.Sprintf("%s adapter: one client, N=1, p50 ÷ bsm/redislock ≤ 1.1", a.client), value: ratioOf("seq1 "+a.ours+" p50", "seq1 "+rlName+" p50"), goal: 1.1},
 		)
 	}
-	h, h1 := "handoff5-0s ", "handoff5-1ms "
+	for _, n := range contentionNs {
+		for _, hold := range contentionHolds {
+			ts = append(ts, contentionTargets(n, hold)...)
+		}
+	}
+	ts = append(ts, turnsTargets()...)
 	ts = append(ts,
-		target{name: "8 clients, one key, N=5, no hold: cycles/s ÷ go-redsync's ≥ 1.0", value: ratioOf(h+qlName+" rate", h+rsName+" rate"), goal: 1.0, atLeast: true},
-		target{name: "8 clients, one key, N=5, no hold: p99 wait ÷ go-redsync's ≤ 0.2", value: ratioOf(h+qlName+" p99", h+rsName+" p99"), goal: 0.2},
-		target{name: "8 clients, one key, N=5, no hold: Jain's index ≥ 0.95", value: func(m map[string]float64) (float64, bool) {
-			v, ok := m[h+qlName+" jain"]
-			return v, ok
-		}, goal: 0.95, atLeast: true},
-		target{name: "8 clients, one key, N=5, no hold: p50 handoff to a waiter ÷ the RTT ≤ 3", value: ratioOf(h+qlName+" handoff", "rtt"), goal: 3},
-		target{name: "8 clients, one key, N=5, no hold: p99 cycle ÷ go-redsync's ≤ 0.5", value: ratioOf(h+qlName+" p99 cycle", h+rsName+" p99 cycle"), goal: 0.5},
-		target{name: "8 clients, one key, N=5, 1 ms hold: cycles/s ÷ go-redsync's ≥ 1.1", value: ratioOf(h1+qlName+" rate", h1+rsName+" rate"), goal: 1.1, atLeast: true},
-		target{name: "8 clients, one key, N=5, 1 ms hold: p99 cycle ÷ go-redsync's ≤ 0.25", value: ratioOf(h1+qlName+" p99 cycle", h1+rsName+" p99 cycle"), goal: 0.25},
-		target{name: "8 clients, one key, N=5, 1 ms hold: attempts per lock ≤ 1.5", value: func(m map[string]float64) (float64, bool) {
-			v, ok := m[h1+qlName+" attempts"]
-			return v, ok
-		}, goal: 1.5},
-		target{name: "a lock left to expire, N=5: the waiter holds it, p50 ms after it expired on a quorum ≤ 50", value: func(m map[string]float64) (float64, bool) {
+		target{name: expiryCellName + ": the waiter holds it, p50 ms after it expired on a quorum ≤ 50", cell: expiryCellName, value: func(m map[string]float64) (float64, bool) {
 			v, ok := m["expiry5 "+qlName+" p50"]
 			return v / float64(time.Millisecond), ok
 		}, goal: 50},
@@ -163,38 +158,82 @@ func targets() []target {
 	return ts
 }
 
+// metric is m[key], measured when present.
+func metric(key string) func(map[string]float64) (float64, bool) {
+	return func(m map[string]float64) (float64, bool) {
+		v, ok := m[key]
+		return v, ok
+	}
+}
+
+// judge returns t's figure as shown and its verdict on m: "met", "not
+// met", why it is inconclusive, or "–" for context; measured is false
+// when the figure is missing.
+func judge(t target, m map[string]float64) (shown, verdict string, measured bool) {
+	v, ok := t.value(m)
+	if !ok {
+		return "not measured", "–", false
+	}
+	shown = fmt.Sprintf("%.2f", v)
+	if t.count {
+		shown = fmt.Sprintf("%.0f", v)
+	}
+	if t.info {
+		return shown, "–", true
+	}
+	met := v <= t.goal
+	if t.atLeast {
+		met = v >= t.goal
+	}
+	verdict = "not met"
+	if met {
+		verdict = "met"
+	}
+	if t.inconclusive != nil {
+		if why := t.inconclusive(m); why != "" {
+			verdict = why
+		}
+	}
+	return shown, verdict, true
+}
+
+// cellVerdict judges the cell named cell on all its targets: "met" when
+// every one is, else "not met" (or "not measured") naming the figures
+// that were not; each figure as "goal: value".
+func cellVerdict(cell string, m map[string]float64) (verdict, figures string) {
+	var all, missed []string
+	measured := true
+	for _, t := range targets() {
+		if t.cell != cell {
+			continue
+		}
+		shown, v, ok := judge(t, m)
+		goal := strings.TrimPrefix(t.name, cell+": ")
+		all = append(all, goal+": "+shown)
+		if !ok {
+			measured = false
+		} else if v != "met" {
+			missed = append(missed, goal)
+		}
+	}
+	switch {
+	case len(all) == 0:
+		return "no target", ""
+	case len(missed) > 0:
+		return "not met (" + strings.Join(missed, "; ") + ")", strings.Join(all, "; ")
+	case !measured:
+		return "not measured", strings.Join(all, "; ")
+	}
+	return "met", strings.Join(all, "; ")
+}
+
 // targetsSection judges this run's figures against the targets.
 func targetsSection(m map[string]float64) string {
 	var b strings.Builder
 	b.WriteString("## Targets\n\nThe performance targets, judged on the figures of this run (ratios of cells measured side by side).\n\n" +
 		"| target | this run | met |\n|---|---|---|\n")
 	for _, t := range targets() {
-		v, ok := t.value(m)
-		if !ok {
-			fmt.Fprintf(&b, "| %s | not measured | – |\n", t.name)
-			continue
-		}
-		shown := fmt.Sprintf("%.2f", v)
-		if t.count {
-			shown = fmt.Sprintf("%.0f", v)
-		}
-		if t.info {
-			fmt.Fprintf(&b, "| %s | %s | – |\n", t.name, shown)
-			continue
-		}
-		met := v <= t.goal
-		if t.atLeast {
-			met = v >= t.goal
-		}
-		verdict := "not met"
-		if met {
-			verdict = "met"
-		}
-		if t.inconclusive != nil {
-			if why := t.inconclusive(m); why != "" {
-				verdict = why
-			}
-		}
+		shown, verdict, _ := judge(t, m)
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.name, shown, verdict)
 	}
 	b.WriteString("\n")

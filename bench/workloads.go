@@ -35,6 +35,9 @@ type result struct {
 	// counts the locks the releasing client took again itself.
 	handoffs []time.Duration
 	self     int
+	// holds are how long each lock was held, from its lock's return to
+	// its release's start (wait cells with a hold: the sleep as slept).
+	holds []time.Duration
 }
 
 func (r *result) rate() float64 { return float64(r.cycles) / r.elapsed.Seconds() }
@@ -105,7 +108,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			if keysPerClient == 1 {
 				k = fmt.Sprintf("%s:%d", key, id)
 			}
-			var lat, hos, cyc []time.Duration
+			var lat, hos, cyc, held []time.Duration
 			n, acqFails, relFails, self := 0, 0, 0, 0
 			for ctx.Err() == nil {
 				switch {
@@ -143,7 +146,8 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 				if hold > 0 {
 					time.Sleep(hold)
 				}
-				lastRelease.Store(time.Now().UnixNano())
+				released := time.Now()
+				lastRelease.Store(released.UnixNano())
 				if err := unlock(context.Background()); err != nil {
 					relFails++
 					sample("unlock", err)
@@ -157,6 +161,9 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 					if handoff > 0 {
 						hos = append(hos, handoff)
 					}
+					if hold > 0 {
+						held = append(held, released.Sub(got))
+					}
 				} else {
 					lat = append(lat, time.Since(t0))
 				}
@@ -166,6 +173,7 @@ func run(ctx context.Context, e *env, lockers []locker, key string, hold time.Du
 			res.lat = append(res.lat, lat...)
 			res.handoffs = append(res.handoffs, hos...)
 			res.cycle = append(res.cycle, cyc...)
+			res.holds = append(res.holds, held...)
 			res.perCli[id] = n
 			res.cycles += n
 			res.acqFailures += acqFails
@@ -326,65 +334,57 @@ func handoff(ctx context.Context, e *env) string {
 	e.metrics["rtt"] = float64(rtt)
 	fmt.Fprintf(&b, "Single-command round trip to a master, measured just before this table from this process (one connection, one command at a time, p50): "+
 		"PING %s ms, SET NX PX %s ms. The handoff target is judged against the PING figure.\n\n", ms(rtt), ms(rttSet))
-	b.WriteString("Eight clients, each with its own connections (as eight processes would have), loop: lock, hold, unlock. The wait is from the call to lock to its return. " +
-		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often.\n\n")
+	fmt.Fprintf(&b, "Eight clients, each with its own connections (as eight processes would have), loop for %v: lock (TTL %v), hold, unlock. The wait is from the call to lock to its return. "+
+		"Jain's index of the per-client completion counts is 1 when every client got the lock equally often; errors are the row's failed lock and unlock calls.\n\n", e.contentionCell, contentionTTL)
 	b.WriteString("The handoff is the time from a holder starting its release to the lock being returned to another client (a waiter); " +
 		"\"self\" is the share of locks that went to the client that released last (barging by the releaser), which the handoff leaves out.\n\n")
-	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p99 cycle ms | p50 handoff ms | handoff ÷ RTT | self | Jain | attempts per lock | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	type cell struct {
-		n    int
-		hold time.Duration
-	}
-	cells := []cell{{1, 0}, {1, time.Millisecond}, {3, 0}, {3, time.Millisecond}, {5, 0}, {5, time.Millisecond}}
+	b.WriteString("| N | hold | library | cycles/s | p50 wait ms | p99 wait ms | p99 cycle ms | p50 handoff ms | handoff ÷ RTT | self | Jain | attempts per lock | errors | per-client cycles | quorumlock's cycles/s advantage |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	ns := contentionNs
 	if e.quick {
-		cells = []cell{{5, 0}, {5, time.Millisecond}}
+		ns = []int{5}
 	}
-	for _, c := range cells {
-		var ours *result
-		for _, lb := range libs {
-			if !lb.runs("handoff") {
-				continue
+	var cells []string
+	for _, n := range ns {
+		for _, hold := range contentionHolds {
+			cells = append(cells, contentionCellName(n, hold))
+			var ours *result
+			errs := 0
+			for _, lb := range libs {
+				if !lb.runs("handoff") {
+					continue
+				}
+				c := contend(ctx, e, lb, n, 8, hold, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, n, hold))
+				if c == nil {
+					continue
+				}
+				r := c.r
+				errs += c.errors()
+				adv := "—"
+				switch {
+				case lb.name == qlName:
+					ours = r
+				case !lb.ours() && ours != nil:
+					adv = ratio(ours.rate(), r.rate(), true)
+				}
+				ho := percentile(r.handoffs, 0.5)
+				prefix := contentionPrefix(n, hold) + lb.name
+				e.metrics[prefix+" rate"] = r.rate()
+				e.metrics[prefix+" p99"] = float64(r.pct(0.99))
+				e.metrics[prefix+" p99 cycle"] = float64(percentile(r.cycle, 0.99))
+				e.metrics[prefix+" jain"] = r.jain()
+				e.metrics[prefix+" handoff"] = float64(ho)
+				if c.attempts > 0 {
+					e.metrics[prefix+" attempts"] = c.attempts
+				}
+				fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %s | %.1f× | %.0f%% | %.3f | %s | %d | %v | %s |\n",
+					n, hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(percentile(r.cycle, 0.99)), ms(ho), float64(ho)/float64(rtt),
+					100*c.selfShare(), r.jain(), c.attemptsShown(), c.errors(), r.perCli, adv)
 			}
-			lockers := make([]locker, 8)
-			for i := range lockers {
-				lockers[i] = lb.make(e, c.n)
-			}
-			if lockers[0] == nil {
-				continue
-			}
-			r := run(ctx, e, lockers, fmt.Sprintf("bench:handoff:%s:%d:%v", lb.name, c.n, c.hold), c.hold, 0, true)
-			perLock := attemptsPerLock(lockers)
-			for _, l := range lockers {
-				l.close()
-			}
-			adv := "—"
-			switch {
-			case lb.name == qlName:
-				ours = r
-			case !lb.ours() && ours != nil:
-				adv = ratio(ours.rate(), r.rate(), true)
-			}
-			ho := percentile(r.handoffs, 0.5)
-			prefix := fmt.Sprintf("handoff%d-%v %s", c.n, c.hold, lb.name)
-			e.metrics[prefix+" rate"] = r.rate()
-			e.metrics[prefix+" p99"] = float64(r.pct(0.99))
-			e.metrics[prefix+" p99 cycle"] = float64(percentile(r.cycle, 0.99))
-			e.metrics[prefix+" jain"] = r.jain()
-			e.metrics[prefix+" handoff"] = float64(ho)
-			selfShare := 0.0
-			if r.cycles > 0 {
-				selfShare = float64(r.self) / float64(r.cycles)
-			}
-			attempts := "—"
-			if perLock > 0 {
-				attempts = fmt.Sprintf("%.2f", perLock)
-				e.metrics[prefix+" attempts"] = perLock
-			}
-			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %s | %s | %s | %s | %.1f× | %.0f%% | %.3f | %s | %v | %s |\n",
-				c.n, c.hold, lb.name, r.rate(), ms(r.pct(0.5)), ms(r.pct(0.99)), ms(percentile(r.cycle, 0.99)), ms(ho), float64(ho)/float64(rtt), 100*selfShare, r.jain(), attempts, r.perCli, adv)
+			e.metrics[contentionPrefix(n, hold)+"errors"] = float64(errs)
 		}
 	}
 	b.WriteString("\n")
+	b.WriteString(verdicts(e.metrics, cells...))
 	return b.String()
 }
 

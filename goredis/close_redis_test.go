@@ -9,13 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // nextLeader receives from an Observe channel within d; ok false when it
 // closed.
-func nextLeader(t *testing.T, ch <-chan redlock.Leader, d time.Duration) (redlock.Leader, bool) {
+func nextLeader(t *testing.T, ch <-chan election.Leader, d time.Duration) (election.Leader, bool) {
 	t.Helper()
 	tm := time.NewTimer(d)
 	defer tm.Stop()
@@ -25,7 +26,7 @@ func nextLeader(t *testing.T, ch <-chan redlock.Leader, d time.Duration) (redloc
 	case <-tm.C:
 		t.Fatalf("Observe sent nothing and stayed open for %v", d)
 	}
-	return redlock.Leader{}, false
+	return election.Leader{}, false
 }
 
 // A Client over go-redis clients, which its Close leaves open, leaves no
@@ -44,7 +45,7 @@ func TestClient_closeEndsEveryGoroutine(t *testing.T) {
 			}
 			ignore := goleak.IgnoreCurrent()
 			c := ms.lockClient(t)
-			e, err := c.NewElection("close-leader", redlock.WithTTL(2*time.Second))
+			e, err := election.New(c, "close-leader", election.WithTTL(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

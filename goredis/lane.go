@@ -39,26 +39,43 @@ import (
 // command whose request allows it (resend), when the master closed the
 // connection before answering.
 //
-// Each command is bounded by its deadline: a watchdog timer settles every
-// command that is due, queued (never sent) or in flight (sent, unanswered;
-// the master is then down until the batch returns, and commands marked
-// dropWhenDown fail at once, unsent). A late reply is dropped. A command
-// in flight is due when its batch has waited as long as the command had
-// from its queueing to its deadline (its budget): the master has then
-// been silent for it, whether or not the command waited in the queue
-// first, behind a batch that the master answered late (dueLocked). Both
-// allow for this process's stalls: while commands wait, the watchdog beats
+// Each command is bounded past its deadline, as the pooled redigo
+// transport bounds its read: a watchdog timer settles every command
+// queued (never sent) that reaches its end (endLocked), lateBound past its
+// deadline when its master had kept the batch ahead waiting for less than
+// the command's wait when it was queued (a slow master: the command is
+// sent when that batch returns, late, and its answer is delivered), one
+// grace (the Client's per-master timeout) past it when the master had
+// been silent for longer (a master taken for hung). A command not
+// worthless late (not dropWhenDown: a rollback, a release) is not failed
+// before a command kept ahead of it in the queue: it is sent after it. A
+// command in flight
+// (sent, unanswered) that is due makes the master down until its batch
+// returns:
+// commands marked dropWhenDown then fail at once, unsent, unless the
+// batch has been silent for less than their own budget (a master the
+// Client's adaptive bound waits longer for is slow, not down). The
+// command itself stays in flight until its limit (lateBound past its
+// deadline), so that a reply read late is still delivered: the Client
+// decides how long it waits for a master (collect, with Silence), and a
+// late answer is how it learns that the host is slow (its adaptive
+// bound), as a reply read late by the pipelined redigo transport is. A
+// command in flight is due when its batch has waited as long as the
+// command had from its queueing to its deadline (its budget): the master
+// has then been silent for it, whether or not the command waited in the
+// queue first, behind a batch that the master answered late (dueLocked).
+// Both allow for this process's stalls: while commands wait, the watchdog beats
 // (every laneBeat), and a firing that was late — this process did not
 // run, nor did the goroutines that read go-redis's replies, which may
 // wait in the socket — is a stall that every command waiting then went
 // through. A command is due as much later as the longest stall it went
 // through (not their sum: a process always a few milliseconds late would
 // excuse a hung master for several times its timeout), and never past
-// lateBound after its deadline: a master that does not answer is still
-// found out, however long this process stalls.
+// its limit: a master that does not answer is still found out, however
+// long this process stalls.
 // The batch itself runs under a context that ends when the watchdog has
-// settled every command of it, at the latest lateBound past the latest
-// deadline of its commands; go-redis honours it on reads and writes only
+// settled every command of it, at the latest at the latest limit of its
+// commands; go-redis honours it on reads and writes only
 // with Options.ContextTimeoutEnabled, else its ReadTimeout and
 // WriteTimeout bound the batch. A context that ended at the commands' own
 // deadlines would make go-redis refuse, unsent, a batch whose commands a
@@ -126,6 +143,9 @@ type req struct {
 	args     []any
 	nkeys    int
 	deadline time.Time
+	// grace: how long past its deadline r is waited for when its master
+	// was taken for hung at its queueing (transport.Command.Grace).
+	grace time.Duration
 	// resend: when the master closes the connection before answering, the
 	// lane sends the command once more (resent says so in done).
 	resend bool
@@ -144,7 +164,11 @@ type req struct {
 	// -----
 	settled atomic.Bool
 	at      time.Time // when r was queued
-	limit   time.Time // the latest r may be due
+	limit   time.Time // the latest r is waited for, sent or not (lateBound past its deadline)
+	// hung: when r was queued, the master had kept the batch in flight
+	// waiting for longer than r's wait (its budget, at least its grace):
+	// r is failed one grace past its deadline if still queued (endLocked).
+	hung bool
 	// stall is the longest stall of this process seen since r was queued,
 	// sentStall since its batch was handed to go-redis at sentAt
 	// (dueLocked; under the lane's mu).
@@ -218,14 +242,20 @@ func newLane(client redis.UniversalClient, addr string) *lane {
 
 // send queues r; it never blocks on the network.
 func (l *lane) send(r *req) {
+	now := time.Now()
 	l.mu.Lock()
 	var err error
 	switch {
 	case l.closed:
 		err = errClosed
-	case l.down && r.dropWhenDown:
+	case l.down && r.dropWhenDown && l.silenceLocked(now) >= r.deadline.Sub(now):
+		// The master has kept its batch waiting for longer than r's
+		// whole budget: r would wait behind it past its deadline. One
+		// silent for less is slow, not down: under the Client's
+		// adaptive bound a later command may have more time than the
+		// one that found the master late.
 		err = errDown
-	case !time.Now().Before(r.deadline):
+	case !now.Before(r.deadline):
 		err = errTimeout
 	case len(l.queue) >= laneQueue && (!r.undo || len(l.queue) >= laneQueue+laneUndo):
 		err = errBusy
@@ -236,7 +266,9 @@ func (l *lane) send(r *req) {
 		return
 	}
 	r.at = time.Now()
-	r.limit = r.deadline.Add(lateBound(r.deadline.Sub(r.at)))
+	budget := r.deadline.Sub(r.at)
+	r.limit = r.deadline.Add(lateBound(budget))
+	r.hung = l.silenceLocked(r.at) >= max(r.grace, budget)
 	l.queue = append(l.queue, r)
 	l.armLocked(r.deadline, time.Now())
 	l.mu.Unlock()
@@ -276,9 +308,8 @@ func (l *lane) armLocked(at, now time.Time) {
 // waits on as long as the master is not silent (transport.Silencer), and a
 // reply read late leaves only less validity, counted from before the
 // round's first write (a grant read after the Client gave up is rolled
-// back). A command that waits in the queue is due at its deadline all the
-// same: the batch ahead of it, in flight since before it was queued, has
-// then been silent for at least its budget.
+// back). Only a command sent is judged by when it is due; one still
+// queued waits until its end (endLocked).
 func (l *lane) dueLocked(r *req) time.Time {
 	budget := r.deadline.Sub(r.at)
 	due := r.deadline.Add(r.stall)
@@ -289,6 +320,26 @@ func (l *lane) dueLocked(r *req) time.Time {
 	}
 	if due.Before(r.limit) {
 		return due
+	}
+	return r.limit
+}
+
+// endLocked is when r, not yet sent, is failed, unsent: at its limit —
+// the master is slow, not down, while it answers its batches within the
+// wait of the commands queued behind them, and r is sent, late, when the
+// batch ahead returns, so that its answer reaches the Client — unless the
+// master was taken for hung when r was queued (r.hung): then one grace
+// past r's deadline, pushed back by the longest stall r went through,
+// never past its limit. The rule is the pooled redigo transport's
+// (readBy): a command to a master silent for less than its wait is read
+// up to lateBound past its deadline, one to a master silent for longer
+// gets one per-master timeout.
+func (l *lane) endLocked(r *req) time.Time {
+	if !r.hung {
+		return r.limit
+	}
+	if end := r.deadline.Add(r.grace + r.stall); end.Before(r.limit) {
+		return end
 	}
 	return r.limit
 }
@@ -349,17 +400,28 @@ func (l *lane) expire() {
 	}
 	l.nextDue = time.Time{}
 	var next time.Time
+	var ahead time.Time // the latest end of the commands kept ahead of r
 	keep := l.queue[:0]
 	for _, r := range l.queue {
-		due := l.dueLocked(r)
+		end := l.endLocked(r)
+		if !r.dropWhenDown && ahead.After(end) {
+			// r is not worthless late (a rollback, a release) and a
+			// command ahead of it is kept: failed first, unsent, r
+			// would leave what that command does when it is sent (a
+			// SET's grant, an extension's).
+			end = ahead
+		}
 		switch {
 		case r.settled.Load():
-		case !now.Before(due):
+		case !now.Before(end):
 			expired = append(expired, settlement{r, r.sent})
 		default:
 			keep = append(keep, r)
-			if next.IsZero() || due.Before(next) {
-				next = due
+			if end.After(ahead) {
+				ahead = end
+			}
+			if next.IsZero() || end.Before(next) {
+				next = end
 			}
 		}
 	}
@@ -370,10 +432,30 @@ func (l *lane) expire() {
 		due := l.dueLocked(r)
 		switch {
 		case r.settled.Load():
+		case !r.sent: // taken for the batch, not yet handed to go-redis
+			end := l.endLocked(r)
+			if !now.Before(end) {
+				expired = append(expired, settlement{r, false})
+				continue
+			}
+			waiting = true
+			if next.IsZero() || end.Before(next) {
+				next = end
+			}
+		case !now.Before(r.limit):
+			expired = append(expired, settlement{r, true})
+			l.down = true
 		case !now.Before(due):
-			expired = append(expired, settlement{r, r.sent})
-			if r.sent {
-				l.down = true
+			// Sent and due: the master has been silent for the
+			// command's budget, so it is down for commands worthless
+			// late; the command itself waits on for its reply, until
+			// its limit, so that a reply read late still reaches the
+			// Client (a slow master's answer, see the top of this
+			// file).
+			l.down = true
+			waiting = true
+			if next.IsZero() || r.limit.Before(next) {
+				next = r.limit
 			}
 		default:
 			waiting = true
@@ -416,6 +498,11 @@ func (l *lane) silence() time.Duration {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.silenceLocked(now)
+}
+
+// silenceLocked is silence as of now (under mu).
+func (l *lane) silenceLocked(now time.Time) time.Duration {
 	if l.batchAt.IsZero() {
 		return 0
 	}
@@ -616,6 +703,12 @@ func (l *lane) run(batch []*req) ([]*req, bool) {
 				again = append(again, r)
 				continue
 			}
+			if timedOut(err) {
+				// The batch's context or go-redis's read deadline
+				// ended it, at the latest limit in it, as the watchdog
+				// settles it: no reply before the command's deadline.
+				err = errTimeout
+			}
 			r.settle(nil, err, true)
 		}
 	}
@@ -692,6 +785,13 @@ func unsent(err error) bool {
 		return true
 	}
 	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
+}
+
+// timedOut reports whether err is a batch's context ending or a read
+// deadline passing.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // closedByMaster reports whether err means the master closed the

@@ -316,38 +316,53 @@ func TestLane_noscript(t *testing.T) {
 	}
 }
 
+// A frozen master (SIGSTOP): a command in flight makes the lane down
+// once its batch has been silent for its budget (commands worthless late
+// then fail at once, unsent), and itself waits for its reply until its
+// limit (lateBound past its deadline: TestLane_lateReplyIsDelivered),
+// where it fails, sent. A command queued while the batch had been silent
+// for less than its wait is waited for until its own limit too (the
+// master might only be slow: TestLane_queuedBehindASlowMasterIsSentLate),
+// and fails then.
 func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 	s, l := connectedLane(t)
 
 	s.stop()
 	defer s.cont()
 	start := time.Now()
-	first, firstCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	const budget = 100 * time.Millisecond
+	first, firstCh := cmd(budget, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(first)
 	taken(t, l, first, false)
-	queued, queuedCh := cmd(150*time.Millisecond, "SET", "b", "1", "NX", "PX", 10000)
+	const queuedBudget = 150 * time.Millisecond
+	queued, queuedCh := cmd(queuedBudget, "SET", "b", "1", "NX", "PX", 10000)
 	l.send(queued)
 
-	res := wait(t, firstCh)
-	if el := time.Since(start); el > 300*time.Millisecond {
-		t.Errorf("in-flight command settled after %v, deadline 100ms", el)
-	}
-	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
-		t.Fatalf("in flight past its deadline: %+v, want a timeout, sent", res)
-	}
 	// Down: a command that is worthless late fails at once, unsent.
-	drop, dropCh := cmd(time.Second, "SET", "c", "1", "NX", "PX", 10000)
+	if el := untilDown(t, l).Sub(start); el > 300*time.Millisecond {
+		t.Errorf("down after %v, deadline 100ms", el)
+	}
+	drop, dropCh := cmd(budget, "SET", "c", "1", "NX", "PX", 10000)
 	drop.dropWhenDown = true
 	l.send(drop)
 	if res := wait(t, dropCh); !errors.Is(res.err, errDown) || res.sent {
 		t.Fatalf("dropWhenDown while down: %+v", res)
 	}
-	res = wait(t, queuedCh)
-	if el := time.Since(start); el > 400*time.Millisecond {
-		t.Errorf("queued command settled after %v, deadline 150ms", el)
+	res := wait(t, firstCh)
+	el := time.Since(start)
+	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
+		t.Fatalf("in flight past its limit: %+v, want a timeout, sent", res)
 	}
-	if !errors.Is(res.err, context.DeadlineExceeded) || res.sent {
-		t.Fatalf("queued past its deadline: %+v, want a timeout, unsent", res)
+	if limit := budget + lateBound(budget); el < limit-50*time.Millisecond || el > limit+300*time.Millisecond {
+		t.Errorf("in-flight command settled after %v, limit %v", el, limit)
+	}
+	res = wait(t, queuedCh)
+	el = time.Since(start)
+	if !errors.Is(res.err, context.DeadlineExceeded) {
+		t.Fatalf("queued behind a frozen master: %+v, want a timeout", res)
+	}
+	if limit := queuedBudget + lateBound(queuedBudget); el < limit-50*time.Millisecond || el > limit+300*time.Millisecond {
+		t.Errorf("queued command settled after %v, limit %v", el, limit)
 	}
 	s.cont()
 	// The master answers again: the lane is up.
@@ -356,6 +371,20 @@ func TestLane_deadlineOnAFrozenMaster(t *testing.T) {
 	if res := wait(t, ch); res.err != nil || res.v != "PONG" {
 		t.Fatalf("after the master woke: %+v", res)
 	}
+}
+
+// untilDown waits until the lane counts its master down, and returns
+// when it saw it so.
+func untilDown(t *testing.T, l *lane) time.Time {
+	t.Helper()
+	var at time.Time
+	waitForWithin(t, 5*time.Second, "the lane counts its master down", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		at = time.Now()
+		return l.down
+	})
+	return at
 }
 
 // freeze keeps the lane's watchdog from running for d, as a stopped
@@ -440,9 +469,9 @@ func TestLane_stallsPushTheDeadlineBackUpToABound(t *testing.T) {
 
 // A process that is always a few milliseconds late (here: a stall of
 // 4 ms recorded at every beat, 5 ms) does not excuse a hung master
-// (SIGSTOP): its command fails at about its deadline plus one such stall.
-// With the stalls summed it waited 4 ms more for every 5 ms: five times
-// its 100 ms, 505 ms here.
+// (SIGSTOP): it is down at about its command's deadline plus one such
+// stall. With the stalls summed the command waited 4 ms more for every
+// 5 ms: five times its 100 ms, 505 ms here.
 func TestLane_shortStallsDoNotAddUp(t *testing.T) {
 	s, l := connectedLane(t)
 	s.stop()
@@ -450,16 +479,12 @@ func TestLane_shortStallsDoNotAddUp(t *testing.T) {
 	stop := everyBeat(l, 4*time.Millisecond, false)
 	defer stop()
 	start := time.Now()
-	hung, hungCh := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
+	hung, _ := cmd(100*time.Millisecond, "SET", "a", "1", "NX", "PX", 10000)
 	l.send(hung)
-	res := wait(t, hungCh)
-	el := time.Since(start)
-	if !errors.Is(res.err, context.DeadlineExceeded) || !res.sent {
-		t.Fatalf("hung master, process always 4 ms late: %+v, want a timeout, sent", res)
-	}
+	el := untilDown(t, l).Sub(start)
 	// 100 ms and one stall; the rest is room for a loaded machine.
 	if el > 300*time.Millisecond {
-		t.Fatalf("hung master, process always 4 ms late: failed after %v, deadline 100 ms", el)
+		t.Fatalf("hung master, process always 4 ms late: down after %v, deadline 100 ms", el)
 	}
 }
 
@@ -613,8 +638,8 @@ func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
 // delivers the reply (the Client waits on as long as the master is not
 // silent, transport.Silencer). Before, it failed at its deadline, sent, and
 // the master was counted down. A master that stops answering then (SIGSTOP
-// during the second script) fails it once its batch has been silent for
-// the 200 ms: at about 350 ms, far from the limit (1.2 s).
+// during the second script) is down once its batch has been silent for
+// the 200 ms: at about 350 ms; the command fails at its limit (1.2 s).
 func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 	const budget = 200 * time.Millisecond
 	for _, hang := range []bool{false, true} {
@@ -636,10 +661,12 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 				time.Sleep(25 * time.Millisecond) // runs right after the lane's script
 				sideDone <- side.Eval(context.Background(), busyScript, nil, 120).Err()
 			}()
+			var down time.Duration
 			if hang {
 				time.Sleep(200 * time.Millisecond) // the SET sent, the second script running
 				s.stop()
 				defer s.cont()
+				down = untilDown(t, l).Sub(start)
 			}
 			res := wait(t, lateCh)
 			el := time.Since(start)
@@ -659,8 +686,11 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 				}
 				// due at its batch's send + 200 ms, about 350 ms; the
 				// limit is 1.2 s.
-				if el > sentAfter+budget+250*time.Millisecond {
-					t.Fatalf("hung master: failed after %v, sent after %v, budget %v", el, sentAfter, budget)
+				if down > sentAfter+budget+250*time.Millisecond {
+					t.Fatalf("hung master: down after %v, sent after %v, budget %v", down, sentAfter, budget)
+				}
+				if limit := budget + lateBound(budget); el < limit-50*time.Millisecond {
+					t.Fatalf("hung master: failed after %v, before its limit %v", el, limit)
 				}
 				return
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -35,13 +36,13 @@ func TestLeader_readsRealPairsDuringHandOver(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { rc.Close() })
-				reader, err := rc.NewElection("ho")
+				reader, err := election.New(rc, "ho")
 				if err != nil {
 					t.Fatal(err)
 				}
-				candidates := make([]*redlock.Election, 3)
+				candidates := make([]*election.Election, 3)
 				for i := range candidates {
-					if candidates[i], err = ms.lockClient(t).NewElection("ho", redlock.WithTTL(2*time.Second)); err != nil {
+					if candidates[i], err = election.New(ms.lockClient(t), "ho", election.WithTTL(2*time.Second)); err != nil {
 						t.Fatal(err)
 					}
 				}

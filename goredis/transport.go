@@ -118,9 +118,14 @@ func (t *Transport) Silence() time.Duration { return t.lane.silence() }
 // Send queues cmd for the master and returns at once; cmd.Complete is called
 // exactly once, with the reply in redigo's shapes (transport.ReplyShape), a
 // transport.ReplyError, or an error: matching context.DeadlineExceeded when
-// no reply came by cmd.Deadline (pushed back by this process's stalls, at
-// most max(timeout, 1 s)), or at once when too much is queued or the
-// master is down and cmd is worthless late. A command without a deadline
+// it waited in the queue past its end — its limit, or cmd.Grace past
+// cmd.Deadline (pushed back by this process's stalls) when the master had
+// been silent for longer than cmd's wait when it was queued, not before
+// a command kept ahead of it unless cmd is DropWhenDown (see lane.go)
+// — or was sent and no reply came by its limit, max(its timeout, 1 s)
+// past cmd.Deadline (a reply read before that is delivered, late),
+// or at once when too much is queued or the master is down and cmd is
+// worthless late. A command without a deadline
 // is bounded by the client's ReadTimeout (5 s when it has none). How a
 // batch's silence is judged: lane.go and docs/design.md, "A busy process
 // is not a silent master".
@@ -135,6 +140,7 @@ func (t *Transport) Send(cmd *transport.Command) {
 	r := &req{
 		args:         cmd.Args,
 		deadline:     deadline,
+		grace:        cmd.Grace,
 		resend:       cmd.Resend,
 		mayRunLate:   cmd.MayRunLate,
 		undo:         cmd.Undo,

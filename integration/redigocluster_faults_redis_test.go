@@ -5,7 +5,6 @@ package integration_test
 import (
 	"context"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -34,19 +33,12 @@ func deadLoopbackAddr(t *testing.T) string {
 // A member whose first seed is down (a node that left the cluster, a
 // typo): "any one that answers will do" (docs/operations.md). Its first
 // call is granted too (a command never written to the dead seed goes to
-// the next seed, which sends it on with MOVED), later ones once the other
-// seeds told the slot map; Inspect reads it; nothing is left behind.
+// the next seed, which sends it on with MOVED, or to the slot's owner once
+// a read of the slot map, passing over the dead seeds too, told it; that
+// first call of a client of one master is the first command dialed for),
+// later ones once the other seeds told the slot map; Inspect reads it;
+// nothing is left behind.
 func TestClusterMember_firstSeedDownStillGrants(t *testing.T) {
-	if os.Getenv("QUORUMLOCK_KNOWN_BUGS") == "" {
-		// A known regression, seen under load (passes alone): a client
-		// of one master sends no run_id
-		// probe now, so its first round is the first command the
-		// cluster transport dials for, and the dead first seed's failed
-		// dial marks the member down: the round's SET is not tried
-		// (DropWhenDown) though later seeds are live. The probe's INFO
-		// used to take that failed dial.
-		t.Skip("known regression, not fixed yet: set QUORUMLOCK_KNOWN_BUGS=1 to run it")
-	}
 	members := cluster.StartRedisClusters(t, 1, 2, cluster.WithBackend(cluster.Process))
 	// Two dead seeds first: each is passed over in turn.
 	spec := "cluster://" + deadLoopbackAddr(t) + "+" + deadLoopbackAddr(t) + "+" + strings.Join(members[0].Seeds(), "+")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/integration/conformance"
 	"github.com/quorumlock/quorumlock/internal/scripts"
@@ -31,7 +32,7 @@ func TestClusterMember_leaderReadRoutedByKey(t *testing.T) {
 			break
 		}
 	}
-	el, err := c.NewElection(key)
+	el, err := election.New(c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestClusterMember_leaderReadRoutedByKey(t *testing.T) {
 		t.Fatalf("Leader before the pause: %+v, %v (term %d)", got, err, ld.Term())
 	}
 	// A key without a hash tag: its metadata hash is in its slot too.
-	plain, err := c.NewElection("svc:scheduler")
+	plain, err := election.New(c, "svc:scheduler")
 	if err != nil {
 		t.Fatal(err)
 	}

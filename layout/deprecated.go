@@ -47,8 +47,9 @@ const (
 	IntentExpiryField = keys.IntentExpiryField
 	// TermPrefix starts the field of an election's metadata hash that holds a term.
 	//
-	// Deprecated: read an election's leader with redlock's
-	// Election.Leader.
+	// Deprecated: read an election's leader with package election's
+	// Election.Leader, a holder's recorded term with redlock's
+	// Client.InspectHolder.
 	TermPrefix = keys.TermPrefix
 	// WakePrefix starts the channel a release is announced on.
 	//
@@ -79,5 +80,7 @@ func WriterField(token string) string { return keys.WriterField(token) }
 // TermField returns the field of an election's metadata hash that holds
 // the term of the holder with token.
 //
-// Deprecated: read an election's leader with redlock's Election.Leader.
+// Deprecated: read an election's leader with package election's
+// Election.Leader, a holder's recorded term with redlock's
+// Client.InspectHolder.
 func TermField(token string) string { return keys.TermField(token) }

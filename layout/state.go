@@ -78,6 +78,10 @@ type Holder struct {
 	// none; at most MaxMeta bytes. Like every string here, it is as the
 	// master sent it: escape it before printing.
 	Meta string
+	// Fence is the fencing token recorded beside a plain lock's holder
+	// (redlock.WithHolderFence), 0 when none is: Client.InspectHolder
+	// reads it; a Reader does not.
+	Fence uint64
 }
 
 // Intent is a writer that readers keep out of a read-write lock: while it

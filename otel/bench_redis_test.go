@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/otel"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -26,10 +27,10 @@ import (
 // 1% of the spans sampled, and metrics with every span sampled.
 var benchObservers = []struct {
 	name string
-	obs  func(b *testing.B) redlock.Observer
+	obs  func(b *testing.B) observe.Observer
 }{
-	{"none", func(*testing.B) redlock.Observer { return nil }},
-	{"otel-metrics", func(b *testing.B) redlock.Observer {
+	{"none", func(*testing.B) observe.Observer { return nil }},
+	{"otel-metrics", func(b *testing.B) observe.Observer {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 		o, err := otel.New(otel.WithMeterProvider(mp), otel.WithTracerProvider(noop.NewTracerProvider()))
@@ -38,13 +39,13 @@ var benchObservers = []struct {
 		}
 		return o
 	}},
-	{"otel-metrics+traces-1%", func(b *testing.B) redlock.Observer { return tracing(b, sdktrace.TraceIDRatioBased(0.01)) }},
-	{"otel-metrics+traces", func(b *testing.B) redlock.Observer { return tracing(b, sdktrace.AlwaysSample()) }},
+	{"otel-metrics+traces-1%", func(b *testing.B) observe.Observer { return tracing(b, sdktrace.TraceIDRatioBased(0.01)) }},
+	{"otel-metrics+traces", func(b *testing.B) observe.Observer { return tracing(b, sdktrace.AlwaysSample()) }},
 }
 
 // tracing is the otel observer with metrics and the spans sampler picks
 // (the SDK's batch span processor, exporting to nowhere).
-func tracing(b *testing.B, sampler sdktrace.Sampler) redlock.Observer {
+func tracing(b *testing.B, sampler sdktrace.Sampler) observe.Observer {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sampler))
 	b.Cleanup(func() {
@@ -60,7 +61,7 @@ func tracing(b *testing.B, sampler sdktrace.Sampler) redlock.Observer {
 
 // benchClient is a client of addrs reporting to obs (none when nil), its
 // connections dialed.
-func benchClient(b *testing.B, addrs []string, obs redlock.Observer) *redlock.Client {
+func benchClient(b *testing.B, addrs []string, obs observe.Observer) *redlock.Client {
 	b.Helper()
 	opts := []redlock.Option{redlock.WithTimeout(500 * time.Millisecond)}
 	if obs != nil {

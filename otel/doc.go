@@ -1,5 +1,5 @@
 // Package otel reports what a quorumlock client does to OpenTelemetry:
-// metrics and traces, through the redlock.Observer seam of the core module
+// metrics and traces, through the observe.Observer seam of the core module
 // (which itself depends on no OpenTelemetry package).
 //
 //	obs, err := otel.New(otel.WithMeterProvider(mp), otel.WithTracerProvider(tp))

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/transport"
 )
@@ -72,11 +73,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config)
 // carry the key. By default the metrics carry no key.
 func WithKeyAttribute(f func(key string) string) Option { return func(c *config) { c.keyAttr = f } }
 
-// Observer is a redlock.Observer that records metrics and spans. Give it
+// Observer is an observe.Observer that records metrics and spans. Give it
 // to redlock.WithObserver; one Observer may serve several clients. It is
 // safe for concurrent use.
 type Observer struct {
-	redlock.NopObserver
+	observe.NopObserver
 	tracer  trace.Tracer
 	keyAttr func(string) string
 
@@ -98,7 +99,7 @@ type Observer struct {
 	answers map[answerID]*opts
 }
 
-var _ redlock.Observer = (*Observer)(nil)
+var _ observe.Observer = (*Observer)(nil)
 
 // New returns an Observer that records with the meter and the tracer of
 // the providers set by opts.
@@ -248,12 +249,12 @@ func (o *Observer) lockOpts(which uint8, key, kind string, extra attribute.Key, 
 type answerID struct {
 	index    int
 	addr, op string
-	answer   redlock.Answer
+	answer   observe.Answer
 }
 
 // answerOpts returns the attributes of e's answer time: one lookup on
 // the hottest path (every answer of every master).
-func (o *Observer) answerOpts(e redlock.MasterAnswer) *opts {
+func (o *Observer) answerOpts(e observe.MasterAnswer) *opts {
 	id := answerID{e.Index, e.Addr, e.Op, e.Answer}
 	o.mu.RLock()
 	s := o.answers[id]
@@ -310,11 +311,11 @@ func (m *masterSets) opts(id [3]string, keys ...attribute.Key) *opts {
 
 // OnAcquire records an acquisition: its duration and attempts by outcome,
 // the active locks, and a span with its last attempt's master answers.
-func (o *Observer) OnAcquire(ctx context.Context, e redlock.AcquireEvent) {
+func (o *Observer) OnAcquire(ctx context.Context, e observe.AcquireEvent) {
 	set := o.lockOpts(mAcquire, e.Key, e.Kind, KeyAcquireOutcome, string(e.Outcome))
 	o.acquireDur.Record(ctx, e.Wait.Seconds(), set.record...)
 	o.attempts.Record(ctx, int64(e.Attempts), set.record...)
-	if e.Outcome == redlock.AcquireAcquired {
+	if e.Outcome == observe.AcquireAcquired {
 		o.active.add(e.ID, e.Validity, o.lockOpts(mLock, e.Key, e.Kind, "", "").set)
 	}
 	if sp := o.start(ctx, "quorumlock acquire", e.Start); sp != nil {
@@ -326,9 +327,9 @@ func (o *Observer) OnAcquire(ctx context.Context, e redlock.AcquireEvent) {
 
 // OnExtend records an extension by outcome, the lock's new validity for
 // the active locks, and its span.
-func (o *Observer) OnExtend(ctx context.Context, e redlock.ExtendEvent) {
+func (o *Observer) OnExtend(ctx context.Context, e observe.ExtendEvent) {
 	o.extensions.Add(ctx, 1, o.lockOpts(mExtend, e.Key, e.Kind, KeyExtendOutcome, string(e.Outcome)).add...)
-	if !o.active.update(e.ID, e.Validity) && e.Outcome == redlock.ExtendExtended {
+	if !o.active.update(e.ID, e.Validity) && e.Outcome == observe.ExtendExtended {
 		// Dropped at its old validity's end while the extension ran,
 		// which made it valid again.
 		o.active.add(e.ID, e.Validity, o.lockOpts(mLock, e.Key, e.Kind, "", "").set)
@@ -342,7 +343,7 @@ func (o *Observer) OnExtend(ctx context.Context, e redlock.ExtendEvent) {
 
 // OnRelease records a release by outcome, the hold time (unless the lock
 // had been lost), the end of an active lock, and its span.
-func (o *Observer) OnRelease(ctx context.Context, e redlock.ReleaseEvent) {
+func (o *Observer) OnRelease(ctx context.Context, e observe.ReleaseEvent) {
 	o.releases.Add(ctx, 1, o.lockOpts(mRelease, e.Key, e.Kind, KeyReleaseOutcome, string(e.Outcome)).add...)
 	o.active.end(e.ID)
 	if !e.WasLost {
@@ -357,7 +358,7 @@ func (o *Observer) OnRelease(ctx context.Context, e redlock.ReleaseEvent) {
 
 // OnLoss records a loss by cause and the active locks, and adds an event
 // to the span in ctx, if any.
-func (o *Observer) OnLoss(ctx context.Context, e redlock.LossEvent) {
+func (o *Observer) OnLoss(ctx context.Context, e observe.LossEvent) {
 	o.losses.Add(ctx, 1, o.lockOpts(mLoss, e.Key, e.Kind, KeyLossCause, string(e.Cause)).add...)
 	o.active.end(e.ID)
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
@@ -368,9 +369,9 @@ func (o *Observer) OnLoss(ctx context.Context, e redlock.LossEvent) {
 
 // OnMasterAnswer records a master's answer time and, for a failure, its
 // error count.
-func (o *Observer) OnMasterAnswer(ctx context.Context, e redlock.MasterAnswer) {
+func (o *Observer) OnMasterAnswer(ctx context.Context, e observe.MasterAnswer) {
 	o.masterDur.Record(ctx, e.Latency.Seconds(), o.answerOpts(e).record...)
-	if e.Answer == redlock.AnswerFailed {
+	if e.Answer == observe.AnswerFailed {
 		m := o.master(e.Index, e.Addr)
 		o.masterErrs.Add(ctx, 1, m.opts([3]string{"errors", e.Op, errorType(e.Err)}, KeyOperation, KeyErrorType).add...)
 	}
@@ -378,9 +379,9 @@ func (o *Observer) OnMasterAnswer(ctx context.Context, e redlock.MasterAnswer) {
 
 // OnMasterState sets the master's failing gauge, and adds an event to the
 // span in ctx, if any.
-func (o *Observer) OnMasterState(ctx context.Context, e redlock.MasterStateEvent) {
+func (o *Observer) OnMasterState(ctx context.Context, e observe.MasterStateEvent) {
 	v := int64(0)
-	if e.State == redlock.MasterFailing {
+	if e.State == observe.MasterFailing {
 		v = 1
 	}
 	m := o.master(e.Index, e.Addr)
@@ -434,10 +435,10 @@ func (o *Observer) start(ctx context.Context, name string, start time.Time) trac
 }
 
 // end adds an event per master answer to sp, its status, and ends it.
-func (o *Observer) end(sp trace.Span, end time.Time, masters []redlock.MasterResult, err error, outcome string) {
+func (o *Observer) end(sp trace.Span, end time.Time, masters []observe.MasterResult, err error, outcome string) {
 	for _, r := range masters {
 		at := r.At
-		answered := r.Answer != redlock.AnswerPending && r.Answer != redlock.AnswerNotAsked
+		answered := r.Answer != observe.AnswerPending && r.Answer != observe.AnswerNotAsked
 		if !answered {
 			at = end
 		}

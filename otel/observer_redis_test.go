@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/otel"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redigo"
@@ -125,7 +126,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	redistest.Eventually(t, 10*time.Second, what, cond)
 }
 
-func outcome(o redlock.AcquireOutcome) attribute.KeyValue {
+func outcome(o observe.AcquireOutcome) attribute.KeyValue {
 	return otel.KeyAcquireOutcome.String(string(o))
 }
 
@@ -190,13 +191,13 @@ func TestObserver_metrics_one_master_paused(t *testing.T) {
 	if got := h.value("quorumlock.master.failing", master(3)); got != 1 {
 		t.Errorf("master 3 failing gauge %d, want 1", got)
 	}
-	if got := h.value("quorumlock.acquire.duration", outcome(redlock.AcquireAcquired)); got != cycles+1 {
+	if got := h.value("quorumlock.acquire.duration", outcome(observe.AcquireAcquired)); got != cycles+1 {
 		t.Errorf("acquisitions: %d, want %d", got, cycles+1)
 	}
 	if got := h.value("quorumlock.acquire.duration"); got != cycles+1 {
 		t.Errorf("acquisitions of any outcome: %d, want %d", got, cycles+1)
 	}
-	if got := h.value("quorumlock.acquire.attempts", outcome(redlock.AcquireAcquired)); got != cycles+1 {
+	if got := h.value("quorumlock.acquire.attempts", outcome(observe.AcquireAcquired)); got != cycles+1 {
 		t.Errorf("attempts recorded: %d, want %d", got, cycles+1)
 	}
 	if got := h.value("quorumlock.locks.active"); got != 0 {
@@ -283,10 +284,10 @@ func TestObserver_trace_hung_master_and_contention(t *testing.T) {
 	if lost[0] != "refused" || lost[2] != "refused" {
 		t.Errorf("the contended TryAcquire: answers %v", lost)
 	}
-	if st := acquires[2].Status(); st.Code != codes.Error || st.Description != string(redlock.AcquireContended) {
+	if st := acquires[2].Status(); st.Code != codes.Error || st.Description != string(observe.AcquireContended) {
 		t.Errorf("the contended TryAcquire's status %v", st)
 	}
-	if got := h.value("quorumlock.acquire.duration", outcome(redlock.AcquireContended)); got != 1 {
+	if got := h.value("quorumlock.acquire.duration", outcome(observe.AcquireContended)); got != 1 {
 		t.Errorf("contended acquisitions: %d, want 1", got)
 	}
 	var key attribute.Value
@@ -334,13 +335,13 @@ func TestObserver_loss_by_cause_with_key_attribute(t *testing.T) {
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.value("quorumlock.losses", nightly, otel.KeyLossCause.String(string(redlock.LossExpired))); got != 1 {
+	if got := h.value("quorumlock.losses", nightly, otel.KeyLossCause.String(string(observe.LossExpired))); got != 1 {
 		t.Errorf("jobs:nightly losses by expiry: %d, want 1", got)
 	}
 	if got := h.value("quorumlock.losses"); got != 1 {
 		t.Errorf("losses: %d, want 1", got)
 	}
-	if got := h.value("quorumlock.extensions", otel.KeyExtendOutcome.String(string(redlock.ExtendLost))); got != 1 {
+	if got := h.value("quorumlock.extensions", otel.KeyExtendOutcome.String(string(observe.ExtendLost))); got != 1 {
 		t.Errorf("lost extensions: %d, want 1", got)
 	}
 	if got := h.value("quorumlock.locks.active"); got != 0 {

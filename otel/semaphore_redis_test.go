@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/otel"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -29,7 +30,7 @@ func TestObserver_semaphoreAcquisitionsWaitsAndLosses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sem := otel.KeyLockKind.String(redlock.KindSemaphore)
+	sem := otel.KeyLockKind.String(observe.KindSemaphore)
 	if got := h.value("quorumlock.locks.active", sem); got != 2 {
 		t.Errorf("active permits: %d, want 2", got)
 	}
@@ -53,16 +54,16 @@ func TestObserver_semaphoreAcquisitionsWaitsAndLosses(t *testing.T) {
 	}
 	<-b.Lost() // never extended
 	_ = b.Release(ctx)
-	if got := h.value("quorumlock.acquire.duration", sem, outcome(redlock.AcquireAcquired)); got != 3 {
+	if got := h.value("quorumlock.acquire.duration", sem, outcome(observe.AcquireAcquired)); got != 3 {
 		t.Errorf("semaphore acquisitions: %d, want 3", got)
 	}
-	if got := h.value("quorumlock.acquire.duration", sem, outcome(redlock.AcquireContended)); got != 1 {
+	if got := h.value("quorumlock.acquire.duration", sem, outcome(observe.AcquireContended)); got != 1 {
 		t.Errorf("refused semaphore acquisitions: %d, want 1", got)
 	}
 	if got := h.value("quorumlock.acquire.duration"); got != 4 {
 		t.Errorf("acquisitions of any kind: %d, want 4 (one per semaphore call, none per slot)", got)
 	}
-	if got := h.value("quorumlock.losses", sem, otel.KeyLossCause.String(string(redlock.LossExpired))); got != 1 {
+	if got := h.value("quorumlock.losses", sem, otel.KeyLossCause.String(string(observe.LossExpired))); got != 1 {
 		t.Errorf("permits lost: %d, want 1", got)
 	}
 	if got := h.value("quorumlock.releases", sem); got < 2 {

@@ -20,8 +20,10 @@ import (
 //   - each master keeps a decaying peak of its round trips (from a
 //     round's start, or for the legs of a led attempt from the lead's
 //     answer (leg.askedAt), to its answer, late answers included: a
-//     master that answered late is slow, not down); the peak halves
-//     every boundHalfLife without a higher one;
+//     master that answered late is slow, not down; and the identity
+//     probe's, from its INFO's send, so that a Client's first rounds
+//     already follow a host found slow at first contact); the peak
+//     halves every boundHalfLife without a higher one;
 //   - the host's figure is the quorum-th lowest of those peaks, so that
 //     masters beyond a quorum's worth — slow ones, or hung ones, whose
 //     peaks say nothing — never raise it, and the latest stall of this
@@ -94,9 +96,9 @@ func decay(v, age time.Duration) time.Duration {
 	return time.Duration(float64(v) * math.Exp2(-float64(age)/float64(boundHalfLife)))
 }
 
-// noteAnswer records master i's answer to a round that started at start,
-// read at now; only real-clock rounds count (a simulated clock's waits
-// are no host's).
+// noteAnswer records master i's answer to a round (or to the identity
+// probe) that started at start, read at now; only real-clock rounds count
+// (a simulated clock's waits are no host's).
 func (c *Client) noteAnswer(i int, start, now time.Time) {
 	if !c.realClock || c.peaks == nil {
 		return
@@ -151,9 +153,54 @@ func (c *Client) adaptiveBound(ttl time.Duration, now time.Time) time.Duration {
 	return min(w, c.boundCeiling(ttl))
 }
 
+// boundRisen is asked by collect when the wait of round r, waited so
+// far, ends with its outcome open: when the adaptive bound has risen
+// since (answers read meanwhile, a stall of this process, showed the host
+// slower than when the round started), it returns the bound now and how
+// much longer, from now, the round waits on: until its start and that
+// bound, within the cap. Else more is 0. Only acquisitions on the real
+// clock; validity is counted from the round's start, so the longer wait
+// only shortens it. An extension keeps its wait: the lock it extends may
+// run out during a longer one, and a holder told ErrNotExtended in time
+// can still try again.
+func (c *Client) boundRisen(r *round, waited time.Duration, now time.Time) (b, more time.Duration) {
+	if !c.realClock || r.op != opAcquire {
+		return waited, 0
+	}
+	b = c.adaptiveBound(time.Duration(r.ttlMS)*time.Millisecond, now)
+	if b <= waited {
+		return waited, 0
+	}
+	if more = r.started().Add(b).Sub(now); more <= time.Millisecond {
+		return waited, 0
+	}
+	return b, more
+}
+
 // boundCeiling is the most an acquisition or an extension of ttl waits
 // for a master: the stall bound or a tenth of ttl, whichever is less, and
 // never less than the per-master timeout.
 func (c *Client) boundCeiling(ttl time.Duration) time.Duration {
 	return max(c.timeout, min(stall.LateBound(c.timeout), ttl/10))
+}
+
+// releaseWait is how long a release waits for a master: one per-master
+// timeout, and at least lateBound (a second with the default timeout) on
+// transports that are not Ordered, half of it where some master's is
+// (half a second), to stay clear of the stall bound at which a pipelined
+// connection is broken (lateBound past its oldest unanswered command: a
+// release waiting that long would be failed by the break, and cost the
+// connection). A release has no validity to
+// protect (the lock's ended when it started), so a master that is merely
+// slow — its machine busy, all masters slowed at once on a loaded host —
+// is waited for and confirms it, rather than counted failed at a bound
+// chosen to keep a hung master from eating an acquisition's validity.
+// The caller's ctx still bounds the wait, and the round returns as soon as
+// a quorum is confirmed: only a release that needs a silent master's
+// answer waits this long.
+func (c *Client) releaseWait() time.Duration {
+	if c.someOrdered {
+		return max(c.timeout, stall.LateBound(c.timeout)/2)
+	}
+	return stall.LateBound(c.timeout)
 }

@@ -30,18 +30,22 @@ func slowClientOn(t *testing.T, reals []*redistest.Server, pipelined bool, delay
 // hold every SET for delay.
 func slowMastersClient(t *testing.T, reals []*redistest.Server, slow func(i int) bool, pipelined bool, delay time.Duration, opts ...Option) *Client {
 	t.Helper()
+	pools := holdingPools(t, reals, func(i int, name string) bool { return slow(i) && strings.EqualFold(name, "SET") }, delay)
+	return identified(t)(newRedigo(pools, append([]Option{withPipelining(pipelined)}, opts...)...))
+}
+
+// holdingPools returns pools of the masters reals, each behind a proxy
+// that holds for delay every command named name that master i holds
+// (hold(i, name)), then passes it on; the pools close with the test.
+func holdingPools(t *testing.T, reals []*redistest.Server, hold func(i int, name string) bool, delay time.Duration) []pool.Pool {
+	t.Helper()
 	quit := make(chan struct{})
 	t.Cleanup(func() { close(quit) })
 	pools := make([]pool.Pool, len(reals))
 	for i, s := range reals {
 		px := hostile.NewProxy(t, s.Addr(), func(_ *hostile.Conn, cmd []string) hostile.Verdict {
-			if slow(i) && strings.EqualFold(cmd[0], "SET") {
-				timer := time.NewTimer(delay)
-				defer timer.Stop()
-				select {
-				case <-timer.C:
-				case <-quit:
-				}
+			if hold(i, cmd[0]) {
+				hostile.Hold(delay, quit)
 			}
 			return hostile.Forward
 		})
@@ -52,7 +56,7 @@ func slowMastersClient(t *testing.T, reals []*redistest.Server, slow func(i int)
 		t.Cleanup(func() { p.Close() })
 		pools[i] = p
 	}
-	return identified(t)(newRedigo(pools, append([]Option{withPipelining(pipelined)}, opts...)...))
+	return pools
 }
 
 // Every master answers an acquisition in 80 ms, past the 50 ms per-master

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
@@ -68,7 +69,7 @@ func closeCaseClient(t *testing.T, pc closePoolCase, pools []pool.Pool) *redlock
 
 // nextLeader receives from an Observe channel within d; ok false when it
 // closed.
-func nextLeader(t *testing.T, ch <-chan redlock.Leader, d time.Duration) (redlock.Leader, bool) {
+func nextLeader(t *testing.T, ch <-chan election.Leader, d time.Duration) (election.Leader, bool) {
 	t.Helper()
 	tm := time.NewTimer(d)
 	defer tm.Stop()
@@ -78,12 +79,12 @@ func nextLeader(t *testing.T, ch <-chan redlock.Leader, d time.Duration) (redloc
 	case <-tm.C:
 		t.Fatalf("Observe sent nothing and stayed open for %v", d)
 	}
-	return redlock.Leader{}, false
+	return election.Leader{}, false
 }
 
 // drainObserve receives from an Observe channel until it closes, failing
 // the test if it stays open for d.
-func drainObserve(t *testing.T, ch <-chan redlock.Leader, d time.Duration) {
+func drainObserve(t *testing.T, ch <-chan election.Leader, d time.Duration) {
 	t.Helper()
 	for {
 		if _, ok := nextLeader(t, ch, d); !ok {
@@ -109,8 +110,8 @@ func TestElection_observeEndsWhenClientCloses(t *testing.T) {
 					watcher := closeCaseClient(t, pc, pools)
 					candidates := closeCaseClient(t, pc, pools)
 					const ttl = 2 * time.Second
-					we := newElection(t, watcher, "close-leader", redlock.WithTTL(ttl))
-					ce := newElection(t, candidates, "close-leader", redlock.WithTTL(ttl))
+					we := electionOf(t, watcher, "close-leader", ttl)
+					ce := electionOf(t, candidates, "close-leader", ttl)
 
 					seen := we.Observe(context.Background())
 					first, err := ce.Campaign(ctx, "before-close")
@@ -219,7 +220,7 @@ func TestClient_closeEndsEveryGoroutine(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 
-			e := newElection(t, c, "close-elect", redlock.WithTTL(2*time.Second))
+			e := electionOf(t, c, "close-elect", 2*time.Second)
 			seen := e.Observe(context.Background())
 			ld, err := e.Campaign(ctx, "me")
 			if err != nil {
@@ -279,10 +280,10 @@ func TestElection_observeOfAStoppedMasterEndsAtClose(t *testing.T) {
 		t.Run(pc.name, func(t *testing.T) {
 			servers := redistest.Start(t, 3)
 			c := closeCaseClient(t, pc, pc.pools(t, servers))
-			e := newElection(t, c, "close-stopped", redlock.WithTTL(time.Second))
+			e := electionOf(t, c, "close-stopped", time.Second)
 			seen := e.Observe(context.Background())
 			ctx := ctxT(t)
-			if _, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+			if _, err := e.Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 				t.Fatalf("Leader before the stop: %v", err) // the client has met the masters
 			}
 			reads := servers[1].Calls("eval")
@@ -308,4 +309,13 @@ func TestElection_observeOfAStoppedMasterEndsAtClose(t *testing.T) {
 			drainObserve(t, seen, 5*time.Second)
 		})
 	}
+}
+
+// electionOf is an election on key with a TTL of ttl.
+func electionOf(t *testing.T, c *redlock.Client, key string, ttl time.Duration) *election.Election {
+	e, err := election.New(c, key, election.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

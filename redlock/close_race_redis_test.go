@@ -16,7 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -24,10 +26,10 @@ import (
 // raceResult is what the racing callers saw.
 type raceResult struct {
 	mu       sync.Mutex
-	observed []redlock.Leader // every Leader an Observe channel sent
-	read     []redlock.Leader // every Leader a successful Leader call returned
-	errs     []error          // unexpected errors (neither ErrClosed nor ctx's)
-	unread   []<-chan redlock.Leader
+	observed []election.Leader // every Leader an Observe channel sent
+	read     []election.Leader // every Leader a successful Leader call returned
+	errs     []error           // unexpected errors (neither ErrClosed nor ctx's)
+	unread   []<-chan election.Leader
 }
 
 func (r *raceResult) add(f func(r *raceResult)) {
@@ -40,18 +42,18 @@ func (r *raceResult) add(f func(r *raceResult)) {
 // closed was set: none may come once Close returned (the round legs that
 // report them are the client's goroutines, which Close waits for).
 type lateObserver struct {
-	redlock.NopObserver
+	observe.NopObserver
 	closed atomic.Bool
 	late   atomic.Int64
 }
 
-func (o *lateObserver) OnMasterAnswer(context.Context, redlock.MasterAnswer) {
+func (o *lateObserver) OnMasterAnswer(context.Context, observe.MasterAnswer) {
 	if o.closed.Load() {
 		o.late.Add(1)
 	}
 }
 
-func (o *lateObserver) OnMasterState(context.Context, redlock.MasterStateEvent) {
+func (o *lateObserver) OnMasterState(context.Context, observe.MasterStateEvent) {
 	if o.closed.Load() {
 		o.late.Add(1)
 	}
@@ -62,7 +64,7 @@ func (o *lateObserver) OnMasterState(context.Context, redlock.MasterStateEvent) 
 func expectedEnd(err error) bool {
 	return err == nil || errors.Is(err, redlock.ErrClosed) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redlock.ErrNoLeader) || errors.Is(err, redlock.ErrNotAcquired)
+		errors.Is(err, election.ErrNoLeader) || errors.Is(err, redlock.ErrNotAcquired)
 }
 
 // A client closed (twice, concurrently) while 24 goroutines call every
@@ -84,7 +86,7 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 			t.Fatal(err)
 		}
 		const key, busy = "race-leader", "race-busy"
-		ce := newElection(t, cand, key, redlock.WithTTL(2*time.Second))
+		ce := electionOf(t, cand, key, 2*time.Second)
 		held, err := cand.Acquire(ctx, busy, redlock.WithTTL(60*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +103,7 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 			if err != nil {
 				t.Fatal(err)
 			}
-			we := newElection(t, watcher, key, redlock.WithTTL(2*time.Second))
+			we := electionOf(t, watcher, key, 2*time.Second)
 			cctx, ccancel := context.WithCancel(ctx)
 			res := &raceResult{}
 			var wg sync.WaitGroup
@@ -152,19 +154,29 @@ func TestClient_closeRacingEveryCallEndsThemAndNamesNoLaterLeader(t *testing.T) 
 					maxClose = closeTook[j]
 				}
 			}
-			// Every Observe channel is closed once Close returned.
-			res.add(func(r *raceResult) {
-				for k, ch := range r.unread {
+			// Every Observe channel closes soon after Close returned (its
+			// goroutine ends when Done is closed), sending no leader but
+			// those elected before: at most the one Close found.
+			var unread []<-chan election.Leader
+			res.add(func(r *raceResult) { unread = append(unread, r.unread...) })
+			bound := time.NewTimer(5 * time.Second)
+			for k, ch := range unread {
+			drain:
+				for {
 					select {
 					case ld, ok := <-ch:
-						if ok {
+						if !ok {
+							break drain
+						}
+						if ld.Term > lead.Term() {
 							t.Errorf("round %d: unread Observe %d sent %+v after Close returned", round, k, ld)
 						}
-					default:
-						t.Errorf("round %d: unread Observe %d still open after Close returned", round, k)
+					case <-bound.C:
+						t.Fatalf("round %d: unread Observe %d still open 5s after Close returned", round, k)
 					}
 				}
-			})
+			}
+			bound.Stop()
 
 			// A leader elected after Close returned.
 			if err := lead.Resign(ctx); err != nil {
@@ -239,7 +251,7 @@ func waitObserved(t *testing.T, res *raceResult, term uint64) {
 }
 
 // raceCaller runs one kind of call (by i) on c until c closes.
-func raceCaller(ctx context.Context, i int, c *redlock.Client, e *redlock.Election, busy string, res *raceResult, started chan<- struct{}) {
+func raceCaller(ctx context.Context, i int, c *redlock.Client, e *election.Election, busy string, res *raceResult, started chan<- struct{}) {
 	closed := func() bool {
 		select {
 		case <-c.Done():

@@ -18,7 +18,10 @@ import (
 )
 
 // confirmTimeout is the per-master timeout of these tests' clients; the
-// pipelined path breaks a connection after max(10 of them, 1 s).
+// pipelined path breaks a connection after max(10 of them, 1 s). Calls
+// that must succeed (the warm-ups) have no more than this, a bound with
+// little slack: the confirm tests run their cases one after another
+// (docs/testing.md, "What runs at once").
 const confirmTimeout = 100 * time.Millisecond
 
 // heldFor is how long a held acquisition waits in the proxy before it is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -74,7 +75,7 @@ func TestClient_doneOfAClientNoConstructorMadeIsNil(t *testing.T) {
 			t.Errorf("%s: Inspect: %v, want ErrInvalid", name, err)
 		}
 	}
-	var e redlock.Election
+	var e election.Election
 	if _, ok := <-e.Observe(context.Background()); ok {
 		t.Error("the zero Election observed a leader")
 	}

@@ -240,6 +240,12 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
+// unheard reports whether no master answered the round: every one was
+// unanswered or not asked (the caller's ctx ended first, say).
+func (e *QuorumError) unheard() bool {
+	return e.Succeeded == 0 && len(e.Refused) == 0 && e.Failed == nil && e.WrongKind == nil && len(e.uncounted) == 0 && !e.NoValidity
+}
+
 // wrongKindAt returns the indices of the masters in WrongKind.
 func (e *QuorumError) wrongKindAt() []int {
 	if e.WrongKind == nil {
@@ -322,10 +328,6 @@ func keyMessage(sentinel error, key string) string {
 		return prefix + "lock " + q + " not held"
 	case ErrNotReleased:
 		return prefix + "release of lock " + q + " not confirmed"
-	case ErrNoLeader:
-		return prefix + "no leader of " + q
-	case ErrHandOver:
-		return prefix + "no settled leader of " + q + " (hand-over in progress)"
 	}
 	return sentinel.Error() + ": " + q
 }

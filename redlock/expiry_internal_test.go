@@ -59,19 +59,19 @@ func TestExpiry_freeInIsTheQuorumthSoonestTold(t *testing.T) {
 func TestExpiry_hintShortensTheDelayWithinBounds(t *testing.T) {
 	lc := &lockConfig{backoffMin: 5 * time.Millisecond, backoffMax: 250 * time.Millisecond}
 	const delay = 2 * time.Second
-	if d, h := hinted(delay, 0, false, hintFloor(lc, 0)); d != delay || h {
+	if d, h := hinted(nil, delay, 0, false, hintFloor(lc, 0)); d != delay || h {
 		t.Errorf("no hint: %v, %v", d, h)
 	}
-	if d, h := hinted(delay, time.Hour, true, hintFloor(lc, 0)); d != delay || h {
+	if d, h := hinted(nil, delay, time.Hour, true, hintFloor(lc, 0)); d != delay || h {
 		t.Errorf("a hint past the delay: %v, %v", d, h)
 	}
-	if d, h := hinted(delay, 100*time.Millisecond, true, hintFloor(lc, 0)); !h || d < 100*time.Millisecond || d > 100*time.Millisecond+wakeSpread {
+	if d, h := hinted(nil, delay, 100*time.Millisecond, true, hintFloor(lc, 0)); !h || d < 100*time.Millisecond || d > 100*time.Millisecond+wakeSpread {
 		t.Errorf("a hint of 100ms: %v, %v", d, h)
 	}
 	var prev time.Duration
 	for hints := 0; hints < 40; hints++ {
 		f := hintFloor(lc, hints)
-		d, _ := hinted(delay, 0, true, f)
+		d, _ := hinted(nil, delay, 0, true, f)
 		if d < f || d < minBackoff || d > lc.backoffMax+wakeSpread {
 			t.Fatalf("after %d refused hints: delay %v (floor %v)", hints, d, f)
 		}

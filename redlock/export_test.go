@@ -36,7 +36,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 		}
 	}
 	c.waker.mu.Lock()
-	waitedKeys = len(c.waker.waiters) - len(c.waker.lingering)
+	waitedKeys, _ = c.waker.keys.Counts()
 	c.waker.mu.Unlock()
 	return releasing, waitedKeys, muxConns
 }
@@ -83,7 +83,8 @@ func SetBeforeWait(c *Client, f func()) { c.beforeWait = f }
 func Lingering(c *Client) int {
 	c.waker.mu.Lock()
 	defer c.waker.mu.Unlock()
-	return len(c.waker.lingering)
+	_, lingering := c.waker.keys.Counts()
+	return lingering
 }
 
 // MaxLinger is how many keys may linger per client.

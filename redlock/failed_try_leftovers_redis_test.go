@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,6 +160,7 @@ func TestIdentity_hostileRunIDs(t *testing.T) {
 		"run_id:" + good + "\x00junk\r\n",                      // trailing junk
 	}
 	forEachPath(t, func(t *testing.T, path connPath) {
+		t.Parallel() // its own masters and proxies, whose INFOs it counts
 		rs := startReal(t, 3)
 		var addrs []string
 		var proxies []*hostile.Proxy
@@ -327,5 +329,44 @@ func TestIdentity_probeAgainAfterAShortFirstCall(t *testing.T) {
 			}
 			t.Fatalf("a call right after a short first call: %v (lock %v), want ErrInvalid", err, l != nil)
 		}
+	})
+}
+
+// An Acquire whose ctx ends while its attempt waits on masters that
+// stopped (SIGSTOP) after refusing it before: no master answered the
+// last attempt, so the error tells what they answered before it — held
+// by another token — and matches ctx.Err().
+func TestAcquire_ctxEndingAnUnansweredAttemptReportsTheOneBefore(t *testing.T) {
+	forEachPath(t, func(t *testing.T, path connPath) {
+		rs := startReal(t, 3)
+		ctx := ctxT(t)
+		holder := rs.client(t, path)
+		l, err := holder.TryAcquire(ctx, "told", redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := rs.client(t, path, redlock.WithTimeout(5*time.Second))
+		var once sync.Once
+		redlock.SetBeforeWait(w, func() {
+			once.Do(func() {
+				for i := range rs.servers {
+					rs.pause(t, i)
+				}
+			})
+		})
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err = w.Acquire(dctx, "told", redlock.WithTTL(time.Minute))
+		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+		}
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) || len(qe.Refused) < 2 {
+			t.Fatalf("Acquire: %v, want the refusals (at least two, enough to settle it) from before the masters stopped", err)
+		}
+		for i := range rs.servers {
+			_ = rs.servers[i].Resume()
+		}
+		_ = l.Release(ctx)
 	})
 }

@@ -55,6 +55,20 @@ func FenceKey(key string) string { return layout.FenceKey(key) }
 // masters keep their data across restarts (see docs/safety.md).
 func WithFencing() LockOption { return func(c *lockConfig) { c.fencing = true } }
 
+// WithHolderFence makes a fenced lock (WithFencing, which it needs) record
+// its fencing token beside its holder on each master: the commit that
+// raises the fencing counter also writes the token in the holder's entry
+// of the metadata hash (layout.MetaKey), in the same script step, and only
+// while the key holds the lock's token. Client.InspectHolder reads it back
+// with the holder (layout.Holder's Fence), so a reader that finds a quorum
+// of masters with one holder and one fencing token knows that holder was
+// granted that token: the counter alone, raised a round trip after the
+// grant, can be read beside the next holder. The metadata hash is kept
+// even without WithMetadata. Package election is built on it; locks with
+// it refuse WithMinHold. The keys it writes: docs/design.md, "Reading an
+// election's leader".
+func WithHolderFence() LockOption { return func(c *lockConfig) { c.fenceRec = true } }
+
 // Fence returns the lock's fencing token, or 0 for a lock acquired
 // without WithFencing, or for a Lock no acquisition returned (nil or
 // zero). Present it with every write to the

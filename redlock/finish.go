@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/event"
 )
 
 // Finishing releases and rollbacks that a master did not confirm.
@@ -105,78 +107,6 @@ type finMaster struct {
 	held     []*finEntry // due while it is down and one is in flight
 }
 
-// roundFin is a round's share of the finisher's state.
-type roundFin struct {
-	// superseded: a later round of the same reentrant owner has started;
-	// this round's retries are dropped. Set under finisher.gate.
-	superseded atomic.Bool
-	// until, for a reentrant owner's round: its retries end by then.
-	until time.Time
-	// busy (transports that are not Ordered; allocated under
-	// finisher.gate): per master, the retry in flight there, which fires
-	// when it ends.
-	busy []atomic.Pointer[event]
-	// after (transports that are not Ordered): per master, a retry of a
-	// superseded round still in flight, which this round's leg waits for
-	// before it sends anything. Set under finisher.gate before the round
-	// starts its legs.
-	after []*event
-	// unsent: bit i set when the acquisition's command certainly never
-	// left for master i (no connection, no time left): its rollback there
-	// needs no retry.
-	unsent atomic.Uint64
-	// placers, for a lock's release: the lock's rounds that may have put
-	// its token on a master (Lock.placers). Set by Lock.Release once the
-	// round started, so that the finisher, when it queues, sends or gives
-	// up a retry, can tell a master that none of them reached: the
-	// release leaves nothing there, and needs no retry nor warning.
-	placers atomic.Pointer[[]*round]
-}
-
-// nothingAt reports whether r is a release of a lock none of whose rounds
-// put its token on master i, as far as is known now. Not under
-// finisher.mu: it takes the rounds' mu.
-func (rf *roundFin) nothingAt(i int) bool {
-	ps := rf.placers.Load()
-	if ps == nil {
-		return false
-	}
-	for _, p := range *ps {
-		if !p.neverPlacedAt(i) {
-			return false
-		}
-	}
-	return true
-}
-
-// neverPlacedAt reports whether r, an acquisition or a reentrant owner's
-// round taking the lock again, certainly did not put its token on master
-// i: refused there, skipped (a led attempt), or never sent. Those
-// outcomes are final.
-func (r *round) neverPlacedAt(i int) bool {
-	if i < 64 && r.fin.unsent.Load()&(1<<i) != 0 {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l := &r.legs[i]
-	return l.vote == voteNo || l.vote == voteSkip || l.state == legGaveUp || l.state == legEndedUnsent
-}
-
-// markUnsent records that op, if it is the acquisition, never left for
-// master i.
-func (rf *roundFin) markUnsent(op opKind, i int) {
-	if op != opAcquire || i >= 64 {
-		return
-	}
-	for {
-		old := rf.unsent.Load()
-		if rf.unsent.CompareAndSwap(old, old|1<<i) {
-			return
-		}
-	}
-}
-
 // finEntry is one retry: op of round r on master i.
 type finEntry struct {
 	r     *round
@@ -204,50 +134,6 @@ func (f *finisher) init(masters int, jit *jitter) {
 // partial release, which only sets its count).
 func finishes(op opKind, r *round) bool {
 	return op == opRollback || (op == opRelease && !r.k.partial())
-}
-
-// newest records r as the newest round of the reentrant owner id and
-// returns the owner's previous one, whose retries r supersedes. The
-// caller holds Client.mu.
-func (f *finisher) newest(c *Client, id string, r *round, ttl time.Duration) *round {
-	now := time.Now()
-	// A command of r fails for good within the silence bound of a
-	// pipelined connection, or within a few per-master timeouts on the
-	// pooled path; its retries end a TTL later at the latest.
-	r.fin.until = now.Add(ttl + 12*c.timeout + time.Second)
-	if f.owners == nil {
-		f.owners = make(map[string]*round)
-	}
-	old := f.owners[id]
-	f.owners[id] = r
-	if len(f.owners) >= f.sweepAt {
-		// Past its until, and a per-master timeout more for a pooled
-		// retry sent just before it, a round has no retry left.
-		for k, o := range f.owners {
-			if o.fin.until.Add(2 * c.timeout).Before(now) {
-				delete(f.owners, k)
-			}
-		}
-		f.sweepAt = max(64, 2*len(f.owners))
-	}
-	return old
-}
-
-// supersede drops the retries of old, a reentrant owner's previous round,
-// before r (the owner's next) sends anything. On a transport that is not
-// Ordered, r's legs wait for a retry of old still in flight.
-func (f *finisher) supersede(old, r *round) {
-	f.gate.Lock()
-	old.fin.superseded.Store(true)
-	for i := range old.fin.busy {
-		if e := old.fin.busy[i].Load(); e != nil {
-			if r.fin.after == nil {
-				r.fin.after = make([]*event, len(old.fin.busy))
-			}
-			r.fin.after[i] = e
-		}
-	}
-	f.gate.Unlock()
 }
 
 // finActs is what is left to do once finisher.mu is released.
@@ -279,7 +165,7 @@ func (a *finActs) do(c *Client) {
 // finishLater queues a retry of op of r on master i, which failed with
 // err without an answer.
 func (c *Client) finishLater(r *round, i int, op opKind, err error) {
-	if op == opRollback && i < 64 && r.fin.unsent.Load()&(1<<i) != 0 || r.fin.nothingAt(i) {
+	if op == opRollback && r.fin.unsentAt(i) || r.fin.nothingAt(i) {
 		return // nothing to roll back or release there
 	}
 	c.fin.add(c, r, i, op, err, false)
@@ -455,32 +341,22 @@ func (f *finisher) run(c *Client) {
 // close drops what is queued or held: the client is closing.
 func (f *finisher) close(c *Client) {
 	f.mu.Lock()
-	n := len(f.queue)
-	confirms := 0 // not a master's miss: a rollback answered, to be sent once more
-	for _, e := range f.queue {
-		if e.confirm {
-			confirms++
-		}
-	}
 	dropped := f.queue
 	f.queue = nil
 	for i := range f.masters {
-		n += len(f.masters[i].held)
-		for _, e := range f.masters[i].held {
-			if e.confirm {
-				confirms++
-			}
-		}
 		dropped = append(dropped, f.masters[i].held...)
 		f.masters[i].held = nil
 	}
-	f.outstanding -= n
-	n -= confirms
+	f.outstanding -= len(dropped)
 	f.closed, f.running = true, false
 	f.mu.Unlock()
+	n := 0
 	for _, e := range dropped {
-		if !e.confirm && e.r.fin.nothingAt(e.i) {
-			n-- // a release of a lock that never reached that master: nothing stays there
+		// Not a confirmation (a rollback answered, to be sent once more),
+		// nor a release of a lock that never reached that master: nothing
+		// stays there.
+		if !e.confirm && !e.r.fin.nothingAt(e.i) {
+			n++
 		}
 	}
 	if n > 0 && c.logger != nil {
@@ -532,9 +408,9 @@ func (f *finisher) send(c *Client, e *finEntry) {
 	m := &c.masters[e.i]
 	if !m.ordered {
 		if r.fin.busy == nil {
-			r.fin.busy = make([]atomic.Pointer[event], len(c.masters))
+			r.fin.busy = make([]atomic.Pointer[event.Event], len(c.masters))
 		}
-		q.busy = new(event)
+		q.busy = new(event.Event)
 		r.fin.busy[e.i].Store(q.busy)
 	}
 	f.mu.Lock()
@@ -568,7 +444,7 @@ type finReq struct {
 	c    *Client
 	e    *finEntry
 	w    *wireCmd
-	busy *event // the retry in flight, on a transport that is not Ordered
+	busy *event.Event // the retry in flight, on a transport that is not Ordered
 	// completed: a second completion is ignored (see leg.completed).
 	completed atomic.Bool
 }
@@ -583,7 +459,7 @@ func (q *finReq) complete(res any, err error, _ SendInfo) {
 	e := q.e
 	if q.busy != nil {
 		e.r.fin.busy[e.i].CompareAndSwap(q.busy, nil)
-		q.busy.fire()
+		q.busy.Fire()
 	}
 	// Yes or no, the key is no longer ours there — except that a
 	// rollback that found nothing may have overtaken the SET it undoes,
@@ -625,15 +501,6 @@ func (c *Client) logUnfinished(e *finEntry, why string) {
 	}
 	c.logger.LogAttrs(context.Background(), slog.LevelWarn,
 		"redlock: a master did not confirm a release or rollback; the key may stay there until its TTL", attrs...)
-}
-
-// waitAfter returns the retry of a superseded round in flight on master
-// i, which fires when it ends, or nil (transports that are not Ordered).
-func (rf *roundFin) waitAfter(i int) *event {
-	if rf.after == nil {
-		return nil
-	}
-	return rf.after[i]
 }
 
 // finQueue is a heap of retries by due time.

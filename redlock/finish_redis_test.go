@@ -180,6 +180,7 @@ func TestRelease_afterStallBrokenConnectionIsFinished(t *testing.T) {
 func TestFinish_neverDeletesTheOwnersNextHold(t *testing.T) {
 	t.Parallel()
 	forEachPath(t, func(t *testing.T, path connPath) {
+		t.Parallel() // its own masters and client; waits bounded from below only
 		rs := startDB1(t, 3)
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
 		// Retries 1.5 s apart: one is due after the owner's new hold has
@@ -241,6 +242,16 @@ func TestFinish_closeStopsPendingFinishes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Acquire returns at a quorum: master 2 must hold the lock too
+		// before it stops, for its release to be left to a retry.
+		waitUntil(t, "every master holds the lock", func() bool {
+			for i := range rs.servers {
+				if !rs.db1Exists(t, i, "job") {
+					return false
+				}
+			}
+			return true
+		})
 		resume := pauseMaster(t, rs, 2)
 		defer resume()
 		if err := l.Release(ctx); err != nil {

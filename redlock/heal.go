@@ -94,15 +94,12 @@ func (l *Lock) noteLateRefusals(r *round, t *tally) {
 			continue
 		}
 		leg := &r.legs[i]
-		leg.answered.then(func() {
+		leg.answered.Then(func() {
 			r.mu.Lock()
 			no := leg.vote == voteNo
 			r.mu.Unlock()
-			for no {
-				old := l.lacking.Load()
-				if l.lacking.CompareAndSwap(old, old|1<<i) {
-					return
-				}
+			if no {
+				setBit(&l.lacking, i)
 			}
 		})
 	}

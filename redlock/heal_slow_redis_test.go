@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -132,7 +133,7 @@ func TestHeal_termGoesForwardAfterTwoRestartsWhileLeading(t *testing.T) {
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), slowMaster(t, servers[2])}
 	c := addrClient(t, pipelinedPath, addrs)
 	ctx := ctxT(t)
-	e, err := c.NewElection("svc", redlock.WithTTL(time.Second))
+	e, err := election.New(c, "svc", election.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestHeal_termGoesForwardAfterTwoRestartsWhileLeading(t *testing.T) {
 	_ = ld.Resign(ctx)
 	pauseMaster(t, rs, 1)
 	other := addrClient(t, pipelinedPath, addrs)
-	e2, err := other.NewElection("svc", redlock.WithTTL(time.Second))
+	e2, err := election.New(other, "svc", election.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

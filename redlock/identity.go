@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fault"
+	"github.com/quorumlock/quorumlock/internal/resp"
 )
 
 // Two addresses, one server.
@@ -24,7 +24,7 @@ import (
 //
 // The Client asks each master for it at first contact: the first call
 // that would talk to the masters (an acquisition of any kind, a
-// Reentrant's too, Do, Inspect, an Election's calls) starts a probe, INFO
+// Reentrant's too, Do, Inspect, InspectHolder) starts a probe, INFO
 // server sent to every master at once through its Transport (Send, as the
 // rounds' commands go: on the pipelined connection, the pooled one, the
 // go-redis adapter alike), each bounded by the per-master timeout. The
@@ -37,16 +37,20 @@ import (
 // for nothing. A round that started while the first probe ran does not
 // succeed before that probe ended (at most the per-master timeout and
 // probeGrace after it started), so that a list naming one server twice
-// is refused on the first call: once two masters name the same run_id,
-// every call that talks to the masters fails at once with an error
-// matching ErrInvalid that names both, and a round in flight fails with
-// it and rolls back. A master that did not answer the probe is asked
-// again in the background, at most once per identifyRetry (once per
-// reprobeGranted after it granted); its grants count once it answered. A master whose ACL refuses INFO, or whose reply
-// carries no well-formed run_id, is not asked again (an error reply that
-// says "not now", BUSY say, is no answer: notNow): it cannot be told
-// apart, and its grant counts as one vote of its own, as its address
-// does. docs/design.md, "Counting distinct servers", gives the argument;
+// is refused on the first call. A probe's answer read after the probe
+// stopped waiting is recorded all the same (a busy process reads late),
+// and a grant whose master's INFO is still in flight waits for it within
+// the round's own bound (Client.awaitProbe). Once two masters name the
+// same run_id, every call that talks to the masters fails at once with
+// an error matching ErrInvalid that names both, and a round in flight
+// fails with it and rolls back. A master that did not answer the probe
+// is asked again in the background, at most once per identifyRetry (once
+// per reprobeGranted after it granted); its grants count once it
+// answered. A master whose ACL refuses INFO, or whose reply carries no
+// well-formed run_id, is not asked again (an error reply that says "not
+// now", BUSY say, is no answer: notNow): it cannot be told apart, and
+// its grant counts as one vote of its own, as its address does.
+// docs/design.md, "Counting distinct servers", gives the argument;
 // docs/operations.md says why the check is made at first contact rather
 // than in New.
 
@@ -57,10 +61,6 @@ const identifyRetry = time.Second
 // last probe but granted since (reprobeGranted): it answers, so it is
 // asked again sooner than identifyRetry.
 const reprobeGranted = 100 * time.Millisecond
-
-// maxInfoReply bounds the INFO server reply the probe reads: a server's is
-// about 1.5 KB; a master sending more is not identified.
-const maxInfoReply = 64 << 10
 
 // probeGrace is how long past its deadline the probe waits for a
 // transport to complete a command (a pipelined one may deliver a reply
@@ -81,6 +81,8 @@ type identity struct {
 	final   []bool        // identified, or cannot be
 	tried   []time.Time   // the last probe's start
 	probing []bool        // a probe of the master runs
+	asking  []int         // INFO commands sent to the master and not completed yet
+	news    chan struct{} // closed, and replaced, at each completion of an INFO
 }
 
 // known returns every master's run_id, or nil while one is unknown (or
@@ -120,6 +122,7 @@ func (c *Client) identify() error {
 	if id.first == nil {
 		n := len(c.masters)
 		id.ids, id.final, id.tried, id.probing = make([]string, n), make([]bool, n), make([]time.Time, n), make([]bool, n)
+		id.asking, id.news = make([]int, n), make(chan struct{})
 		all := make([]int, n)
 		for i := range all {
 			all[i] = i
@@ -206,10 +209,14 @@ func (c *Client) reprobeGranted(votes []vote) {
 // master of a lower index that also granted has the same run_id, or when
 // its master answered the probe without a run_id (it cannot be told
 // apart, see above). A grant from a master not identified yet waits while
-// the first probe runs, and counts for nothing once it ended.
+// the first probe runs, and after it while an INFO sent to that master is
+// still in flight (the master answers: it granted); it counts for nothing
+// once neither is so, or once the round stopped waiting (late).
 type countGate struct {
 	id    *identity
 	first <-chan struct{} // the first probe's end; nil once it ended (or never started)
+	news  <-chan struct{} // closed at the next completion of an INFO (identity.news)
+	late  bool            // the round waits no more for a probe in flight (awaitProbe)
 }
 
 // gate returns the gate of a round that counts grants, or nil when every
@@ -240,13 +247,15 @@ func (g *countGate) ended() bool {
 }
 
 // count recounts t's grants (t.yes) by the identities known now: the
-// grants that count, those that may count once the first probe ends
-// (pending), and those that never will in this round (lost).
+// grants that count, those that may count once the first probe ends or
+// their master's probe in flight answers (pending), and those that never
+// will in this round (lost).
 func (g *countGate) count(t *tally) {
 	ended := g.ended()
 	t.yes, t.pending, t.lost, t.probing = 0, 0, 0, !ended
 	g.id.mu.Lock()
 	defer g.id.mu.Unlock()
+	g.news = g.id.news
 	for i, v := range t.votes {
 		if v != voteYes {
 			continue
@@ -255,10 +264,10 @@ func (g *countGate) count(t *tally) {
 		case grantCounts:
 			t.yes++
 		case grantUnknown:
-			if ended {
-				t.lost++
-			} else {
+			if !ended || !g.late && i < len(g.id.asking) && g.id.asking[i] > 0 {
 				t.pending++
+			} else {
+				t.lost++
 			}
 		default:
 			t.lost++
@@ -317,6 +326,7 @@ func (c *Client) probe(idx []int, done func()) bool {
 	now := time.Now()
 	for _, i := range idx {
 		id.tried[i], id.probing[i] = now, true
+		id.asking[i]++ // before Send, which may complete it at once
 	}
 	go func() {
 		defer c.workers.Done()
@@ -363,48 +373,70 @@ func (c *Client) recordLocked(i int, r probeResult) {
 	id.settled.Store(settled)
 }
 
-// probeAnswer is master i's completion of the probe.
-type probeAnswer struct {
-	i     int
-	reply any
-	err   error
-}
-
-// probeCompleter receives a probe command's outcome (completer). A
-// transport that completes a command twice (it breaks its contract) is
+// probeCompleter receives a probe command's outcome (completer) and
+// records it (Client.probeAnswered), late too, then tells the probe (ch).
+// A transport that completes a command twice (it breaks its contract) is
 // heard once.
 type probeCompleter struct {
 	i    int
-	ch   chan<- probeAnswer
+	ch   chan<- int
 	done atomic.Bool
+	// c and sent: the probe's answer, read late too, is a round trip
+	// for the adaptive bound (noteAnswer), the first a Client sees.
+	c    *Client
+	sent time.Time
 }
 
 func (p *probeCompleter) complete(reply any, err error, _ SendInfo) {
 	if p.done.Swap(true) {
 		return
 	}
-	p.ch <- probeAnswer{p.i, reply, err} // buffered, one per command: never blocks
+	var rpe ReplyError
+	if err == nil || errors.As(err, &rpe) {
+		p.c.noteAnswer(p.i, p.sent, time.Now())
+	}
+	p.c.probeAnswered(p.i, probeAnswerResult(reply, err))
+	p.ch <- p.i // buffered, one per command: never blocks
 }
 
-// askRunIDs sends INFO server to masters idx through their transports and
-// records what each answers as it arrives, waiting at most the
-// per-master timeout (and probeGrace), or until the client closes; then
-// it records the rest as not answered (asked again later).
+// probeAnswered records master i's answer to an INFO of a probe, whenever
+// it comes: one read after the probe stopped waiting (a busy process
+// reads late) identifies the master as well, and a round waiting for it
+// (countGate) hears of it. A master identified, or known unidentifiable,
+// stays so.
+func (c *Client) probeAnswered(i int, r probeResult) {
+	id := &c.ident
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.asking[i]--
+	if r.final && !id.final[i] {
+		c.recordLocked(i, r)
+	}
+	close(id.news)
+	id.news = make(chan struct{})
+}
+
+// askRunIDs sends INFO server to masters idx through their transports,
+// whose answers are recorded as they arrive (probeCompleter), and waits
+// for them at most the per-master timeout (and probeGrace), or until the
+// client closes; then it takes the rest as not answered (asked again
+// later), though an answer still in flight is recorded when it comes.
 func (c *Client) askRunIDs(idx []int) {
 	id := &c.ident
-	ch := make(chan probeAnswer, len(idx))
-	deadline := time.Now().Add(c.timeout)
+	ch := make(chan int, len(idx))
+	sent := time.Now()
+	deadline := sent.Add(c.timeout)
 	for _, i := range idx {
 		cmd := &Command{Name: "INFO", Args: []any{"server"}, Deadline: deadline, Reply: ReplyInfo,
-			Resend: true, DropWhenDown: true, To: &probeCompleter{i: i, ch: ch}}
+			Grace: c.timeout, Resend: true, DropWhenDown: true, To: &probeCompleter{i: i, ch: ch, c: c, sent: sent}}
 		c.masters[i].t.Send(cmd)
 	}
+	heard := make([]bool, len(c.masters))
 	defer func() {
 		id.mu.Lock()
 		for _, i := range idx {
-			if id.probing[i] {
+			if !heard[i] {
 				id.probing[i] = false
-				c.recordLocked(i, probeResult{})
 			}
 		}
 		id.mu.Unlock()
@@ -418,11 +450,10 @@ func (c *Client) askRunIDs(idx []int) {
 	defer t.Stop()
 	for range idx {
 		select {
-		case a := <-ch:
-			r := probeAnswerResult(a.reply, a.err)
+		case i := <-ch:
+			heard[i] = true
 			id.mu.Lock()
-			id.probing[a.i] = false
-			c.recordLocked(a.i, r)
+			id.probing[i] = false
 			id.mu.Unlock()
 		case <-t.C:
 			return
@@ -456,7 +487,7 @@ func probeAnswerResult(reply any, err error) probeResult {
 	if !ReplyInfo.Fits(reply) {
 		return probeResult{final: true}
 	}
-	return probeResult{runID: runID(reply), final: true}
+	return probeResult{runID: resp.RunID(reply), final: true}
 }
 
 // notNow reports whether an error reply is one a Redis server sends for a
@@ -470,47 +501,4 @@ func notNow(msg string) bool {
 		}
 	}
 	return false
-}
-
-// runID returns the run_id of an INFO server reply, or "" when the reply
-// is not a bulk string ([]byte, or a string as Inspector allows) of bounded size or has no run_id of 40 lowercase
-// hex digits. The reply is untrusted.
-func runID(reply any) string {
-	var b []byte
-	switch v := reply.(type) {
-	case []byte: // redigo's bulk string
-		b = v
-	case string: // an Inspector's (the go-redis adapter's) bulk string
-		if len(v) > maxInfoReply {
-			return ""
-		}
-		b = []byte(v)
-	default:
-		return ""
-	}
-	if len(b) > maxInfoReply {
-		return ""
-	}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		v, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("run_id:"))
-		if !ok {
-			continue
-		}
-		if len(v) != 40 {
-			return ""
-		}
-		for _, ch := range v {
-			if (ch < '0' || ch > '9') && (ch < 'a' || ch > 'f') {
-				return ""
-			}
-		}
-		return string(v)
-	}
-	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redigo"
@@ -66,7 +67,7 @@ func TestIdentity_firstCallOfEveryKindReturnsWithinOneTimeout_pausedMaster(t *te
 			return c.Do(ctx, key, func(context.Context) error { return nil }, redlock.WithTTL(time.Minute), redlock.WithWait(0))
 		}, false},
 		{"Leader", func(ctx context.Context, c *redlock.Client, key string) error {
-			e, err := c.NewElection(key)
+			e, err := election.New(c, key)
 			if err != nil {
 				return err
 			}

@@ -22,14 +22,15 @@ import (
 // behind. Inspect reports the ctx's end per master, never as its error
 // (its documented contract).
 func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	if err := servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer servers[2].Resume()
-	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	const timeout = 4 * time.Second
 	forEachPath(t, func(t *testing.T, path connPath) {
+		t.Parallel() // its own masters; the one bound has seconds of slack
+		servers := redistest.Start(t, 3)
+		if err := servers[2].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[2].Resume()
+		addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)

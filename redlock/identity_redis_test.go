@@ -117,14 +117,15 @@ func TestClient_identityProbeIsBounded(t *testing.T) {
 // Close ends it at once. One master SIGSTOPped, the per-master timeout
 // long, so that the probe outlasts the impatient caller's ctx.
 func TestIdentity_firstCallHonoursCtx_pausedMaster(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	if err := servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer servers[2].Resume()
-	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	const timeout = 5 * time.Second
 	forEachPath(t, func(t *testing.T, path connPath) {
+		t.Parallel() // its own masters; the bounds have seconds of slack
+		servers := redistest.Start(t, 3)
+		if err := servers[2].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[2].Resume()
+		addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 		c, err := redigo.NewFromAddrs(addrs, path.Option(), redlock.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)

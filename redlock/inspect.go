@@ -46,6 +46,12 @@ type MasterState struct {
 // Client New did not make) or ErrClosed. Replies are untrusted and what is
 // kept is bounded: docs/design.md, "What a master holds".
 func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
+	return c.inspectEach(ctx, key, c.inspect)
+}
+
+// inspectEach reads key on every master at once with read, and checks
+// what Inspect and InspectHolder check before and after.
+func (c *Client) inspectEach(ctx context.Context, key string, read func(context.Context, *master, string) MasterState) (Inspection, error) {
 	if err := c.check(ctx); err != nil {
 		return Inspection{}, err
 	}
@@ -63,7 +69,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 		wg.Add(1)
 		go func(m *master) {
 			defer wg.Done()
-			in.Masters[m.index] = c.inspect(ctx, m, key)
+			in.Masters[m.index] = read(ctx, m, key)
 		}(&c.masters[i])
 	}
 	wg.Wait()
@@ -81,14 +87,50 @@ func (c *Client) Inspect(ctx context.Context, key string) (Inspection, error) {
 // inspect reads one master through its transport's Inspector ability.
 // (Inspection does not go through the lock's command path: it is rare,
 // read-only, and its replies have shapes no lock command has.)
-func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterState) {
+func (c *Client) inspect(ctx context.Context, m *master, key string) MasterState {
+	return c.inspectOn(m, func(in Inspector) (st layout.State, rtt time.Duration, err error) {
+		r := layout.NewReader(key)
+		for first := true; ; first = false {
+			cmds := r.Next()
+			if cmds == nil {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return st, rtt, err
+			}
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, c.timeout)
+			replies, err := in.Inspect(rctx, cmds)
+			cancel()
+			if first {
+				rtt = time.Since(start)
+			}
+			if err == nil && len(replies) != len(cmds) {
+				err = fmt.Errorf("inspection: %d replies to %d commands", len(replies), len(cmds))
+			}
+			if err != nil {
+				return st, rtt, err
+			}
+			if err := r.Feed(replies); err != nil {
+				return st, rtt, err
+			}
+		}
+		return r.State(), rtt, nil
+	})
+}
+
+// inspectOn reads one master with read, given its Inspector: the
+// MasterState has the master's index and address, and read's state and
+// round trip, or its error (or a panic of redigo's parser on a pool that
+// is not guarded) as a *NodeError with the zero State.
+func (c *Client) inspectOn(m *master, read func(Inspector) (layout.State, time.Duration, error)) (ms MasterState) {
 	ms.Index, ms.Addr = m.index, m.addr
 	fail := func(err error) MasterState {
 		ms.State, ms.Err = layout.State{}, c.nodeError(m, err)
 		return ms
 	}
 	defer func() {
-		if p := recover(); p != nil { // redigo's parser on a pool that is not guarded
+		if p := recover(); p != nil {
 			ms = fail(fault.PanicError(p))
 		}
 	}()
@@ -96,32 +138,11 @@ func (c *Client) inspect(ctx context.Context, m *master, key string) (ms MasterS
 	if !ok {
 		return fail(fmt.Errorf("%w: the transport cannot inspect (it is not a transport.Inspector)", errors.ErrUnsupported))
 	}
-	r := layout.NewReader(key)
-	for first := true; ; first = false {
-		cmds := r.Next()
-		if cmds == nil {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, c.timeout)
-		replies, err := in.Inspect(rctx, cmds)
-		cancel()
-		if first {
-			ms.RTT = time.Since(start)
-		}
-		if err == nil && len(replies) != len(cmds) {
-			err = fmt.Errorf("inspection: %d replies to %d commands", len(replies), len(cmds))
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if err := r.Feed(replies); err != nil {
-			return fail(err)
-		}
+	st, rtt, err := read(in)
+	ms.RTT = rtt
+	if err != nil {
+		return fail(err)
 	}
-	ms.State = r.State()
+	ms.State = st
 	return ms
 }

@@ -21,7 +21,14 @@ import (
 // any master's error.
 func inspectAll(t *testing.T, c *redlock.Client, key string) []layout.State {
 	t.Helper()
-	in, err := c.Inspect(ctxT(t), key)
+	return statesOf(t, c, key, c.Inspect)
+}
+
+// statesOf returns what inspect read on every master for key, failing the
+// test on any master's error.
+func statesOf(t *testing.T, c *redlock.Client, key string, inspect func(context.Context, string) (redlock.Inspection, error)) []layout.State {
+	t.Helper()
+	in, err := inspect(ctxT(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,16 @@ func (j *jitter) uuid() string {
 	return u.String()
 }
 
+// uint64 returns a random uint64.
+func (j *jitter) uint64() uint64 {
+	if j == nil {
+		return rand.Uint64()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.r.Uint64()
+}
+
 // intN returns an int in [0, n); n must be positive.
 func (j *jitter) intN(n int) int {
 	if j == nil {
@@ -66,4 +76,18 @@ func (j *jitter) intN(n int) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.r.IntN(n)
+}
+
+// backoff returns the delay before retry number attempt+1: a random
+// duration in [d/2, d] where d = min(ceiling, floor×2^attempt), drawn
+// from j.
+func backoff(j *jitter, floor, ceiling time.Duration, attempt int) time.Duration {
+	d := ceiling
+	if attempt < 30 {
+		if e := floor << attempt; e > 0 && e < ceiling {
+			d = e
+		}
+	}
+	half := d / 2
+	return half + j.n(d-half+1)
 }

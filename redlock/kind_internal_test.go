@@ -89,7 +89,7 @@ func TestKind_commandsPerPhase(t *testing.T) {
 // the hold's later rounds (taking it again, giving holds back, the last
 // release) keep; other kinds are their own for every attempt.
 func TestKind_reentrantAttemptsHaveTheirOwnHoldID(t *testing.T) {
-	k := kind(&metaKind{kind: &reentrantKind{owner: "O", count: 1, ids: newHoldIDs()}, meta: &holderMeta{key: "k:meta", value: "v"}})
+	k := kind(&metaKind{kind: &reentrantKind{owner: "O", count: 1, ids: newHoldIDs(nil)}, meta: &holderMeta{key: "k:meta", value: "v"}})
 	hold := func(k kind) string { return k.(*metaKind).kind.(*reentrantKind).hold }
 	a, b := kindForAttempt(k), kindForAttempt(k)
 	if hold(a) == "" || hold(b) == "" || hold(a) == hold(b) || hold(k) != "" {

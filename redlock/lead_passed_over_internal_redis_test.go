@@ -43,7 +43,13 @@ func TestWake_leadPassedOverBeforeItsNotice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			passed := redistest.WaitFor(ctx5s(t), func() bool { return a.w.leadFor(key) != lead })
+			// On the pipelined path the command fails as its connection
+			// breaks, at the stall bound (10 per-master timeouts: 5 s for
+			// awaitHeld's waiter); the lead is then passed over for 20
+			// timeouts (10 s), long enough for what follows.
+			pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer pcancel()
+			passed := redistest.WaitFor(pctx, func() bool { return a.w.leadFor(key) != lead })
 			if err := s[lead].Resume(); err != nil {
 				t.Fatal(err)
 			}

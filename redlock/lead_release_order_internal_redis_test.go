@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,9 +37,11 @@ func a27Release(t *testing.T, s *redistest.Server, key, token string) {
 }
 
 // a27Waiting waits until a fake-clock waiter of key waits: subscribed on
-// every master and its backoff timer pending, and its re-check after the
-// subscription (real time) done.
-func a27Waiting(t *testing.T, servers []*redistest.Server, fake *clock.Fake, key string) {
+// every master, its backoff timer pending, and its latest attempt (the
+// re-check after the subscription, real time) over: settled, the count of
+// its client's pauses begun so (settledCount, set before the waiter
+// started), is at least 1.
+func a27Waiting(t *testing.T, servers []*redistest.Server, fake *clock.Fake, key string, settled *atomic.Int64) {
 	t.Helper()
 	ok := redistest.WaitFor(ctx5s(t), func() bool {
 		for _, s := range servers {
@@ -46,12 +49,11 @@ func a27Waiting(t *testing.T, servers []*redistest.Server, fake *clock.Fake, key
 				return false
 			}
 		}
-		return fake.Pending() >= 1
+		return fake.Pending() >= 1 && settled.Load() >= 1
 	})
 	if !ok {
-		t.Fatal("the waiter does not wait")
+		t.Fatalf("the waiter does not wait: %d pauses begun settled, %d timers pending", settled.Load(), fake.Pending())
 	}
-	time.Sleep(300 * time.Millisecond) // its re-check attempt (real time) is over
 }
 
 // The lead master runs a holder's release first and the other masters

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/observe"
 )
 
 // Lock is a lock held on a quorum of masters, returned by the Acquire
@@ -130,7 +132,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	if c.obs != nil {
 		defer func() {
 			until, validity := l.validity()
-			c.obs.OnExtend(ctx, ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: extendOutcome(err), Start: start,
+			c.obs.OnExtend(ctx, observe.ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: extendOutcome(err), Start: start,
 				Duration: c.clock.Since(start), TTL: ttl, Masters: r.results(), Err: err, Quorum: c.quorum,
 				ID: l.id, Until: until, Validity: validity})
 		}()
@@ -298,7 +300,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	defer func() {
 		wasLost := !l.markLostCtx(ctx, ErrReleased)
 		if c.obs != nil {
-			c.obs.OnRelease(ctx, ReleaseEvent{Key: l.key, Kind: l.kindName(), Outcome: releaseOutcome(err), Start: start,
+			c.obs.OnRelease(ctx, observe.ReleaseEvent{Key: l.key, Kind: l.kindName(), Outcome: releaseOutcome(err), Start: start,
 				Duration: c.clock.Since(start), Held: start.Sub(l.acquired), WasLost: wasLost,
 				Masters: r.results(), Err: err, Quorum: c.quorum, ID: l.id})
 		}

@@ -1,11 +1,8 @@
 package redlock_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
@@ -14,23 +11,4 @@ import (
 // examples use; tests start their own.
 var exampleMasters []string
 
-func TestMain(m *testing.M) {
-	stop := func() {}
-	if !redistest.ShortExamples() {
-		addrs, stopMasters, err := redistest.Launch(3)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		exampleMasters, stop = addrs, stopMasters
-	}
-	code := m.Run()
-	stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(redistest.RunWithExamples(m, &exampleMasters)) }

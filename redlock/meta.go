@@ -30,8 +30,8 @@ type holderMeta struct {
 	// their order: the metadata is kept with every key (nil otherwise).
 	keys  []any
 	value string
-	// term: an election's campaign, whose fencing commit also records the
-	// term in the hash (scripts.FenceCommitTerm; election.go).
+	// term: WithHolderFence, whose fencing commit also records the
+	// fencing token in the hash (scripts.FenceCommitTerm).
 	term bool
 }
 
@@ -45,14 +45,14 @@ type metaKind struct {
 
 var _ kind = (*metaKind)(nil)
 
-// withHolderMeta returns k carrying the metadata of lc, if any. An
-// election's campaign always carries it, "" too: its term is recorded in
-// the same hash, whose TTL the wrapped scripts keep.
+// withHolderMeta returns k carrying the metadata of lc, if any. A lock
+// with WithHolderFence always carries it, "" too: its fencing token is
+// recorded in the same hash, whose TTL the wrapped scripts keep.
 func withHolderMeta(k kind, key string, lc *lockConfig) kind {
-	if lc.meta == "" && !lc.election {
+	if lc.meta == "" && !lc.fenceRec {
 		return k
 	}
-	hm := &holderMeta{key: layout.MetaKey(key), value: lc.meta, term: lc.election}
+	hm := &holderMeta{key: layout.MetaKey(key), value: lc.meta, term: lc.fenceRec}
 	if mk, ok := k.(*multiKind); ok {
 		hm.keys = make([]any, len(mk.ks))
 		for i, k := range mk.ks {

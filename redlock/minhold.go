@@ -37,8 +37,8 @@ import (
 // Plain locks (Acquire, TryAcquire, Do, with or without WithFair and
 // WithFencing) and a semaphore's permits (NewSemaphore: a permit released
 // early keeps its slot) take it; read-write, reentrant and multi-key locks
-// and elections refuse it (ErrInvalid). d must not be negative. The
-// default, 0, keeps no minimum.
+// and locks with WithHolderFence (elections) refuse it (ErrInvalid). d
+// must not be negative. The default, 0, keeps no minimum.
 func WithMinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
 
 // checkMinHold rejects a negative minimum and one longer than a TTL may
@@ -49,8 +49,8 @@ func checkMinHold(lc *lockConfig) error {
 		return fmt.Errorf("%w: min hold must not be negative, got %v", ErrInvalid, lc.minHold)
 	case lc.minHold > maxTTL:
 		return fmt.Errorf("%w: min hold %v is longer than the maximum %v", ErrInvalid, lc.minHold, maxTTL)
-	case lc.minHold > 0 && lc.election:
-		return fmt.Errorf("%w: an election does not support WithMinHold", ErrInvalid)
+	case lc.minHold > 0 && lc.fenceRec:
+		return fmt.Errorf("%w: WithHolderFence (an election) does not support WithMinHold", ErrInvalid)
 	}
 	return nil
 }

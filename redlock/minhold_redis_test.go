@@ -102,8 +102,8 @@ func TestMinHold_badValuesAreRefused(t *testing.T) {
 	if _, err := c.TryAcquireRead(ctx, "k", redlock.WithMinHold(time.Second)); !errors.Is(err, redlock.ErrInvalid) {
 		t.Errorf("min hold on a read lock: %v", err)
 	}
-	if _, err := c.NewElection("e", redlock.WithMinHold(time.Second)); !errors.Is(err, redlock.ErrInvalid) {
-		t.Errorf("min hold on an election: %v", err)
+	if _, err := c.TryAcquire(ctx, "e", redlock.WithFencing(), redlock.WithHolderFence(), redlock.WithMinHold(time.Second)); !errors.Is(err, redlock.ErrInvalid) {
+		t.Errorf("min hold with a holder fence (an election's): %v", err)
 	}
 	if vals := rs.values(t, "k"); vals[0] != "" {
 		t.Errorf("a refused option left %q", vals[0])

@@ -6,15 +6,16 @@ import (
 	"log"
 	"time"
 
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // outcomes is an Observer that prints each acquisition's outcome (embed
 // NopObserver for the events it does not use).
-type outcomes struct{ redlock.NopObserver }
+type outcomes struct{ observe.NopObserver }
 
-func (outcomes) OnAcquire(_ context.Context, e redlock.AcquireEvent) {
+func (outcomes) OnAcquire(_ context.Context, e observe.AcquireEvent) {
 	fmt.Printf("acquire %s: %s after %d attempt(s)\n", e.Key, e.Outcome, e.Attempts)
 }
 

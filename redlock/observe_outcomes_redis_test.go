@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -17,8 +18,8 @@ import (
 // The observer seam: outcomes and numbers of events the other tests do not reach, a killed
 // (not paused) master's state, and observers that misbehave.
 
-func (r *recorder) snapshot() (acq []redlock.AcquireEvent, ext []redlock.ExtendEvent, rel []redlock.ReleaseEvent,
-	loss []redlock.LossEvent, states []redlock.MasterStateEvent) {
+func (r *recorder) snapshot() (acq []observe.AcquireEvent, ext []observe.ExtendEvent, rel []observe.ReleaseEvent,
+	loss []observe.LossEvent, states []observe.MasterStateEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append(acq, r.acquires...), append(ext, r.extends...), append(rel, r.releases...),
@@ -50,7 +51,7 @@ func TestObserve_acquireCancelledWhileWaitingIsContended(t *testing.T) {
 		t.Fatalf("%d acquire events, want 1", len(acq))
 	}
 	a := acq[0]
-	if a.Outcome != redlock.AcquireContended || a.Attempts < 2 || a.Wait < 250*time.Millisecond ||
+	if a.Outcome != observe.AcquireContended || a.Attempts < 2 || a.Wait < 250*time.Millisecond ||
 		a.Wait > 3*time.Second || a.Err == nil || len(a.Masters) != 3 || !errors.Is(a.Err, context.DeadlineExceeded) {
 		t.Errorf("event %+v: want contended after ≥ 2 attempts and ≥ 250ms", a)
 	}
@@ -82,8 +83,8 @@ func TestObserve_acquireCancelledMidRound(t *testing.T) {
 	if len(acq) != 2 {
 		t.Fatalf("%d acquire events, want 2", len(acq))
 	}
-	if a := acq[1]; a.Outcome != redlock.AcquireCancelled || a.Attempts != 1 || a.Wait < 200*time.Millisecond ||
-		a.Masters[2].Answer != redlock.AnswerOK || a.Masters[0].Answer != redlock.AnswerPending {
+	if a := acq[1]; a.Outcome != observe.AcquireCancelled || a.Attempts != 1 || a.Wait < 200*time.Millisecond ||
+		a.Masters[2].Answer != observe.AnswerOK || a.Masters[0].Answer != observe.AnswerPending {
 		t.Errorf("event %+v (err %v): want cancelled, 1 attempt", a, err)
 	}
 }
@@ -124,7 +125,7 @@ func TestObserve_acquireTooLate(t *testing.T) {
 		t.Fatalf("%d acquire events, want 2", len(acq))
 	}
 	a := acq[1]
-	if a.Outcome != redlock.AcquireTooLate || a.Attempts != 1 || a.Wait < 320*time.Millisecond {
+	if a.Outcome != observe.AcquireTooLate || a.Attempts != 1 || a.Wait < 320*time.Millisecond {
 		t.Errorf("event %+v (err %v): want too_late", a, err)
 	}
 }
@@ -150,7 +151,7 @@ func TestObserve_lossMaxHold(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // no second report
 	_, ext, _, loss, _ := rec.snapshot()
-	if len(loss) != 1 || loss[0].Cause != redlock.LossMaxHold || loss[0].Held < 400*time.Millisecond ||
+	if len(loss) != 1 || loss[0].Cause != observe.LossMaxHold || loss[0].Held < 400*time.Millisecond ||
 		loss[0].Held > 2*time.Second || loss[0].Key != "k" {
 		t.Errorf("losses %+v", loss)
 	}
@@ -158,7 +159,7 @@ func TestObserve_lossMaxHold(t *testing.T) {
 		t.Errorf("no extension reported in 400ms of auto-extension every 100ms")
 	}
 	for _, e := range ext {
-		if e.Outcome != redlock.ExtendExtended {
+		if e.Outcome != observe.ExtendExtended {
 			t.Errorf("extension %+v", e)
 		}
 	}
@@ -194,7 +195,7 @@ func TestObserve_lossMajorityKilledDuringAutoExtend(t *testing.T) {
 	if len(loss) != 1 {
 		t.Fatalf("losses %+v, want 1", loss)
 	}
-	if loss[0].Cause != redlock.LossNotExtended && loss[0].Cause != redlock.LossExpired {
+	if loss[0].Cause != observe.LossNotExtended && loss[0].Cause != observe.LossExpired {
 		t.Errorf("loss %+v (Err %v): want not_extended or expired", loss[0], lostErr)
 	}
 	if !errors.Is(loss[0].Err, redlock.ErrLockLost) {
@@ -206,7 +207,7 @@ func TestObserve_lossMajorityKilledDuringAutoExtend(t *testing.T) {
 	}
 	failing := map[int]int{}
 	for _, s := range states {
-		if s.State == redlock.MasterFailing {
+		if s.State == observe.MasterFailing {
 			failing[s.Index]++
 		}
 	}
@@ -265,7 +266,7 @@ func TestObserve_masterStateKilledAndRestartedOnce(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the subject: no further state report comes
 		failed := rec.failedAnswers(2)
 		_, _, _, _, states := rec.snapshot()
-		if len(states) != 2 || states[0].State != redlock.MasterFailing || states[1].State != redlock.MasterUp ||
+		if len(states) != 2 || states[0].State != observe.MasterFailing || states[1].State != observe.MasterUp ||
 			states[0].Index != 2 || states[1].Index != 2 {
 			t.Fatalf("state changes %+v: want master 2 failing, then up", states)
 		}
@@ -314,7 +315,7 @@ func TestObserve_releaseHeldDuration(t *testing.T) {
 	if len(rel) != 1 {
 		t.Fatalf("releases %+v, want 1", rel)
 	}
-	if r := rel[0]; r.Held < 250*time.Millisecond || r.Held > 2*time.Second || r.Outcome != redlock.ReleaseReleased ||
+	if r := rel[0]; r.Held < 250*time.Millisecond || r.Held > 2*time.Second || r.Outcome != observe.ReleaseReleased ||
 		r.Duration <= 0 || r.Duration > r.Held || len(r.Masters) != 3 || r.Quorum != 2 {
 		t.Errorf("release %+v: want held ≥ 250ms", r)
 	}
@@ -361,7 +362,7 @@ func TestObserve_concurrentClientsBalance(t *testing.T) {
 	acquired := 0
 	attempts := 0
 	for _, a := range acq {
-		if a.Outcome == redlock.AcquireAcquired {
+		if a.Outcome == observe.AcquireAcquired {
 			acquired++
 		}
 		attempts += a.Attempts
@@ -374,9 +375,9 @@ func TestObserve_concurrentClientsBalance(t *testing.T) {
 }
 
 // panicky is an Observer whose OnAcquire panics.
-type panicky struct{ redlock.NopObserver }
+type panicky struct{ observe.NopObserver }
 
-func (panicky) OnAcquire(context.Context, redlock.AcquireEvent) { panic("observer bug") }
+func (panicky) OnAcquire(context.Context, observe.AcquireEvent) { panic("observer bug") }
 
 // An Observer that panics in OnAcquire must not crash the caller, nor
 // strand a lock that the caller never got (held, and with auto-extension
@@ -406,9 +407,9 @@ func TestObserve_panickingOnAcquireStrandsNoLock(t *testing.T) {
 
 // answerPanicky panics in OnMasterAnswer, which runs on a transport's
 // goroutine: unrecovered, it would end the process.
-type answerPanicky struct{ redlock.NopObserver }
+type answerPanicky struct{ observe.NopObserver }
 
-func (answerPanicky) OnMasterAnswer(context.Context, redlock.MasterAnswer) { panic("observer bug") }
+func (answerPanicky) OnMasterAnswer(context.Context, observe.MasterAnswer) { panic("observer bug") }
 
 func TestObserve_panickingOnMasterAnswer(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
@@ -433,11 +434,11 @@ func TestObserve_panickingOnMasterAnswer(t *testing.T) {
 
 // slowAnswers blocks in OnMasterAnswer for master 0's answers.
 type slowAnswers struct {
-	redlock.NopObserver
+	observe.NopObserver
 	d time.Duration
 }
 
-func (s slowAnswers) OnMasterAnswer(_ context.Context, e redlock.MasterAnswer) {
+func (s slowAnswers) OnMasterAnswer(_ context.Context, e observe.MasterAnswer) {
 	if e.Index == 0 {
 		time.Sleep(s.d) // the subject: an observer that blocks this long
 	}
@@ -541,7 +542,7 @@ func TestObserve_closeWithObserver(t *testing.T) {
 	acq, _, _, loss, _ := rec.snapshot()
 	causes := map[string]int{}
 	for _, l := range loss {
-		if l.Cause != redlock.LossClosed {
+		if l.Cause != observe.LossClosed {
 			t.Errorf("loss %+v", l)
 		}
 		causes[l.Key]++
@@ -549,7 +550,7 @@ func TestObserve_closeWithObserver(t *testing.T) {
 	if len(loss) != 3 || causes["a"] != 1 || causes["b"] != 1 || causes["c"] != 1 {
 		t.Errorf("losses %+v: want a, b and c once each", loss)
 	}
-	if len(acq) != 4 || acq[3].Outcome != redlock.AcquireClosed || acq[3].Attempts < 1 {
+	if len(acq) != 4 || acq[3].Outcome != observe.AcquireClosed || acq[3].Attempts < 1 {
 		t.Errorf("acquires %+v: want the waiter's last, closed", acq)
 	}
 }

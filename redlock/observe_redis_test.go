@@ -12,58 +12,59 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/observe"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // recorder is an Observer that keeps every event.
 type recorder struct {
-	redlock.NopObserver
+	observe.NopObserver
 	mu       sync.Mutex
-	acquires []redlock.AcquireEvent
-	extends  []redlock.ExtendEvent
-	releases []redlock.ReleaseEvent
-	losses   []redlock.LossEvent
-	answers  []redlock.MasterAnswer
-	states   []redlock.MasterStateEvent
+	acquires []observe.AcquireEvent
+	extends  []observe.ExtendEvent
+	releases []observe.ReleaseEvent
+	losses   []observe.LossEvent
+	answers  []observe.MasterAnswer
+	states   []observe.MasterStateEvent
 	ctxTags  []string // the ctxTag of each state event's context
 }
 
 type ctxTag struct{}
 
-func (r *recorder) OnAcquire(_ context.Context, e redlock.AcquireEvent) {
+func (r *recorder) OnAcquire(_ context.Context, e observe.AcquireEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.Masters = slices.Clone(e.Masters)
 	r.acquires = append(r.acquires, e)
 }
 
-func (r *recorder) OnExtend(_ context.Context, e redlock.ExtendEvent) {
+func (r *recorder) OnExtend(_ context.Context, e observe.ExtendEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.Masters = slices.Clone(e.Masters)
 	r.extends = append(r.extends, e)
 }
 
-func (r *recorder) OnRelease(_ context.Context, e redlock.ReleaseEvent) {
+func (r *recorder) OnRelease(_ context.Context, e observe.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.Masters = slices.Clone(e.Masters)
 	r.releases = append(r.releases, e)
 }
 
-func (r *recorder) OnLoss(_ context.Context, e redlock.LossEvent) {
+func (r *recorder) OnLoss(_ context.Context, e observe.LossEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.losses = append(r.losses, e)
 }
 
-func (r *recorder) OnMasterAnswer(_ context.Context, e redlock.MasterAnswer) {
+func (r *recorder) OnMasterAnswer(_ context.Context, e observe.MasterAnswer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.answers = append(r.answers, e)
 }
 
-func (r *recorder) OnMasterState(ctx context.Context, e redlock.MasterStateEvent) {
+func (r *recorder) OnMasterState(ctx context.Context, e observe.MasterStateEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.states = append(r.states, e)
@@ -77,7 +78,7 @@ func (r *recorder) failedAnswers(i int) int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, a := range r.answers {
-		if a.Index == i && a.Answer == redlock.AnswerFailed {
+		if a.Index == i && a.Answer == observe.AnswerFailed {
 			n++
 		}
 	}
@@ -120,7 +121,7 @@ func TestObserver_Acquire_contended_then_waits(t *testing.T) {
 			t.Fatalf("%d acquire events, want 2", len(rec.acquires))
 		}
 		a := rec.acquires[0]
-		if a.Key != "k" || a.Kind != redlock.KindPlain || a.Outcome != redlock.AcquireContended || a.Attempts != 1 || a.Err == nil {
+		if a.Key != "k" || a.Kind != observe.KindPlain || a.Outcome != observe.AcquireContended || a.Attempts != 1 || a.Err == nil {
 			t.Errorf("TryAcquire of a held key: %+v", a)
 		}
 		if len(a.Masters) != 3 {
@@ -131,7 +132,7 @@ func TestObserver_Acquire_contended_then_waits(t *testing.T) {
 			if m.Index != i || m.Addr != rs.servers[i].Addr() {
 				t.Errorf("master %d: %+v", i, m)
 			}
-			if m.Answer == redlock.AnswerRefused {
+			if m.Answer == observe.AnswerRefused {
 				refused++
 				if m.Latency <= 0 || m.At.IsZero() {
 					t.Errorf("master %d refused without a latency: %+v", i, m)
@@ -142,17 +143,17 @@ func TestObserver_Acquire_contended_then_waits(t *testing.T) {
 			t.Errorf("%d masters refused, want at least a quorum: %+v", refused, a.Masters)
 		}
 		b := rec.acquires[1]
-		if b.Outcome != redlock.AcquireAcquired || b.Attempts != l.Attempts() || b.Wait < l.Waited() || b.Err != nil {
+		if b.Outcome != observe.AcquireAcquired || b.Attempts != l.Attempts() || b.Wait < l.Waited() || b.Err != nil {
 			t.Errorf("Acquire after a wait: %+v (the lock: %d attempts, waited %v)", b, l.Attempts(), l.Waited())
 		}
 		// A master may grant after the decision, before the event is
 		// built: then the event has it and the lock's story does not.
 		for _, i := range l.Granted() {
-			if b.Masters[i].Answer != redlock.AnswerOK {
+			if b.Masters[i].Answer != observe.AnswerOK {
 				t.Errorf("master %d granted the lock, the event says %+v", i, b.Masters[i])
 			}
 		}
-		if len(rec.releases) != 1 || rec.releases[0].Outcome != redlock.ReleaseReleased || rec.releases[0].WasLost ||
+		if len(rec.releases) != 1 || rec.releases[0].Outcome != observe.ReleaseReleased || rec.releases[0].WasLost ||
 			rec.releases[0].Held <= 0 {
 			t.Errorf("releases %+v", rec.releases)
 		}
@@ -182,14 +183,14 @@ func TestObserver_Loss_expired_is_logged_and_reported(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.losses) != 1 || rec.losses[0].Cause != redlock.LossExpired || rec.losses[0].Key != "k" ||
+	if len(rec.losses) != 1 || rec.losses[0].Cause != observe.LossExpired || rec.losses[0].Key != "k" ||
 		rec.losses[0].Held < 600*time.Millisecond {
 		t.Errorf("losses %+v", rec.losses)
 	}
-	if len(rec.extends) != 1 || rec.extends[0].Outcome != redlock.ExtendLost || len(rec.extends[0].Masters) != 0 {
+	if len(rec.extends) != 1 || rec.extends[0].Outcome != observe.ExtendLost || len(rec.extends[0].Masters) != 0 {
 		t.Errorf("extends %+v (nothing is sent for an expired lock)", rec.extends)
 	}
-	if len(rec.releases) != 1 || !rec.releases[0].WasLost || rec.releases[0].Outcome != redlock.ReleaseNotHeld {
+	if len(rec.releases) != 1 || !rec.releases[0].WasLost || rec.releases[0].Outcome != observe.ReleaseNotHeld {
 		t.Errorf("releases %+v", rec.releases)
 	}
 	if !strings.Contains(logs.String(), `"msg":"redlock: lock lost","key":"k","cause":"expired"`) {
@@ -216,15 +217,15 @@ func TestObserver_Loss_not_held(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.losses) != 1 || rec.losses[0].Cause != redlock.LossNotHeld {
+	if len(rec.losses) != 1 || rec.losses[0].Cause != observe.LossNotHeld {
 		t.Errorf("losses %+v", rec.losses)
 	}
-	if len(rec.extends) != 1 || rec.extends[0].Outcome != redlock.ExtendLost {
+	if len(rec.extends) != 1 || rec.extends[0].Outcome != observe.ExtendLost {
 		t.Fatalf("extends %+v", rec.extends)
 	}
 	refused := 0
 	for _, m := range rec.extends[0].Masters {
-		if m.Answer == redlock.AnswerRefused {
+		if m.Answer == observe.AnswerRefused {
 			refused++
 		}
 	}
@@ -285,17 +286,17 @@ func TestObserver_MasterState_paused_master_logged_once(t *testing.T) {
 		}
 		down, up := rec.states[0], rec.states[1]
 		var ne *redlock.NodeError
-		if down.Index != 2 || down.State != redlock.MasterFailing || !errors.As(down.Err, &ne) || ne.Index != 2 {
+		if down.Index != 2 || down.State != observe.MasterFailing || !errors.As(down.Err, &ne) || ne.Index != 2 {
 			t.Errorf("first change %+v", down)
 		}
-		if up.Index != 2 || up.State != redlock.MasterUp || up.Failures != int64(failed) || up.Since <= 0 {
+		if up.Index != 2 || up.State != observe.MasterUp || up.Failures != int64(failed) || up.Since <= 0 {
 			t.Errorf("second change %+v: want up after %d failures", up, failed)
 		}
 		if rec.ctxTags[0] != "caller" || rec.ctxTags[1] != "caller" {
 			t.Errorf("the observer got contexts tagged %q, want the caller's", rec.ctxTags)
 		}
 		for _, a := range rec.answers {
-			if a.Index != 2 && a.Answer == redlock.AnswerFailed {
+			if a.Index != 2 && a.Answer == observe.AnswerFailed {
 				t.Errorf("a live master failed: %+v", a)
 			}
 		}
@@ -395,7 +396,7 @@ func TestObserver_events_carry_lock_ID_and_validity(t *testing.T) {
 	if xa.ID != ea.ID || xa.Validity <= 19*time.Second || !xa.Until.After(ea.Until) {
 		t.Errorf("extension of lock %d to 20s: ID %d, Validity %v", ea.ID, xa.ID, xa.Validity)
 	}
-	if xb.ID != eb.ID || xb.Outcome != redlock.ExtendLost || xb.Validity > 0 {
+	if xb.ID != eb.ID || xb.Outcome != observe.ExtendLost || xb.Validity > 0 {
 		t.Errorf("a lost lock's extension: ID %d (want %d), outcome %s, Validity %v (want ≤ 0)", xb.ID, eb.ID, xb.Outcome, xb.Validity)
 	}
 	if len(rec.losses) != 1 || rec.losses[0].ID != eb.ID {

@@ -11,6 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/internal/testhook"
+	"github.com/quorumlock/quorumlock/observe"
 )
 
 // Defaults, as the Redlock specification suggests them.
@@ -61,7 +62,7 @@ type config struct {
 	clock        clock.Clock
 	jitter       rand.Source // nil: math/rand/v2's global source
 	logger       *slog.Logger
-	observer     Observer
+	observer     observe.Observer
 	clusterSlots bool
 	// transport holds the options of the package that makes the
 	// transports (transportOption), by its keys.
@@ -195,7 +196,7 @@ type lockConfig struct {
 	fair       bool
 	fencing    bool
 	meta       string // holder metadata; "" for none
-	election   bool   // an Election's campaign: metadata always kept, term recorded (election.go)
+	fenceRec   bool   // WithHolderFence: metadata always kept, the fencing token recorded beside the holder
 	// A semaphore's permit (semaphore.go): its events name this kind, and
 	// its acquisition is reported by the semaphore, not by each slot.
 	eventKind    string
@@ -289,6 +290,9 @@ func (c *Client) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 			ErrInvalid, lc.autoPeriod, lc.ttl, budget)
 	case lc.maxHold < 0:
 		return lc, fmt.Errorf("%w: max hold must not be negative, got %v", ErrInvalid, lc.maxHold)
+	}
+	if lc.fenceRec && !lc.fencing {
+		return lc, fmt.Errorf("%w: WithHolderFence records a fencing token: it needs WithFencing", ErrInvalid)
 	}
 	if err := checkMinHold(&lc); err != nil {
 		return lc, err

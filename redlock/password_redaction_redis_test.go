@@ -131,6 +131,7 @@ func TestRedaction_shortPasswordKeepsNodeErrorsUsable(t *testing.T) {
 	huge := hostile.Start(t, hostile.Reply("$300000000000000\r\n"))
 	for _, pw := range []string{"e", "o", "1", "t"} {
 		t.Run(pw, func(t *testing.T) {
+			t.Parallel() // its own clients of the two fake masters; checks errors, not durations
 			forEachPath(t, func(t *testing.T, path connPath) {
 				for _, bad := range []string{silent, huge} {
 					_, err := addrClient(t, path, []string{"redis://:" + pw + "@" + bad}).TryAcquire(ctxT(t), "k")

@@ -217,7 +217,7 @@ func TestLateGrant_closeWithALateReplyInFlight(t *testing.T) {
 		case <-c.Quit():
 		}
 		_ = c.Write(hostile.EncodeReply(v))
-		return hostile.Swallow // a second SET NX of the same token: a no-op, unanswered
+		return hostile.Drop // run once: the rollback sent on that reply finds it
 	}
 	p := hostile.NewProxy(t, s.Addr(), hook)
 	c, err := redigo.NewFromAddrs([]string{p.Addr()}, redlock.WithTimeout(lateReplyTimeout), redigo.WithPipelining(false))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/observe"
 )
 
 // Reentrant locks: one Redis hash per key holding the owner, its hold
@@ -69,7 +69,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 	if owner == "" {
 		owner = c.jit.uuid()
 	}
-	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs()}, nil
+	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs(c.jit)}, nil
 }
 
 // Key returns the locked key ("" for a nil Reentrant).
@@ -267,10 +267,10 @@ func (l *Lock) countRound(ctx context.Context, op opKind, n int64, what string) 
 		defer func() {
 			outcome := extendOutcome(err)
 			if errors.Is(err, ErrNotAcquired) {
-				outcome = ExtendNotExtended
+				outcome = observe.ExtendNotExtended
 			}
 			until, validity := l.validity()
-			c.obs.OnExtend(ctx, ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: outcome, Start: start,
+			c.obs.OnExtend(ctx, observe.ExtendEvent{Key: l.key, Kind: l.kindName(), Outcome: outcome, Start: start,
 				Duration: c.clock.Since(start), TTL: l.ttl, Masters: r.results(), Err: err, Quorum: c.quorum,
 				ID: l.id, Until: until, Validity: validity})
 		}()
@@ -381,8 +381,8 @@ type holdIDs struct {
 	n    atomic.Uint64
 }
 
-func newHoldIDs() *holdIDs {
-	return &holdIDs{name: strconv.FormatUint(rand.Uint64(), 36)}
+func newHoldIDs(j *jitter) *holdIDs {
+	return &holdIDs{name: strconv.FormatUint(j.uint64(), 36)}
 }
 
 func (h *holdIDs) next() string {

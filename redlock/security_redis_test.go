@@ -265,6 +265,7 @@ func ctx0(t *testing.T) context.Context { return ctxT(t) }
 // failing and answering again once a second.)
 func TestSecurity_subscribeRefusedByACLIsLoggedOnceAndWaitersPoll(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
+		t.Parallel() // its own masters, client and log; no duration bounded from above
 		servers := redistest.Start(t, 3)
 		urls := aclUser(t, servers, "nosub", strings.Replace(minimalACL, " +subscribe ", " ", 1))
 		var logs syncBuffer

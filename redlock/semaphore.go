@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/layout"
+	"github.com/quorumlock/quorumlock/observe"
 )
-
-// KindSemaphore names a semaphore's permits in events (Client.NewSemaphore).
-const KindSemaphore = "semaphore"
 
 // MaxPermits is the largest permit count NewSemaphore accepts.
 const MaxPermits = 1024
@@ -168,7 +166,7 @@ func PermitFromContext(ctx context.Context) (*Permit, bool) {
 // semaphoreSlot marks a slot's lock: its events name KindSemaphore, and its
 // acquisitions are reported once per Semaphore call (observeSemaphore).
 func semaphoreSlot() LockOption {
-	return func(lc *lockConfig) { lc.eventKind, lc.quietAcquire = KindSemaphore, true }
+	return func(lc *lockConfig) { lc.eventKind, lc.quietAcquire = observe.KindSemaphore, true }
 }
 
 func (s *Semaphore) permit(l *Lock, slot int) *Permit {
@@ -204,7 +202,7 @@ func (e *semaphoreError) Unwrap() []error { return e.errs }
 // permit's lock ID so that its extensions, release and loss follow it.
 func (s *Semaphore) observe(ctx context.Context, begun time.Time, attempts int, p *Permit, err error) {
 	c := s.c
-	e := AcquireEvent{Key: s.key, Kind: KindSemaphore, Outcome: acquireOutcome(err), Attempts: attempts,
+	e := observe.AcquireEvent{Key: s.key, Kind: observe.KindSemaphore, Outcome: acquireOutcome(err), Attempts: attempts,
 		Start: begun, Wait: c.clock.Since(begun), Err: err, Quorum: c.quorum}
 	if p != nil {
 		e.ID = p.id

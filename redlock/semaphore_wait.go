@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
 // Waiting for a semaphore's permit.
@@ -19,10 +21,13 @@ import (
 // at once, it keeps one and hands the others on at once to the next waiter
 // of each slot's queue, so that no freed slot waits for its attempt; a
 // waiter that leaves without having tried a slot it was woken for hands
-// that slot on too (waker.unregister). Its timer — the backoff, then the
-// fallback poll — tries every slot from a random one: a holder that
-// vanished frees its slot at its TTL without a notice, and a notice may be
-// lost.
+// that slot on too (waker.unregister), and one whose attempt failed after
+// a notice of the slot woke another waiter of the Client meanwhile wakes
+// the next waiter of that slot (waiting.tried): its grant at the slot's
+// pilot, undone by no notice, may have refused the other. Its timer — the
+// backoff, then the fallback poll — tries every slot from a random one: a
+// holder that vanished frees its slot at its TTL without a notice, and a
+// notice may be lost.
 
 // slotsKind is a plain lock waited for on every slot's key: what
 // waker.mark asks of a semaphore's waiter.
@@ -149,6 +154,7 @@ func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time
 			lead := c.woken(ctx, &waiting{w: wt.w, ch: wt.ch, ws: wt.ws[i : i+1]}, s.slots[i], plainKind{}, waitFrom)
 			var err error
 			p, err = s.try(ctx, lc, i, lead, tries)
+			wt.tried(err)
 			if err != nil {
 				errs = []error{err}
 			}
@@ -177,7 +183,7 @@ func (s *Semaphore) register(m mark) *waiting {
 	w := s.c.waker
 	wt := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
 	for _, key := range s.slots {
-		each, quiet := w.registerOn(key, wt.ch, m.gen, false, false, 0)
+		each, quiet := w.registerOn(key, wt.ch, m.gen, wake.Plain, 0)
 		wt.ws = append(wt.ws, each)
 		wt.recheck = wt.recheck || !quiet
 	}
@@ -189,37 +195,23 @@ func (s *Semaphore) register(m mark) *waiting {
 // goes to the next waiter of that slot (waker.unregister).
 func (s *Semaphore) unregister(wt *waiting, got int) {
 	for i, each := range wt.ws {
-		wt.w.unregister(each, i == got, false)
+		wt.w.unregister(each, i == got)
 	}
 }
 
 // wokenSlot returns a slot the waiter was woken for and takes its notice,
-// or -1 when none is left. It hands the notices of the other slots it was
-// woken for on at once to the next waiter of each, as if it had tried
-// them and failed; it hears them again itself (and is signalled) when it
-// is the slot's only waiter here.
+// or -1 when none is left; the others it hands on (wake.Table.TakeOne).
+// The attempt on that slot begins (waiting.trying): its end is told with
+// waiting.tried.
 func (s *Semaphore) wokenSlot(wt *waiting) int {
 	w := wt.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := len(wt.ws)
-	start, got := s.c.jit.intN(n), -1
-	for j := 0; j < n; j++ {
-		i := (start + j) % n
-		each := wt.ws[i]
-		if !each.woken {
-			continue
-		}
-		each.woken = false
-		if got < 0 {
-			got = i
-			continue
-		}
-		if kw := w.waiters[each.key]; kw != nil {
-			kw.wakeFirst()
-		}
+	i := w.keys.TakeOne(wt.ws, s.c.jit.intN(len(wt.ws)))
+	if i >= 0 {
+		wt.tryingLocked(wt.ws[i])
 	}
-	return got
+	return i
 }
 
 // pause is Client.pause for a semaphore's waiter: it ends at the first of

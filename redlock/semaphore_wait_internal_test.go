@@ -10,14 +10,14 @@ import (
 // master (closed: registering subscribes nothing), and n of its waiters,
 // registered in order.
 func newSlotWaiters(k, n int) (*Semaphore, []*waiting) {
-	w := &waker{waiters: map[string]*keyWaiters{}, lingering: map[string]*keyWaiters{}, closed: true}
+	w := &waker{closed: true}
 	s := &Semaphore{c: &Client{waker: w}, key: "jobs", permits: k}
 	for i := 0; i < k; i++ {
 		s.slots = append(s.slots, layout.PermitKey("jobs", i))
 	}
 	var ws []*waiting
 	for i := 0; i < n; i++ {
-		ws = append(ws, s.register(mark{gen: w.gen, live: true}))
+		ws = append(ws, s.register(mark{gen: w.keys.Gen(), live: true}))
 	}
 	return s, ws
 }
@@ -27,7 +27,7 @@ func notice(s *Semaphore, slot int) {
 	w := s.c.waker
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.waiters[s.slots[slot]].wakeFirst()
+	w.keys.Queue(s.slots[slot]).WakeNext()
 }
 
 func signalled(wt *waiting) bool {
@@ -89,7 +89,7 @@ func TestSemaphoreWaiter_leavingHandsOnUntriedNotices(t *testing.T) {
 	notice(s, 0)
 	notice(s, 2)
 	_ = signalled(a)
-	a.ws[0].woken = false // taken by an attempt on slot 0, which won
+	a.ws[0].Woken = false // taken by an attempt on slot 0, which won
 	s.unregister(a, 0)
 	if !signalled(b) {
 		t.Fatal("the untried slot's notice was not handed on")

@@ -127,7 +127,7 @@ func TestAcquire_waitsPastItsTTLUntilCtxEnds(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		t.Cleanup(cancel) // after the parallel subtests
 		c := rs.client(t, path, redlock.WithTimeout(200*time.Millisecond))
 		const ttl = 600 * time.Millisecond
 		long := redlock.WithTTL(10 * time.Second)
@@ -161,6 +161,7 @@ func TestAcquire_waitsPastItsTTLUntilCtxEnds(t *testing.T) {
 			{"reentrant", reentrant, reentrant},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel() // a key of its own; the checks bound durations from below only
 				key := "k:" + tc.name
 				hold, err := tc.hold(ctx, key, long)
 				if err != nil {

@@ -92,9 +92,11 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 		for _, p := range leadPaths {
 			t.Run(tc.name+"/"+p.name, func(t *testing.T) {
 				servers := redistest.Start(t, 5)
-				holder := leadClient(t, servers, p.pipelined)
+				// Generous per-master timeouts, as awaitHeldIn's.
+				holder := leadClient(t, servers, p.pipelined, WithTimeout(realTimeoutIn))
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-				w := leadClient(t, servers, p.pipelined, WithClock(fake))
+				w := leadClient(t, servers, p.pipelined, WithClock(fake), WithTimeout(realTimeoutIn))
+				settled := settledCount(w)
 				key := "a27:kind:" + tc.name
 				release, err := tc.holder(context.Background(), holder, key, WithTTL(time.Minute))
 				if err != nil {
@@ -116,12 +118,12 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 							return false
 						}
 					}
-					return fake.Pending() >= 1
+					// its re-check after the subscription is over too
+					return fake.Pending() >= 1 && settled.Load() >= 1
 				}) {
 					cancel()
 					t.Fatalf("the waiter does not wait: %v", <-got)
 				}
-				time.Sleep(300 * time.Millisecond)
 				if err := release(); err != nil {
 					t.Fatal(err)
 				}
@@ -154,7 +156,8 @@ func TestWake_wokenReadersAllGetIn(t *testing.T) {
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
 			servers := redistest.Start(t, 5)
-			holder := leadClient(t, servers, p.pipelined)
+			// Generous per-master timeouts, as awaitHeldIn's.
+			holder := leadClient(t, servers, p.pipelined, WithTimeout(realTimeoutIn))
 			key := "a27:readers:" + p.name
 			wl, err := holder.AcquireWrite(context.Background(), key, WithTTL(time.Minute))
 			if err != nil {
@@ -166,10 +169,12 @@ func TestWake_wokenReadersAllGetIn(t *testing.T) {
 			var in atomic.Int32
 			got := make(chan error, readers)
 			fakes := make([]*clock.Fake, readers)
+			settled := make([]*atomic.Int64, readers)
 			release := make(chan struct{})
 			for i := range readers {
 				fakes[i] = clock.NewFake(time.Unix(1_700_000_000, 0))
-				c := leadClient(t, servers, p.pipelined, WithClock(fakes[i]))
+				c := leadClient(t, servers, p.pipelined, WithClock(fakes[i]), WithTimeout(realTimeoutIn))
+				settled[i] = settledCount(c)
 				go func() {
 					l, err := c.AcquireRead(ctx, key, WithTTL(time.Minute), WithWait(time.Hour))
 					if err == nil {
@@ -180,22 +185,24 @@ func TestWake_wokenReadersAllGetIn(t *testing.T) {
 					got <- err
 				}()
 			}
-			if !redistest.WaitFor(ctx5s(t), func() bool {
-				for _, s := range servers {
-					if a27NumSub(t, s, wakeChannel(key)) != readers {
-						return false
+			// Each waits: subscribed on every master, its backoff timer
+			// pending and its re-check after the subscription over.
+			waiting := func() string {
+				for i, s := range servers {
+					if n := a27NumSub(t, s, wakeChannel(key)); n != readers {
+						return fmt.Sprintf("%d of %d readers subscribed on master %d", n, readers, i)
 					}
 				}
-				for _, f := range fakes {
-					if f.Pending() < 1 {
-						return false
+				for i, f := range fakes {
+					if f.Pending() < 1 || settled[i].Load() < 1 {
+						return fmt.Sprintf("reader %d: %d timers pending, %d pauses begun settled", i, f.Pending(), settled[i].Load())
 					}
 				}
-				return true
-			}) {
-				t.Fatal("the readers do not wait")
+				return ""
 			}
-			time.Sleep(300 * time.Millisecond)
+			if !redistest.WaitFor(ctx5s(t), func() bool { return waiting() == "" }) {
+				t.Fatalf("the readers do not wait: %s", waiting())
+			}
 			if err := wl.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -31,8 +31,11 @@ type a29Multi struct {
 func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 	t.Helper()
 	servers := redistest.Start(t, 3)
-	m := &a29Multi{servers: servers, holder: leadClient(t, servers, pipelined), fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
-	m.w = leadClient(t, servers, pipelined, WithClock(m.fake))
+	// Generous per-master timeouts, as awaitHeldIn's.
+	m := &a29Multi{servers: servers, holder: leadClient(t, servers, pipelined, WithTimeout(realTimeoutIn)),
+		fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	m.w = leadClient(t, servers, pipelined, WithClock(m.fake), WithTimeout(realTimeoutIn))
+	settled := settledCount(m.w)
 	m.b = "{a29:" + name + "}b"
 	for i := 0; m.a == ""; i++ {
 		if k := fmt.Sprintf("{a29:%s}a%d", name, i); m.w.leadFor(k) != m.w.leadFor(m.b) {
@@ -66,8 +69,8 @@ func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 		}
 		got <- err
 	}()
-	a27Waiting(t, servers, m.fake, m.a)
-	a27Waiting(t, servers, m.fake, m.b)
+	a27Waiting(t, servers, m.fake, m.a, settled)
+	a27Waiting(t, servers, m.fake, m.b, settled)
 	return m
 }
 
@@ -145,14 +148,16 @@ func TestWake_multiKeyRandomReleaseOrders(t *testing.T) {
 	servers := redistest.Start(t, 5)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			holder := leadClient(t, servers, p.pipelined)
+			// Generous per-master timeouts, as awaitHeldIn's.
+			holder := leadClient(t, servers, p.pipelined, WithTimeout(realTimeoutIn))
 			for trial := range 8 {
 				seed := uint64(time.Now().UnixNano())
 				rng := rand.New(rand.NewPCG(seed, uint64(trial)))
 				a := fmt.Sprintf("{a29r:%s:%d:%d}a", p.name, trial, seed)
 				b := fmt.Sprintf("{a29r:%s:%d:%d}b", p.name, trial, seed)
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-				w := leadClient(t, servers, p.pipelined, WithClock(fake))
+				w := leadClient(t, servers, p.pipelined, WithClock(fake), WithTimeout(realTimeoutIn))
+				settled := settledCount(w)
 				la, err := holder.Acquire(context.Background(), a, WithTTL(time.Minute))
 				if err != nil {
 					t.Fatal(err)
@@ -171,8 +176,8 @@ func TestWake_multiKeyRandomReleaseOrders(t *testing.T) {
 					}
 					got <- err
 				}()
-				a27Waiting(t, servers, fake, a)
-				a27Waiting(t, servers, fake, b)
+				a27Waiting(t, servers, fake, a, settled)
+				a27Waiting(t, servers, fake, b, settled)
 				type step struct {
 					l *Lock
 					m int

@@ -16,11 +16,9 @@ import (
 func TestWake_singleMasterWokenWaiterWithRivalsWaitsAgeWeightedDelay(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	c := leadClient(t, servers, true)
-	wg := c.waker.wait([]string{"k"}, mark{}, false, 0)
-	defer wg.stop(false, false)
-	c.waker.mu.Lock()
-	c.waker.waiters["k"].subs = 2 // the notice said: two clients wait
-	c.waker.mu.Unlock()
+	wg := c.waker.wait([]string{"k"}, mark{}, plainKind{})
+	defer wg.stop(false)
+	c.waker.notify("k", "rel-1/2", 0) // the notice says: two clients wait
 	begun := time.Now()
 	if lead := c.woken(context.Background(), wg, "k", plainKind{}, begun); lead != -1 {
 		t.Fatalf("woken asks master %d first on a single master", lead)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/transport"
@@ -404,7 +405,8 @@ func TestSimMaster_agreesWithRedisOnEveryKind(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		key := keys[rng.IntN(len(keys))]
-		ttl := redlock.WithTTL(time.Duration(150+rng.IntN(400)) * time.Millisecond)
+		ttlD := time.Duration(150+rng.IntN(400)) * time.Millisecond
+		ttl := redlock.WithTTL(ttlD)
 		var opts []redlock.LockOption
 		opts = append(opts, ttl)
 		if rng.IntN(3) == 0 {
@@ -460,10 +462,10 @@ func TestSimMaster_agreesWithRedisOnEveryKind(t *testing.T) {
 			}
 		case k == 8:
 			what = "election"
-			var e *redlock.Election
-			e, err = cl.NewElection("el-"+key, ttl)
+			var e *election.Election
+			e, err = election.New(cl, "el-"+key, election.WithTTL(ttlD))
 			if err == nil {
-				var ld *redlock.Leadership
+				var ld *election.Leadership
 				if ld, err = e.Campaign(ctx, "v"+strconv.Itoa(i)); err == nil {
 					l = ld.Lock()
 				}

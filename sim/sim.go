@@ -17,6 +17,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/testhook"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/transport"
@@ -72,6 +74,7 @@ type Stats struct {
 	DupCompletions                                          atomic.Int64
 	Commands                                                atomic.Int64 // sent to masters
 	Virtual                                                 time.Duration
+	Racing                                                  bool     // replies at their deadline raced the caller's timer
 	FaultKinds                                              sync.Map // string -> *atomic.Int64
 	Granted                                                 sync.Map // lock kind -> *atomic.Int64: grants
 }
@@ -110,8 +113,12 @@ func (s *Stats) String() string {
 		return true
 	})
 	sort.Strings(granted)
-	return fmt.Sprintf("virtual %v, %d commands, ops=%d acquire=%d (granted %d [%s]) extend=%d (extended %d) release=%d (released %d) leader reads=%d faults=%d [%s]",
-		s.Virtual.Round(time.Millisecond), s.Commands.Load(), s.Ops(), s.Acquires.Load(), s.Grants.Load(), strings.Join(granted, " "),
+	racing := ""
+	if s.Racing {
+		racing = " (racing)"
+	}
+	return fmt.Sprintf("virtual %v%s, %d commands, ops=%d acquire=%d (granted %d [%s]) extend=%d (extended %d) release=%d (released %d) leader reads=%d faults=%d [%s]",
+		s.Virtual.Round(time.Millisecond), racing, s.Commands.Load(), s.Ops(), s.Acquires.Load(), s.Grants.Load(), strings.Join(granted, " "),
 		s.Extends.Load(), s.Extended.Load(), s.Releases.Load(), s.Released.Load(), s.Leaders.Load(),
 		s.Faults.Load(), strings.Join(kinds, " "))
 }
@@ -126,6 +133,9 @@ type Violation struct {
 	// Script is what the run did: the operations and faults drawn
 	// from its seed (or its Config.Script). Shrinking replays parts.
 	Script *Script
+	// Racing: the run's replies at their deadline raced the library's
+	// timers (see wire), so that a replay may take other turns.
+	Racing bool
 }
 
 func (v *Violation) Error() string {
@@ -136,6 +146,9 @@ func (v *Violation) Error() string {
 		b.WriteString(strings.Join(v.History, "\n  "))
 	}
 	fmt.Fprintf(&b, "\nreplay: make sim SEED=%d", v.Seed)
+	if v.Racing {
+		b.WriteString(" (a racing run: the scheduler picks the winner of each reply that comes at its deadline, so a replay may take other turns)")
+	}
 	return b.String()
 }
 
@@ -170,6 +183,7 @@ type run struct {
 	begin   time.Time
 	masters []*Master
 	clients []*redlock.Client
+	wire    *wire // the network's deliveries, in a seeded order
 
 	mu        sync.Mutex
 	violation *Violation
@@ -213,6 +227,11 @@ func (r *run) rng(stream uint64) *rand.Rand {
 
 func (r *run) run() error {
 	r.begin = time.Now()
+	// One run in two lets replies at their deadline race the library's
+	// timers (see wire).
+	r.stats.Racing = r.rng(3).IntN(2) == 0
+	r.wire = newWire(r.stats.Racing)
+	defer r.wire.close()
 	setup := r.rng(1)
 	for i := range r.cfg.Masters {
 		m := NewMaster(fmt.Sprintf("sim-master-%d", i), r.rng(100+uint64(i)), setup.IntN(2) == 0)
@@ -235,14 +254,18 @@ func (r *run) run() error {
 		}
 		m.onGrant = func(key, token string, ttl time.Duration) {
 			at := time.Now()
-			time.AfterFunc(ttl*9/10, func() { r.checkStale(i, key, token, at) })
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%d %s %s", i, key, token)
+			r.wire.after(ttl*9/10, h.Sum64(), false, func() { r.checkStale(i, key, token, at) })
 		}
 	}
 	for c := range r.cfg.Clients {
 		ordered := setup.IntN(2) == 0
 		ts := make([]transport.Transport, len(r.masters))
 		for i, m := range r.masters {
-			ts[i] = NewLink(m, ordered, r.rng(1000+uint64(c*64+i)), r.stats)
+			lk := NewLink(m, ordered, r.rng(1000+uint64(c*64+i)), r.stats)
+			lk.w = r.wire
+			ts[i] = lk
 		}
 		// The client's jitter (backoff, wake-up spread, tokens) draws
 		// from the seed too, per virtual instant as the links do.
@@ -264,10 +287,11 @@ func (r *run) run() error {
 	var wg sync.WaitGroup
 	for c, cl := range r.clients {
 		owners := map[string]map[string]*redlock.Reentrant{}
-		els := map[string]*redlock.Election{}
+		els := map[string]*election.Election{}
 		for k := range elections {
 			key := fmt.Sprintf("e%d", k)
-			e, err := cl.NewElection(key, redlock.WithTTL(electionTTL), backoff)
+			e, err := election.New(cl, key, election.WithTTL(electionTTL),
+				election.WithBackoff(2*time.Millisecond, 50*time.Millisecond)) // the workers' backoff
 			if err != nil {
 				return err
 			}
@@ -324,6 +348,7 @@ func (r *run) run() error {
 		if r.violation.Script == nil {
 			r.violation.Script = &Script{Ops: append([]OpSpec(nil), r.drawn...), Faults: append([]FaultSpec(nil), r.faulted...)}
 		}
+		r.violation.Racing = r.stats.Racing
 		return r.violation
 	}
 	return nil

@@ -36,6 +36,9 @@ type Link struct {
 	ordered bool
 	bound   time.Duration // how long past its deadline an ordered link waits for a reply
 	faults  bool          // whether the link applies the master's weather
+	// w, when set, runs the link's deliveries in a seeded order (see
+	// wire); else each runs on a goroutine of its own (time.AfterFunc).
+	w *wire
 
 	mu       sync.Mutex
 	seed     uint64
@@ -81,8 +84,8 @@ type op struct {
 	done     bool
 	sent     bool
 	resent   bool
-	dup      bool // complete twice (a transport fault)
-	giveUp   *time.Timer
+	dup      bool        // complete twice (a transport fault)
+	giveUp   func() bool // cancels the give-up
 	dupFired bool
 }
 
@@ -133,6 +136,7 @@ func (l *Link) Send(cmd *transport.Command) {
 	l.drawLocked()
 	yields := l.rng.IntN(8)
 	dup := l.faults && l.rng.Float64() < l.m.currentWeather().DupComplete
+	giveUpKey := l.rng.Uint64()
 	l.mu.Unlock()
 	for range max(yields-2, 0) {
 		runtime.Gosched()
@@ -164,9 +168,9 @@ func (l *Link) Send(cmd *transport.Command) {
 	o.sent = true
 	l.wg.Add(1)
 	if l.ordered {
-		o.giveUp = time.AfterFunc(time.Until(cmd.Deadline)+l.bound, func() { l.giveUp(o) })
+		o.giveUp = l.after(time.Until(cmd.Deadline)+l.bound, giveUpKey, false, func() { l.giveUp(o) })
 	} else {
-		o.giveUp = time.AfterFunc(time.Until(cmd.Deadline), func() { l.giveUp(o) })
+		o.giveUp = l.after(time.Until(cmd.Deadline), giveUpKey, false, func() { l.giveUp(o) })
 	}
 	l.sendLocked(o, o.c, w, wireArgs(cmd, false))
 	l.mu.Unlock()
@@ -193,9 +197,11 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		back += o.cmd.Deadline.Sub(now) + time.Duration(l.rng.Int64N(int64(200*time.Millisecond)))
 	}
 	atDeadline := l.faults && o != nil && l.rng.Float64() < w.AtDeadline
-	if l.faults && o != nil && plainAcquire(o.cmd) && l.rng.Float64() < w.AtDeadlineSet {
+	if l.faults && o != nil && plainAcquire(o.cmd) && l.rng.Float64() < l.atDeadlineSet(w) {
 		atDeadline = true
 	}
+	arriveKey, replyKey := l.rng.Uint64(), l.rng.Uint64()
+	edge := l.drawEdgeLocked()
 	arrive := now.Add(out)
 	if l.ordered {
 		if arrive.Before(c.lastArrive) {
@@ -212,20 +218,27 @@ func (l *Link) sendLocked(o *op, c *conn, w weather, args []string) {
 		if dropReply && err == nil {
 			return // the reply is lost: the command ran, the give-up completes it
 		}
+		race := false
 		if atDeadline {
 			if d := time.Until(o.cmd.Deadline); d > 0 {
 				back = d
+				switch edge {
+				case edgeRace:
+					race = true
+				case edgeBefore:
+					back = max(d-time.Nanosecond, time.Nanosecond)
+				}
 			}
 		}
-		time.AfterFunc(back, func() { l.replied(o, c, reply, err) })
+		l.after(back, replyKey, race, func() { l.replied(o, c, reply, err) })
 	}
 	a := arrival{at: arrive, r: r, o: o, dropReq: dropReq}
 	if !l.ordered {
-		time.AfterFunc(arrive.Sub(now), func() { l.arrive(c, a) })
+		l.after(arrive.Sub(now), arriveKey, false, func() { l.arrive(c, a) })
 		return
 	}
 	c.queue = append(c.queue, a)
-	time.AfterFunc(arrive.Sub(now), func() { l.pump(c) })
+	l.after(arrive.Sub(now), arriveKey, false, func() { l.pump(c) })
 }
 
 // pump hands an ordered connection's requests that arrived to the
@@ -256,6 +269,17 @@ func (l *Link) arrive(c *conn, a arrival) {
 		return
 	}
 	l.m.Do(a.r)
+}
+
+// after runs f after d: on the wire, ordered by key among the
+// deliveries of its instant (race: beside the instant's other wake-ups),
+// or, without a wire, on a goroutine of its own. The func it returns
+// cancels it.
+func (l *Link) after(d time.Duration, key uint64, race bool, f func()) func() bool {
+	if l.w == nil {
+		return time.AfterFunc(d, f).Stop
+	}
+	return l.w.after(d, key, race, f)
 }
 
 func (l *Link) delayLocked(w weather) time.Duration {
@@ -318,7 +342,7 @@ func (l *Link) replied(o *op, c *conn, reply any, err error) {
 
 func (l *Link) finishLocked(o *op) {
 	o.done = true
-	o.giveUp.Stop()
+	o.giveUp()
 	delete(l.pending, o)
 }
 
@@ -511,9 +535,10 @@ func (s *subscription) push(channel, payload string) {
 		return
 	}
 	d := 20*time.Microsecond + time.Duration(s.rng.Int64N(int64(300*time.Microsecond)))
+	key := s.rng.Uint64()
 	s.inflight.Add(1)
 	s.mu.Unlock()
-	time.AfterFunc(d, func() {
+	s.l.after(d, key, false, func() {
 		defer s.inflight.Done()
 		s.deliver.RLock()
 		defer s.deliver.RUnlock()
@@ -571,6 +596,7 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 	out, back := l.delayLocked(w), l.delayLocked(w)
 	dropReq := l.faults && l.rng.Float64() < w.DropReq
 	dropReply := l.faults && l.rng.Float64() < w.DropReply
+	arriveKey, replyKey := l.rng.Uint64(), l.rng.Uint64()
 	id := l.m.connID()
 	l.mu.Unlock()
 	l.stats.Commands.Add(1)
@@ -592,10 +618,10 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 		if dropReply && err == nil {
 			return
 		}
-		time.AfterFunc(back, func() { res <- result{reply, err} })
+		l.after(back, replyKey, false, func() { res <- result{reply, err} })
 	}}
 	if !dropReq {
-		time.AfterFunc(out, func() { l.m.Do(r) })
+		l.after(out, arriveKey, false, func() { l.m.Do(r) })
 	}
 	select {
 	case v := <-res:
@@ -606,6 +632,38 @@ func (l *Link) Inspect(ctx context.Context, cmds []layout.Command) ([]any, error
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// How a reply that comes at its command's deadline meets the caller's
+// timer of that instant: it races it (on a goroutine of its own, the
+// scheduler's choice), comes a nanosecond before it, or after whatever
+// the timer set going.
+const (
+	edgeRace = iota
+	edgeBefore
+	edgeAfter
+)
+
+// drawEdge draws how a reply at its deadline meets the caller's timer:
+// it races it on a racing wire (and without a wire, where every delivery
+// races whatever else is due at its instant), else comes before or after.
+func (l *Link) drawEdgeLocked() int {
+	n := l.rng.IntN(2)
+	if l.w == nil || l.w.racing {
+		return edgeRace
+	}
+	return edgeBefore + n
+}
+
+// atDeadlineSet is w's share of plain acquisitions whose reply comes at
+// the deadline: on a racing wire twice the weather's (at most a half, or
+// the weather's), so that the runs that race still race as many SETs,
+// all told, as when every run raced.
+func (l *Link) atDeadlineSet(w weather) float64 {
+	if l.w != nil && l.w.racing {
+		return max(w.AtDeadlineSet, min(2*w.AtDeadlineSet, 0.5))
+	}
+	return w.AtDeadlineSet
 }
 
 // plainAcquire reports whether cmd is a plain acquisition: its SET NX PX,

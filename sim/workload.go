@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -213,7 +214,7 @@ type worker struct {
 	owner     string
 	cl        *redlock.Client
 	reentrant map[string]*redlock.Reentrant
-	elections map[string]*redlock.Election
+	elections map[string]*election.Election
 }
 
 // work runs the worker's operations until the run ends: drawn from its
@@ -384,7 +385,7 @@ func (r *run) reentrantOnce(w *worker, o OpSpec) {
 func (r *run) campaignOnce(w *worker, o OpSpec) {
 	key, who := o.Keys[0], w.who
 	e := w.elections[key]
-	var ld *redlock.Leadership
+	var ld *election.Leadership
 	var err error
 	value := fmt.Sprintf("%s/%d", who, r.stats.Acquires.Load())
 	r.call(key, who, func(ctx context.Context) {
@@ -427,13 +428,13 @@ func (r *run) leaderOnce(w *worker, o OpSpec) {
 		}
 	}
 	r.mu.Unlock()
-	var ld redlock.Leader
+	var ld election.Leader
 	var err error
 	r.call(key, who, func(ctx context.Context) { ld, err = w.elections[key].Leader(ctx) })
 	r.stats.Leaders.Add(1)
 	now := time.Now()
 	if err != nil {
-		if !errors.Is(err, redlock.ErrNoLeader) {
+		if !errors.Is(err, election.ErrNoLeader) {
 			r.note(key, "%s leader read failed: %v", who, short(err))
 		}
 		return

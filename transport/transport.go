@@ -350,6 +350,17 @@ type Command struct {
 	// (Ordered, pipelined) may deliver the reply later, which still
 	// counts (a late release still frees the key).
 	Deadline time.Time
+	// Grace is the Client's per-master timeout, for a transport that keeps
+	// a command past Deadline (an Ordered one, whose late replies count):
+	// how long past Deadline it still waits for the reply of a master
+	// that, when the command was sent, had kept earlier commands waiting
+	// for longer than this command's wait (what it had until Deadline, and
+	// at least Grace) — a master taken for hung. A master silent for less
+	// is slow, not hung: its reply is waited for and delivered up to a
+	// second past Deadline at least (docs/design.md, "A busy host is not a
+	// silent master"), so that the Client learns how slow the host is.
+	// Zero: a command to a master taken for hung ends at Deadline.
+	Grace time.Duration
 	// Reply is the shape the reply may have (see ReplyShape).
 	Reply ReplyShape
 

@@ -48,15 +48,26 @@ import (
 // run twice: a command that allows it (Command.Resend) when the master
 // closed the connection before answering it.
 //
-// Bounds. A command waiting in the queue past its deadline fails there,
-// unsent. A batch runs under a context that ends lateBound past the
+// Bounds. A command waiting in the queue is sent when the batch ahead
+// returns, also past its deadline, unless it is past its end: lateBound
+// past its deadline, or one grace (the Client's per-master timeout) when
+// the master had been silent for longer than the command's wait when it
+// was queued (see req.end); then it fails, unsent, unless it is not
+// worthless late (not DropWhenDown: a rollback, a release) and a command
+// ahead of it in its batch is sent: failed first, it would leave what
+// that command does. A batch runs under a context that ends lateBound
+// past the
 // latest deadline in it; valkey honours it (a DoMulti waiting on the
 // shared connection returns at once; one valkey writes and reads itself
 // sets the connection's deadline to it and closes the connection when it
 // passes). A master that does not answer therefore holds the lane that
-// long at most; meanwhile commands marked DropWhenDown fail at Send,
-// unsent, once the oldest command of the batch is past its deadline, and
-// Silence reports how long the batch has waited.
+// long at most, and a reply read late, past its command's deadline, is
+// delivered: the Client decides how long it waits for a master, and a
+// late answer is how it learns that the host is slow (its adaptive
+// bound). Meanwhile commands marked DropWhenDown fail at Send, unsent,
+// once the oldest command of the batch is past its deadline and the batch
+// has waited for longer than lateBound of their own budget (see down),
+// and Silence reports how long the batch has waited.
 //
 // Scripts run by EVALSHA. The first time the lane sends a script, and
 // after a batch failed on the connection (the master may have restarted
@@ -98,9 +109,12 @@ type req struct {
 	cmd      *transport.Command
 	deadline time.Time
 	budget   time.Duration
-	sent     bool // a try was written
-	resent   bool
-	eval     bool // send as EVAL (after NOSCRIPT)
+	// hung: when r was queued, the batch in flight had been silent for
+	// longer than r's wait (its budget, at least its grace): see end.
+	hung   bool
+	sent   bool // a try was written
+	resent bool
+	eval   bool // send as EVAL (after NOSCRIPT)
 }
 
 // newReq returns cmd's request: its deadline, or defaultBound from now
@@ -112,6 +126,23 @@ func newReq(cmd *transport.Command) *req {
 		deadline = now.Add(defaultBound)
 	}
 	return &req{cmd: cmd, deadline: deadline, budget: deadline.Sub(now)}
+}
+
+// end is when r, not yet sent, fails, unsent, as the writer finds it:
+// lateBound past its deadline — the master is slow, not down, while it
+// answers its batches within the wait of the commands queued behind them,
+// and r is sent, late, when the batch ahead returns, so that its answer
+// reaches the Client — unless the master was taken for hung when r was
+// queued (r.hung): then one grace past its deadline
+// (transport.Command.Grace). The rule is the pooled redigo transport's:
+// a command to a master silent for less than its wait is read up to
+// lateBound past its deadline, one to a master silent for longer gets one
+// per-master timeout.
+func (r *req) end() time.Time {
+	if r.hung {
+		return r.deadline.Add(r.cmd.Grace)
+	}
+	return r.deadline.Add(lateBound(r.budget))
 }
 
 func (r *req) finish(v any, err error) {
@@ -162,7 +193,7 @@ func (l *lane) send(cmd *transport.Command) {
 		l.mu.Unlock()
 		r.finish(nil, errClosed)
 		return
-	case cmd.DropWhenDown && l.down(now):
+	case cmd.DropWhenDown && l.down(now, r.deadline):
 		l.mu.Unlock()
 		r.finish(nil, errDown)
 		return
@@ -171,6 +202,7 @@ func (l *lane) send(cmd *transport.Command) {
 		r.finish(nil, errBusy)
 		return
 	}
+	r.hung = l.silence() >= max(cmd.Grace, r.budget)
 	l.q = append(l.q, r)
 	l.mu.Unlock()
 	select {
@@ -179,10 +211,20 @@ func (l *lane) send(cmd *transport.Command) {
 	}
 }
 
-// down reports whether the batch in flight is past its earliest deadline.
-func (l *lane) down(now time.Time) bool {
-	d := l.due.Load()
-	return d != 0 && now.UnixNano() > d
+// down reports whether a command due at deadline would wait behind a
+// master that is down: the batch in flight is past its earliest deadline
+// and has waited for longer than lateBound of the command's budget (at
+// least a second: the most the Client's adaptive bound waits for a
+// master, by default). A master silent for less is slow, not down: the
+// lane cannot tell this process's stalls from the master's silence (it
+// has no watchdog), and on a loaded host, before the Client has learned
+// how slow its masters are, a batch is past a 50 ms deadline at every
+// turn: failing every acquisition at once, unsent, then taught the Client
+// nothing and failed hundreds in a row. Queued instead, a command is
+// sent when the batch returns, or fails at its deadline, unsent.
+func (l *lane) down(now, deadline time.Time) bool {
+	d, f := l.due.Load(), l.flight.Load()
+	return d != 0 && f != 0 && now.UnixNano() > d && now.UnixNano()-f >= int64(lateBound(deadline.Sub(now)))
 }
 
 func (l *lane) silence() time.Duration {
@@ -223,7 +265,11 @@ func (l *lane) runBatch(batch []*req) {
 	now := time.Now()
 	live := batch[:0]
 	for _, r := range batch {
-		if now.After(r.deadline) {
+		// A command not worthless late (a rollback, a release) is
+		// sent after a live command ahead of it in the batch, also
+		// past its end: failed first, unsent, it would leave what
+		// that command does (a SET's grant, an extension's).
+		if now.After(r.end()) && (r.cmd.DropWhenDown || len(live) == 0) {
 			r.finish(nil, timeoutError{})
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/internal/resp"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -351,10 +352,8 @@ func examine(ctx context.Context, p *pool.RedisPool, timeout time.Duration, rc r
 	if info, err := redis.String(reply, err); err == nil {
 		r.Version = infoField(info, "redis_version")
 		// Untrusted bytes: only a run_id of the form Redis gives (40 hex
-		// digits) is compared and shown.
-		if id := infoField(info, "run_id"); len(id) == 40 && strings.Trim(id, "0123456789abcdef") == "" {
-			r.RunID = id
-		}
+		// digits) is compared and shown, as the client reads it.
+		r.RunID = resp.RunID(info)
 	}
 	r.Role = "unknown"
 	reply, err = do("INFO", "replication")

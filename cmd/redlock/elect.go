@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -62,7 +63,7 @@ func parseElect(args []string) (runner, error) {
 
 // cmdElect campaigns, then runs the command while leader.
 func cmdElect(ctx context.Context, e *env, key, value string, command []string, ttl, grace time.Duration) int {
-	el, err := e.client.NewElection(key, redlock.WithTTL(ttl))
+	el, err := election.New(e.client, key, election.WithTTL(ttl))
 	if err != nil {
 		printErr(e.stderr, err)
 		return failCode(err)
@@ -118,21 +119,21 @@ func cmdLeader(ctx context.Context, e *env, key string, asJSON bool) int {
 		}
 		defer c.Close()
 	}
-	el, err := c.NewElection(key)
+	el, err := election.New(c, key)
 	if err != nil {
 		printErr(e.stderr, err)
 		return failCode(err)
 	}
 	ld, err := el.Leader(ctx)
 	switch {
-	case errors.Is(err, redlock.ErrHandOver): // a new leader's term is not on a quorum yet: no pair to tell
+	case errors.Is(err, election.ErrHandOver): // a new leader's term is not on a quorum yet: no pair to tell
 		if asJSON {
 			fmt.Fprintln(e.stdout, "null")
 		} else {
 			fmt.Fprintf(e.stdout, "no settled leader of %s (hand-over in progress)\n", display(key))
 		}
 		return exitNotAcquired
-	case errors.Is(err, redlock.ErrNoLeader):
+	case errors.Is(err, election.ErrNoLeader):
 		if asJSON {
 			fmt.Fprintln(e.stdout, "null")
 		} else {

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redigo"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // elect: a deposed leader's command is stopped and redlock exits 76; a
@@ -116,14 +116,14 @@ func TestLeader_CLIPairsDuringHandOver(t *testing.T) {
 	masters := addrsOf(servers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	candidates := make([]*redlock.Election, 3)
+	candidates := make([]*election.Election, 3)
 	for i := range candidates {
 		c, err := redigo.NewFromAddrs(masters)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if candidates[i], err = c.NewElection("svc", redlock.WithTTL(2*time.Second)); err != nil {
+		if candidates[i], err = election.New(c, "svc", election.WithTTL(2*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,9 +1,10 @@
 // Command leader runs three instances of a service of which one at a time
-// is active, chosen by a redlock Election, and shows what happens when the
+// is active, chosen by an election.Election, and shows what happens when the
 // leader freezes (SIGSTOP) or dies (SIGKILL): another instance takes over
 // with a higher term, and the store the leader writes to (fence.Store)
 // refuses the writes of the frozen ex-leader when it wakes up, because
-// they carry its old term.
+// they carry its old term (unless it was frozen with a write on its way:
+// then it finds its leadership lost before writing again).
 //
 //	go run ./examples/leader      # on three throwaway local masters
 //
@@ -25,13 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/examples/internal/procs"
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/internal/masters"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redigo"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 const (
@@ -100,7 +101,7 @@ func instance(name string, addrs []string) int {
 		log.Print(err)
 		return 1
 	}
-	e, err := c.NewElection(electionKey, redlock.WithTTL(ttl))
+	e, err := election.New(c, electionKey, election.WithTTL(ttl))
 	if err != nil {
 		log.Print(err)
 		return 1
@@ -121,7 +122,7 @@ func instance(name string, addrs []string) int {
 
 // lead does the leader's work until the store refuses it, leadership is
 // lost, or ctx ends.
-func lead(ctx context.Context, name string, ld *redlock.Leadership, store *fence.Store) {
+func lead(ctx context.Context, name string, ld *election.Leadership, store *fence.Store) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -154,14 +155,15 @@ func lead(ctx context.Context, name string, ld *redlock.Leadership, store *fence
 // up, then kills the next one, writing what happens to out. It returns an
 // error when two leaders overlap in the store's eyes (a lower term written
 // after a higher one), a frozen or killed leader is not replaced, or the
-// woken ex-leader's write is not refused.
+// woken ex-leader neither has its write refused nor finds its leadership
+// lost.
 func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) error {
 	c, err := redigo.NewFromAddrs(addrs)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	e, err := c.NewElection(electionKey, redlock.WithTTL(ttl))
+	e, err := election.New(c, electionKey, election.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 
 	// waitLeader waits for a leader with a term above after, and for the
 	// store to have seen its term.
-	waitLeader := func(after uint64) (redlock.Leader, error) {
+	waitLeader := func(after uint64) (election.Leader, error) {
 		for {
 			if ld, err := e.Leader(ctx); err == nil && ld.Term > after {
 				if h, err := store.Highest(ctx, dataKey); err == nil && h >= ld.Term {
@@ -200,7 +202,7 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 			}
 			select {
 			case <-ctx.Done():
-				return redlock.Leader{}, fmt.Errorf("no new leader after term %d: %w", after, ctx.Err())
+				return election.Leader{}, fmt.Errorf("no new leader after term %d: %w", after, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -224,10 +226,19 @@ func scenario(ctx context.Context, out io.Writer, exe string, addrs []string) er
 	if err := g.Procs[first.Value].Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
+	// Frozen while blocked between two writes, as it is most of the time,
+	// it writes once more on waking and is refused. Frozen with a write on
+	// its way (the store took it before the new leader's first), or between
+	// a write and its look at the leadership, it finds the leadership lost
+	// before it writes again.
 	for !saw(g.Procs[first.Value], "refused") {
+		if saw(g.Procs[first.Value], "leadership lost") {
+			say("%s was frozen with a write on its way or just done: it found its leadership lost before writing again", first.Value)
+			break
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the woken ex-leader's write was not refused: %w", ctx.Err())
+			return fmt.Errorf("the woken ex-leader's write was not refused, nor its leadership found lost: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 }
 
 // Three real processes on real masters: the frozen leader is replaced with
-// a higher term and its late write is refused; the killed one is replaced.
+// a higher term and its late write is refused (or, frozen with a write on
+// its way, it finds its leadership lost before writing again); the killed
+// one is replaced.
 func TestScenario_frozenAndKilledLeadersAreReplaced(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -43,7 +45,7 @@ func TestScenario_frozenAndKilledLeadersAreReplaced(t *testing.T) {
 		if err != nil {
 			t.Fatalf("N=%d: %v\n%s", n, err, out.String())
 		}
-		if !strings.Contains(out.String(), "refused") {
+		if !strings.Contains(out.String(), "refused") && !strings.Contains(out.String(), "found its leadership lost") {
 			t.Fatalf("N=%d: transcript lacks the refusal:\n%s", n, out.String())
 		}
 		t.Logf("N=%d:\n%s", n, out.String())

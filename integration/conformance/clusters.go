@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/integration/cluster"
 	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -79,7 +80,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, members []*cluster.RedisClust
 				free(t)
 			})
 			t.Run("election", func(t *testing.T) {
-				e, err := c.NewElection(key)
+				e, err := election.New(c, key)
 				must(t, err)
 				ld, err := e.Campaign(ctx, "node-a")
 				must(t, err)

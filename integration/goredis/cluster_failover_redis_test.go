@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/goredis"
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -227,9 +229,31 @@ func testFailoverAmnesia(t *testing.T, mitigated bool) {
 		}
 		cuts = append(cuts, cut{p, rs[0]})
 	}
-	la, err := a.Acquire(ctx, key, redlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
+	// a's lock on both primaries about to freeze, before they freeze:
+	// Acquire returns at a quorum, and a command to the third member still
+	// queued or in flight would otherwise be written after the failover,
+	// to the promoted replica (its client then routes there), putting a's
+	// lock on it after all.
+	var la *redlock.Lock
+	for try := 0; ; try++ {
+		la, err = a.Acquire(ctx, key, redlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if redistest.Within(5*time.Second, func() bool {
+			for _, x := range cuts {
+				if v, err := redigo.String(x.primary.Do("GET", key)); err != nil || v != la.Token() {
+					return false
+				}
+			}
+			return true
+		}) {
+			break
+		}
+		if try == 2 {
+			t.Fatal("a's lock never reached both primaries about to freeze")
+		}
+		_ = la.Release(ctx)
 	}
 	for _, x := range cuts {
 		if err := x.primary.Pause(); err != nil {
@@ -268,9 +292,17 @@ func testFailoverAmnesia(t *testing.T, mitigated bool) {
 	// 30 s TTL in the hazard case): the clients may still be finding the
 	// new primaries, and a refused attempt's rollback on a promoted replica
 	// may still be on its way when the next attempt arrives there.
+	// b's attempts hold the key for 2 s at most in the hazard case: an
+	// attempt whose rollback never reached a promoted replica (sent while
+	// the client still routed there to the frozen primary) must not keep
+	// b's later attempts out for a's whole TTL.
+	bttl := ttl
+	if !mitigated {
+		bttl = 2 * time.Second
+	}
 	var lb *redlock.Lock
 	for until := time.Now().Add(10 * time.Second); ; {
-		lb, err = b.TryAcquire(ctx, key, redlock.WithTTL(ttl))
+		lb, err = b.TryAcquire(ctx, key, redlock.WithTTL(bttl))
 		if err == nil || time.Now().After(until) {
 			break
 		}
@@ -278,6 +310,10 @@ func testFailoverAmnesia(t *testing.T, mitigated bool) {
 	}
 	granted := time.Now()
 	if err != nil {
+		for m, x := range cuts {
+			v, gerr := redigo.String(x.replica.Do("GET", key))
+			t.Logf("member %d's promoted replica holds %q (%v); a's token is %q", m, v, gerr, la.Token())
+		}
 		t.Fatalf("b could not take the key on the promoted replicas, which never had a's lock: %v", err)
 	}
 	defer lb.Release(context.WithoutCancel(ctx))

@@ -16,9 +16,11 @@ var update = flag.Bool("update", false, "rewrite the golden API files in api/ fr
 // that is added to a published module goes here too.
 var published = []struct{ dir, golden string }{
 	{"redlock", "redlock.txt"},
+	{"observe", "observe.txt"},
 	{"pool", "pool.txt"},
 	{"layout", "layout.txt"},
 	{"fence", "fence.txt"},
+	{"election", "election.txt"},
 	{"clock", "clock.txt"},
 	{"redigo", "redigo.txt"},
 	{"transport", "transport.txt"},

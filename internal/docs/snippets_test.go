@@ -80,7 +80,7 @@ import (
 // harness, integration/cluster, is a module of its own) imports it and is
 // built in that module.
 func preambleImports() string {
-	imps := []string{"fence", "pool", "redigo", "redlock", "transport"}
+	imps := []string{"election", "fence", "pool", "redigo", "redlock", "transport"}
 	out := ""
 	for _, p := range imps {
 		out += "\t\"github.com/quorumlock/quorumlock/" + p + "\"\n"

@@ -1,5 +1,5 @@
 // Package handover drives leadership hand-overs for the tests of
-// Election.Leader in every module: candidates campaign again
+// election.Election.Leader in every module: candidates campaign again
 // and again, each with values it uses once, and the term each value won
 // is kept, so that the (value, term) pairs a reader was told can be
 // checked against the leaders' real ones.
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/election"
 )
 
 // Terms maps each value that won an election to its Leadership's term.
@@ -47,7 +47,7 @@ func (ts *Terms) add(value string, term uint64) {
 // values "w<candidate>-<round>", each leadership held for hold and then
 // resigned, and returns the terms won once every candidate is done (or
 // stopped at its first error, reported with t.Error).
-func Run(ctx context.Context, t testing.TB, candidates []*redlock.Election, rounds int, hold time.Duration) *Terms {
+func Run(ctx context.Context, t testing.TB, candidates []*election.Election, rounds int, hold time.Duration) *Terms {
 	terms := &Terms{m: map[string]uint64{}}
 	var wg sync.WaitGroup
 	for w, e := range candidates {
@@ -104,7 +104,7 @@ func Check(t testing.TB, reads []Read, terms *Terms, ordered bool) int {
 // LeaderDuring calls reader.Leader again and again while candidates
 // hand over rounds times each (Run, holding each leadership 5ms), then
 // checks every leader read (Check, ordered) and that one was read at all.
-func LeaderDuring(ctx context.Context, t testing.TB, reader *redlock.Election, candidates []*redlock.Election, rounds int) {
+func LeaderDuring(ctx context.Context, t testing.TB, reader *election.Election, candidates []*election.Election, rounds int) {
 	t.Helper()
 	var reads []Read
 	rctx, stop := context.WithCancel(ctx)

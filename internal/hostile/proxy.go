@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -41,6 +42,11 @@ const (
 	Forward Verdict = iota // run it on the real master and relay the reply
 	Swallow                // run it, send no reply
 	HangUp                 // reset the connection without running it
+	// Drop neither runs it nor replies: the hook ran it, or answered it,
+	// itself (a reply the hook wrote and then a Swallow would run the
+	// command twice, the second time after what the client sent once it
+	// read that reply).
+	Drop
 )
 
 // Conn is one client connection of a Proxy.
@@ -195,6 +201,9 @@ func (p *Proxy) serve(t testing.TB, c *Conn) {
 			c.hangUp()
 			return
 		}
+		if v == Drop {
+			continue
+		}
 		args := make([]any, len(cmd)-1)
 		for i, a := range cmd[1:] {
 			args[i] = a
@@ -245,5 +254,16 @@ func EncodeReply(v any) string {
 		return s
 	default:
 		panic(fmt.Sprintf("hostile proxy: cannot encode %T", v))
+	}
+}
+
+// Hold waits d, or until quit closes: how a hook makes a master slow
+// without outliving its test.
+func Hold(d time.Duration, quit <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-quit:
 	}
 }

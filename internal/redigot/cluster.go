@@ -357,7 +357,7 @@ type clusterSend struct {
 	node         string // where the current try went
 	req          muxReq
 	redirects    int
-	seed         int  // the seed tried while the slot's owner is not known
+	seed         int  // the seed tried while the slot's owner is not known; len(Seeds) once sent to the owner
 	tryAgain     bool // a try was answered TRYAGAIN
 	sent, resent bool
 }
@@ -449,16 +449,30 @@ func (s *clusterSend) handle(v any, err error) {
 	s.finish(nil, err)
 }
 
-// nextSeed sends the command to the next seed when the try that failed
-// was never written (a failed dial, a node known down) to a seed chosen
-// because the slot's owner is not known (before the slot map is read, or
-// a command of no key): any seed that answers will do, and one that does
-// not own the slot answers MOVED. A command that was written is not sent
-// elsewhere: it may have run. It reports whether it sent the command.
+// nextSeed sends the command on when the try that failed was never
+// written (a failed dial, a node known down) to a seed chosen because the
+// slot's owner was not known (before the slot map is read, or a command
+// of no key): one seed's failure is not the member's. It goes to the
+// slot's owner when the slot map names one now (a refresh, which passes
+// over dead seeds itself, read it meanwhile), else to the next seed: any
+// seed that answers will do, and one that does not own the slot answers
+// MOVED. A command that was written is not sent elsewhere: it may have
+// run. It reports whether it sent the command.
 func (s *clusterSend) nextSeed() bool {
 	seeds := s.ct.spec.Seeds
-	if s.sent || s.redirects > 0 || s.seed+1 >= len(seeds) || s.node != seeds[s.seed] ||
-		s.ct.ownerKnown(s.slot) || !time.Now().Before(s.deadline) {
+	if s.sent || s.redirects > 0 || s.seed >= len(seeds) || s.node != seeds[s.seed] || !time.Now().Before(s.deadline) {
+		return false
+	}
+	if s.ct.ownerKnown(s.slot) {
+		owner := s.ct.ownerOf(s.slot)
+		if owner == s.node {
+			return false // the owner itself failed
+		}
+		s.seed = len(seeds) // no seed again: the owner's failure is final
+		s.send(owner)
+		return true
+	}
+	if s.seed+1 >= len(seeds) {
 		return false
 	}
 	s.seed++
@@ -616,7 +630,7 @@ var keyless = map[string]bool{"INFO": true, "CONFIG": true, "CLUSTER": true, "TI
 var scriptCalls = map[string]bool{"EVAL": true, "EVALSHA": true, "EVAL_RO": true, "EVALSHA_RO": true}
 
 // inspectSlot returns the slot of an Inspect command's first key, or -1:
-// a script call's first key is its third argument (Election.Leader's
+// a script call's first key is its third argument (Client.InspectHolder's
 // leader read), every other command's its first.
 func inspectSlot(c layout.Command) int {
 	if !scriptCalls[strings.ToUpper(c.Name)] {

@@ -58,12 +58,16 @@ type pooledTransport struct {
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	running int // goroutines of run, under mu
+	running int // commands in flight (run's goroutines, a lone caller's command), under mu
 	// busy is when running last rose from 0, as the time since epoch on
 	// clock (under mu): no command of this transport was unanswered
 	// before it that is still in flight.
 	busy   time.Duration
 	closed bool
+
+	// lone is the connection of a lone caller's commands (pooled_lone.go).
+	// Its mu comes before mu.
+	lone lone
 }
 
 // newPooled returns the pooled transport of the master named addr.
@@ -104,15 +108,19 @@ func (p *pooledTransport) Send(cmd *transport.Command) {
 	p.running++
 	p.wg.Add(1)
 	p.mu.Unlock()
+	if !afterClose && p.sendLone(cmd) {
+		return
+	}
 	go p.run(cmd, afterClose)
 }
 
 // run sends cmd and reads its reply past its deadline: up to lateBound
 // (one per-master timeout, at least a second), unless the master has not
-// answered for a per-master timeout since the earliest command it left
-// unanswered (silence; a stall of this process does not count), and then
-// up to one per-master timeout (grace), so that a hung master does not
-// pile up connections nor hold Close long. The round does not wait for
+// answered, since the earliest command it left unanswered, for longer
+// than the command's own wait and at least a per-master timeout (silence;
+// a stall of this process does not count; see readBy), and then up to
+// one per-master timeout (grace), so that a hung master does not pile up
+// connections nor hold Close long. The round does not wait for
 // that (collect counts a silent master failed at its timeout); a reply
 // read late is a late reply. What the bound is for is a busy process: a
 // goroutine that did not run for longer than the timeout would otherwise
@@ -132,33 +140,57 @@ func (p *pooledTransport) Send(cmd *transport.Command) {
 // began (afterClose), which Send lets through only to a master that
 // answers, keeps its wait.
 func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
-	defer func() {
-		p.mu.Lock()
-		p.running--
-		p.mu.Unlock()
-		p.wg.Done()
-	}()
+	defer p.ran()
 	p.beat.Enter()
 	defer p.beat.Leave()
 	get := p.life
 	if afterClose {
 		get = context.Background()
 	}
-	var readBy time.Time // zero: the connection's own read timeout
-	if !cmd.Deadline.IsZero() {
-		bound := p.stall
-		if p.Silence() >= p.grace {
-			bound = p.grace
-		}
-		if p.unheard.Load() == 0 {
-			p.unheard.CompareAndSwap(0, int64(p.clock.Now().Sub(p.epoch))+1)
-		}
-		readBy = cmd.Deadline.Add(bound)
+	readBy := p.readBy(cmd)
+	if !readBy.IsZero() {
 		var cancel context.CancelFunc
 		get, cancel = context.WithDeadline(get, readBy)
 		defer cancel()
 	}
 	v, sent, err := p.once(get, readBy, cmd, false)
+	p.complete(get, readBy, cmd, v, sent, err, afterClose)
+}
+
+// ran ends the count of a command in flight that Send began.
+func (p *pooledTransport) ran() {
+	p.mu.Lock()
+	p.running--
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// readBy returns the latest cmd's reply is read (zero: the connection's
+// own read timeout; see run), and starts the silence it may begin. A
+// master silent for longer than the command's own wait (what is left
+// until its deadline, at least the per-master timeout) is taken for hung:
+// one timeout's grace. One silent for less is as slow as the Client's
+// round allows (a wait raised by the adaptive bound, a release's):
+// lateBound, so that its answer, read late, is noted by the Client and
+// its bound follows the host.
+func (p *pooledTransport) readBy(cmd *transport.Command) time.Time {
+	if cmd.Deadline.IsZero() {
+		return time.Time{}
+	}
+	bound := p.stall
+	if p.Silence() >= max(p.grace, time.Until(cmd.Deadline)) {
+		bound = p.grace
+	}
+	if p.unheard.Load() == 0 {
+		p.unheard.CompareAndSwap(0, int64(p.clock.Now().Sub(p.epoch))+1)
+	}
+	return cmd.Deadline.Add(bound)
+}
+
+// complete completes cmd with the outcome of its first try (v, sent,
+// err), after trying once more on a fresh connection, within get and
+// readBy, when the master closed the connection and cmd may be re-sent.
+func (p *pooledTransport) complete(get context.Context, readBy time.Time, cmd *transport.Command, v any, sent bool, err error, afterClose bool) {
 	info := transport.SendInfo{Sent: sent}
 	if err != nil && cmd.Resend && fault.BrokenConn(err) {
 		v, sent, err = p.once(get, readBy, cmd, true)
@@ -203,12 +235,21 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *trans
 	} else {
 		v, err = redis.DoWithTimeout(conn, timeout, cmd.Name, cmd.Args...)
 	}
+	v, err = p.outcome(conn, cmd, v, err)
+	return v, true, err
+}
+
+// outcome reads conn's reply v (or err) to cmd as the command's outcome:
+// an error reply as a transport.ReplyError, a reply that does not fit as
+// a DesyncError (conn is then discarded). Any reply ends the master's
+// silence.
+func (p *pooledTransport) outcome(conn redis.Conn, cmd *transport.Command, v any, err error) (any, error) {
 	re, isReply := replyTo(err)
 	if isReply || err == nil {
 		p.unheard.Store(0)
 	}
 	if isReply {
-		return nil, true, transport.ReplyError(re)
+		return nil, transport.ReplyError(re)
 	}
 	if err == nil && !cmd.Reply.Fits(v) {
 		name := cmd.Name
@@ -216,9 +257,9 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *trans
 			name = cmd.Script.Name()
 		}
 		discard(conn)
-		return nil, true, &fault.DesyncError{Cmd: name, Reply: fault.Describe(v)}
+		return nil, &fault.DesyncError{Cmd: name, Reply: fault.Describe(v)}
 	}
-	return v, true, err
+	return v, err
 }
 
 // silence says how long the master has kept this process waiting
@@ -291,6 +332,7 @@ func (p *pooledTransport) Close() error {
 	p.mu.Unlock()
 	p.endLife()
 	p.wg.Wait()
+	p.closeLone()
 	p.beat.Stop()
 	return nil
 }

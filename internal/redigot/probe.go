@@ -21,6 +21,8 @@ type MuxState interface {
 type PooledState interface {
 	// BeatUsers counts the commands its stall beat is armed for.
 	BeatUsers() int64
+	// LoneReads counts the replies read by their caller (a lone master).
+	LoneReads() int64
 }
 
 // LiveConns counts its live connections (MuxState).
@@ -50,3 +52,6 @@ func (mx *mux) Idle() bool {
 
 // BeatUsers counts the commands its stall beat is armed for (PooledState).
 func (p *pooledTransport) BeatUsers() int64 { return p.beat.Users() }
+
+// LoneReads counts the replies read by their caller (PooledState).
+func (p *pooledTransport) LoneReads() int64 { return p.lone.reads.Load() }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -525,4 +526,29 @@ func (l *launchTB) cleanup() {
 	for _, d := range dirs {
 		os.RemoveAll(d)
 	}
+}
+
+// RunWithExamples is the TestMain of a package whose examples use three
+// masters: it sets *masters to their addresses (none under -short:
+// ShortExamples), runs m, stops them, and, when the tests passed, fails
+// if they left goroutines behind (goleak). It returns the exit code.
+func RunWithExamples(m *testing.M, masters *[]string) int {
+	stop := func() {}
+	if !ShortExamples() {
+		addrs, stopMasters, err := Launch(3)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		*masters, stop = addrs, stopMasters
+	}
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redigo"
@@ -36,6 +37,7 @@ func run(ctx context.Context, addrs []string) error {
 	}
 	defer lock.Release(ctx)
 	var _ *fence.Store
+	var _ = election.New
 	var _ pool.Pool
 	fmt.Println("held until", lock.Until(), "fence", lock.Fence())
 	return nil

@@ -1,4 +1,4 @@
-package redlock_test
+package election_test
 
 // Election.Leader against tampered
 // masters, a reader with exactly the documented ACL, and a frozen
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/layout"
@@ -27,7 +28,7 @@ func TestLeader_tamperedTermFieldsAddNoVote(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
-	e := newElection(t, c, "tt", redlock.WithTTL(10*time.Second))
+	e := newElection(t, c, "tt", election.WithTTL(10*time.Second))
 	ld, err := e.Campaign(ctx, "v")
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestLeader_tamperedTermFieldsAddNoVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := e.Leader(ctx)
-	if !errors.Is(err, redlock.ErrHandOver) || !errors.Is(err, redlock.ErrNoLeader) {
+	if !errors.Is(err, election.ErrHandOver) || !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("one master without the term, one with another: %+v, %v; want ErrHandOver", got, err)
 	}
 	if !strings.Contains(err.Error(), "tt") {
@@ -65,7 +66,7 @@ func TestLeader_tamperedTermFieldsAddNoVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.Leader(ctx)
-	if err == nil || errors.Is(err, redlock.ErrNoLeader) && !errors.Is(err, redlock.ErrHandOver) {
+	if err == nil || errors.Is(err, election.ErrNoLeader) && !errors.Is(err, election.ErrHandOver) {
 		t.Fatalf("a malformed term: %v", err)
 	}
 	t.Logf("a malformed term on one master: %v", err)
@@ -78,7 +79,7 @@ func TestLeader_tamperedTermFieldsAddNoVote(t *testing.T) {
 	if _, err := rs.servers[2].Do("HSET", meta, field, ld.Term()); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := e.Leader(ctx); !errors.Is(err, redlock.ErrHandOver) {
+	if got, err := e.Leader(ctx); !errors.Is(err, election.ErrHandOver) {
 		t.Fatalf("the metadata hash gone from two masters: %+v, %v; want ErrHandOver", got, err)
 	}
 	// The leader's watchdog extends the key: the hash is not re-created
@@ -93,7 +94,7 @@ func TestLeader_documentedReaderACL(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
-		e := newElection(t, rs.client(t, path), "svc:acl", redlock.WithTTL(10*time.Second))
+		e := newElection(t, rs.client(t, path), "svc:acl", election.WithTTL(10*time.Second))
 		ld, err := e.Campaign(ctx, "host-1")
 		if err != nil {
 			t.Fatal(err)
@@ -108,7 +109,7 @@ func TestLeader_documentedReaderACL(t *testing.T) {
 		}
 		urls = aclUser(t, rs.servers, "nohget", "on >nohget-secret "+keys+" -@all +eval +get +pttl")
 		_, err = newElection(t, addrClient(t, path, urls), "svc:acl").Leader(ctx)
-		if err == nil || errors.Is(err, redlock.ErrNoLeader) || !strings.Contains(err.Error(), rs.servers[0].Addr()) {
+		if err == nil || errors.Is(err, election.ErrNoLeader) || !strings.Contains(err.Error(), rs.servers[0].Addr()) {
 			t.Fatalf("reader without +hget: %v", err)
 		}
 		if strings.Contains(err.Error(), "nohget-secret") {
@@ -124,7 +125,7 @@ func TestLeader_documentedReaderACL(t *testing.T) {
 func TestLeader_frozenMajorityFailsWithinCtx(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
-	e := newElection(t, rs.client(t, pipelinedPath, redlock.WithTimeout(5*time.Second)), "fm", redlock.WithTTL(10*time.Second))
+	e := newElection(t, rs.client(t, pipelinedPath, redlock.WithTimeout(5*time.Second)), "fm", election.WithTTL(10*time.Second))
 	ld, err := e.Campaign(ctx, "v")
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestLeader_frozenMajorityFailsWithinCtx(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("Leader took %v with a ctx of 200ms and a per-master timeout of 5s", took)
 	}
-	if err == nil || errors.Is(err, redlock.ErrNoLeader) || !strings.Contains(err.Error(), rs.servers[0].Addr()) {
+	if err == nil || errors.Is(err, election.ErrNoLeader) || !strings.Contains(err.Error(), rs.servers[0].Addr()) {
 		t.Fatalf("a frozen majority: %v", err)
 	}
 	// The caller's ctx ended first: the error says so (errors.Is), as
@@ -169,11 +170,11 @@ func TestElection_noTermFieldsPileUp(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
 			rs := startReal(t, 3)
 			ctx := ctxT(t)
-			var opts []redlock.LockOption
+			var opts []election.Option
 			if fair {
-				opts = append(opts, redlock.WithFair())
+				opts = append(opts, election.WithFair())
 			}
-			opts = append(opts, redlock.WithTTL(2*time.Second))
+			opts = append(opts, election.WithTTL(2*time.Second))
 			done := make(chan struct{})
 			errs := make(chan error, 3)
 			for w := range 3 {
@@ -182,7 +183,7 @@ func TestElection_noTermFieldsPileUp(t *testing.T) {
 					var err error
 					defer func() { errs <- err }()
 					for i := range 8 {
-						var ld *redlock.Leadership
+						var ld *election.Leadership
 						if ld, err = e.Campaign(ctx, strings.Repeat("x", w+i)); err != nil {
 							return
 						}
@@ -233,7 +234,7 @@ func TestElection_campaignWithDocumentedLockACL(t *testing.T) {
 		rs := startReal(t, 3)
 		ctx := ctxT(t)
 		urls := aclUser(t, rs.servers, "locker", minimalACL+" +pttl")
-		e := newElection(t, addrClient(t, path, urls), "lock:el", redlock.WithTTL(10*time.Second))
+		e := newElection(t, addrClient(t, path, urls), "lock:el", election.WithTTL(10*time.Second))
 		ld, err := e.Campaign(ctx, "me")
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,7 @@
 // leader's commit in another round trip. Leader reads the token, the term recorded for it and its
 // value in one script step per master.
 
-package redlock_test
+package election_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/handover"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
@@ -37,9 +38,9 @@ func TestLeader_readsRealPairsDuringHandOver(t *testing.T) {
 func leaderDuringHandOver(t *testing.T, path connPath, n int) {
 	rs := startReal(t, n)
 	reader := newElection(t, rs.client(t, path), "ho")
-	candidates := make([]*redlock.Election, 3)
+	candidates := make([]*election.Election, 3)
 	for i := range candidates {
-		candidates[i] = newElection(t, rs.client(t, path), "ho", redlock.WithTTL(2*time.Second))
+		candidates[i] = newElection(t, rs.client(t, path), "ho", election.WithTTL(2*time.Second))
 	}
 	handover.LeaderDuring(ctxT(t), t, reader, candidates, 15)
 }
@@ -64,7 +65,7 @@ func TestLeader_withFrozenMinorityMaster(t *testing.T) {
 		cctx, stopCampaigns := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		for w := range 3 {
-			e := newElection(t, rs.client(t, path), "fz", redlock.WithTTL(2*time.Second))
+			e := newElection(t, rs.client(t, path), "fz", election.WithTTL(2*time.Second))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -199,7 +200,7 @@ func TestElection_emptyValueKeepsTermNoTermOutsideElections(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got redlock.Leader
+		var got election.Leader
 		waitUntil(t, "the leader read", func() bool {
 			got, err = e.Leader(ctx)
 			return err == nil
@@ -213,7 +214,7 @@ func TestElection_emptyValueKeepsTermNoTermOutsideElections(t *testing.T) {
 		// A release returns at a quorum: the last master may follow a moment later.
 		leftover.None(t, rs.servers) // nothing but the fencing counter after the resign
 		// A fair election records its term as well.
-		fe := newElection(t, c, "fair-ev", redlock.WithFair())
+		fe := newElection(t, c, "fair-ev", election.WithFair())
 		fld, err := fe.Campaign(ctx, "fair one")
 		if err != nil {
 			t.Fatal(err)

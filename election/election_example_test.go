@@ -1,4 +1,4 @@
-package redlock_test
+package election_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -18,7 +19,7 @@ func ExampleElection() {
 	defer client.Close()
 	ctx := context.Background()
 
-	e, err := client.NewElection("example:scheduler", redlock.WithTTL(5*time.Second))
+	e, err := election.New(client, "example:scheduler", election.WithTTL(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,32 +43,5 @@ func ExampleElection() {
 	fmt.Println(err)
 	// Output:
 	// leader: 10.0.0.7:8080 same term: true
-	// redlock: no leader of "example:scheduler"
-}
-
-func ExampleWithMetadata() {
-	client, err := redigo.NewFromAddrs(exampleMasters, redlock.WithTimeout(250*time.Millisecond))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
-	ctx := context.Background()
-
-	l, err := client.Acquire(ctx, "example:report", redlock.WithMetadata("host=web-3 pid=4711"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Release(ctx)
-	in, err := client.Inspect(ctx, "example:report")
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, m := range in.Masters {
-		if m.Err == nil && len(m.State.Holders) == 1 && m.State.Holders[0].Token == l.Token() {
-			fmt.Printf("held by %q\n", m.State.Holders[0].Meta) // from a master: %q escapes it
-			break
-		}
-	}
-	// Output:
-	// held by "host=web-3 pid=4711"
+	// election: no leader of "example:scheduler"
 }

@@ -1,19 +1,18 @@
-package redlock_test
+package election_test
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/layout"
-	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -23,7 +22,7 @@ func TestElection_resignTwiceAndAfterLoss(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath)
 	ctx := ctxT(t)
-	e := newElection(t, c, "el", redlock.WithTTL(time.Second))
+	e := newElection(t, c, "el", election.WithTTL(time.Second))
 	ld, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +43,7 @@ func TestElection_resignTwiceAndAfterLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ld3, err := newElection(t, rs.client(t, pipelinedPath), "el", redlock.WithTTL(time.Second)).Campaign(ctx, "c")
+	ld3, err := newElection(t, rs.client(t, pipelinedPath), "el", election.WithTTL(time.Second)).Campaign(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +71,9 @@ func TestElection_campaignCancelledLeavesNothing(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
 			rs := startReal(t, 3)
 			ctx := ctxT(t)
-			opts := []redlock.LockOption{redlock.WithTTL(2 * time.Second)}
+			opts := []election.Option{election.WithTTL(2 * time.Second)}
 			if fair {
-				opts = append(opts, redlock.WithFair())
+				opts = append(opts, election.WithFair())
 			}
 			leader, err := newElection(t, rs.client(t, pipelinedPath), "el", opts...).Campaign(ctx, "leader")
 			if err != nil {
@@ -104,78 +103,6 @@ func TestElection_campaignCancelledLeavesNothing(t *testing.T) {
 	}
 }
 
-// Any bytes are metadata: NUL, invalid UTF-8, the maximum length; Inspect
-// and Leader give them back exactly; "" stores no hash at all.
-func TestMetadata_binaryAndEmpty(t *testing.T) {
-	rs := startReal(t, 3)
-	c := rs.client(t, pipelinedPath)
-	ctx := ctxT(t)
-	long := make([]byte, layout.MaxMeta)
-	for i := range long {
-		long[i] = byte(i)
-	}
-	for _, v := range []string{"\x00", "a\x00b\xff\xfe\r\n", string(long)} {
-		e := newElection(t, c, "bin")
-		ld, err := e.Campaign(ctx, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "metadata on every master", func() bool { return all(inspectMeta(t, c, "bin", ld.Lock().Token()), v) })
-		got, err := e.Leader(ctx)
-		if err != nil || got.Value != v {
-			t.Fatalf("Leader = %q, %v", got.Value, err)
-		}
-		if err := ld.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := c.Acquire(ctx, "empty", redlock.WithMetadata(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range rs.servers {
-		if ex, _ := redis.Int(s.Do("EXISTS", layout.MetaKey("empty"))); ex != 0 {
-			t.Fatalf("master %d has a metadata hash for empty metadata", i)
-		}
-	}
-	_ = l.Release(ctx)
-}
-
-// Someone else's value of another type at the metadata key: the
-// acquisition fails there with a clear error, and nothing of the lock is
-// left on that master (the script's SET is not undone by its later error).
-func TestMetadata_foreignTypeAtMetaKeyLeavesNothing(t *testing.T) {
-	forEachN(t, func(t *testing.T, n int) {
-		rs := startReal(t, n)
-		c := rs.client(t, pipelinedPath)
-		ctx := ctxT(t)
-		if _, err := rs.servers[0].Do("SET", layout.MetaKey("k"), "not a hash"); err != nil {
-			t.Fatal(err)
-		}
-		l, err := c.TryAcquire(ctx, "k", redlock.WithMetadata("me"))
-		if n == 1 && err == nil {
-			t.Fatal("acquired though the metadata could not be stored")
-		}
-		t.Logf("N=%d: %v", n, err)
-		if l != nil {
-			if err := l.Release(ctx); err != nil {
-				t.Logf("release: %v", err)
-			}
-		}
-		// The release returns at a quorum: at N=5 the last master's may
-		// still be on its way. A key left by the attempt lives its TTL
-		// (10 s by default), past the 3 s wait.
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		redistest.WaitFor(wctx, func() bool { return count(rs.values(t, "k"), "") == n })
-		for i, v := range rs.values(t, "k") {
-			if v != "" {
-				t.Errorf("master %d keeps the lock key after the attempt: %q", i, v)
-			}
-		}
-	})
-}
-
 // A leader whose extensions fail on a majority (two of three masters
 // paused) learns of it before anyone else can be elected: its Lost is
 // closed before the next candidate wins, whose term is higher.
@@ -183,12 +110,12 @@ func TestElection_majorityPausedLeaderLosesFirst(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
 	const ttl = time.Second
-	a, err := newElection(t, rs.client(t, pipelinedPath), "el", redlock.WithTTL(ttl)).Campaign(ctx, "a")
+	a, err := newElection(t, rs.client(t, pipelinedPath), "el", election.WithTTL(ttl)).Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	won := make(chan *redlock.Leadership, 1)
-	e := newElection(t, rs.client(t, pipelinedPath), "el", redlock.WithTTL(ttl))
+	won := make(chan *election.Leadership, 1)
+	e := newElection(t, rs.client(t, pipelinedPath), "el", election.WithTTL(ttl))
 	go func() {
 		ld, err := e.Campaign(ctx, "b")
 		if err != nil {
@@ -236,7 +163,7 @@ func TestElection_termGrowsAcrossAOFRestartOfAll(t *testing.T) {
 	rs := startReal(t, 3, redistest.WithAOF())
 	ctx := ctxT(t)
 	c := rs.client(t, pipelinedPath)
-	e := newElection(t, c, "el", redlock.WithTTL(time.Second))
+	e := newElection(t, c, "el", election.WithTTL(time.Second))
 	restartAll := func() {
 		for _, s := range rs.servers {
 			if err := s.Restart(); err != nil {
@@ -270,85 +197,6 @@ func TestElection_termGrowsAcrossAOFRestartOfAll(t *testing.T) {
 	}
 }
 
-// An attempt of every kind with metadata that is granted by one master and
-// refused by the other two (which another client holds) is rolled back:
-// the granting master keeps neither the lock nor its metadata (only a
-// fencing counter).
-func TestMetadata_goneAfterRollbackEveryKind(t *testing.T) {
-	ctx := ctxT(t)
-	opts := func(more ...redlock.LockOption) []redlock.LockOption {
-		return append([]redlock.LockOption{redlock.WithTTL(10 * time.Second), redlock.WithMetadata("loser")}, more...)
-	}
-	type attempt func(c *redlock.Client, key string) error
-	plainBlock := func(c *redlock.Client, key string) error { _, err := c.TryAcquire(ctx, key); return err }
-	kinds := []struct {
-		name         string
-		block, other attempt
-	}{
-		{"plain", plainBlock, func(c *redlock.Client, key string) error { _, err := c.TryAcquire(ctx, key, opts()...); return err }},
-		{"fenced fair", plainBlock, func(c *redlock.Client, key string) error {
-			_, err := c.TryAcquire(ctx, key, opts(redlock.WithFencing(), redlock.WithFair())...)
-			return err
-		}},
-		{"read", func(c *redlock.Client, key string) error { _, err := c.TryAcquireWrite(ctx, key); return err },
-			func(c *redlock.Client, key string) error { _, err := c.TryAcquireRead(ctx, key, opts()...); return err }},
-		{"write", func(c *redlock.Client, key string) error { _, err := c.TryAcquireRead(ctx, key); return err },
-			func(c *redlock.Client, key string) error {
-				_, err := c.TryAcquireWrite(ctx, key, opts()...)
-				return err
-			}},
-		{"multi", func(c *redlock.Client, key string) error { _, err := c.TryAcquire(ctx, key+"-b"); return err },
-			func(c *redlock.Client, key string) error {
-				_, err := c.TryAcquireMulti(ctx, []string{key, key + "-b"}, opts()...)
-				return err
-			}},
-		{"reentrant", func(c *redlock.Client, key string) error {
-			r, err := c.NewReentrant(key, "blocker")
-			if err != nil {
-				return err
-			}
-			return r.TryAcquire(ctx)
-		}, func(c *redlock.Client, key string) error {
-			r, err := c.NewReentrant(key, "loser", opts()...)
-			if err != nil {
-				return err
-			}
-			return r.TryAcquire(ctx)
-		}},
-	}
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			rs := startReal(t, 3)
-			blocker, err := redigo.New(rs.pools[1:], redlock.WithTimeout(realTimeout))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer blocker.Close()
-			if err := k.block(blocker, "k"); err != nil {
-				t.Fatal(err)
-			}
-			if err := k.other(rs.client(t, pipelinedPath), "k"); !errors.Is(err, redlock.ErrNotAcquired) {
-				t.Fatalf("err = %v", err)
-			}
-			leftover.None(t, rs.servers[:1]) // the first master keeps nothing
-		})
-	}
-}
-
-// WithWait has no place in an election (a campaign waits until its ctx
-// ends): WithWait(0) would make Campaign retry without any pause, and a
-// fair candidate's bounded Acquire would leave its place in the queue at
-// each bound. NewElection refuses it, naming it.
-func TestElection_newElectionRefusesWithWait(t *testing.T) {
-	rs := startReal(t, 1)
-	c := rs.client(t, pipelinedPath)
-	for _, d := range []time.Duration{0, time.Second} {
-		if _, err := c.NewElection("el", redlock.WithWait(d)); !errors.Is(err, redlock.ErrInvalid) || !strings.Contains(err.Error(), "WithWait") {
-			t.Fatalf("WithWait(%v): %v", d, err)
-		}
-	}
-}
-
 // A fair election names its leader as a plain one does, candidates are
 // elected in the order they came, and WithMaxHold ends a term: the leader
 // learns it (ErrMaxHold) and the next candidate takes over with a higher
@@ -356,7 +204,7 @@ func TestElection_newElectionRefusesWithWait(t *testing.T) {
 func TestElection_fairOrderAndMaxHold(t *testing.T) {
 	rs := startReal(t, 3)
 	ctx := ctxT(t)
-	opts := []redlock.LockOption{redlock.WithFair(), redlock.WithTTL(time.Second), redlock.WithMaxHold(1500 * time.Millisecond)}
+	opts := []election.Option{election.WithFair(), election.WithTTL(time.Second), election.WithMaxHold(1500 * time.Millisecond)}
 	a, err := newElection(t, rs.client(t, pipelinedPath), "fair", opts...).Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +213,7 @@ func TestElection_fairOrderAndMaxHold(t *testing.T) {
 	if got, err := watcher.Leader(ctx); err != nil || got.Value != "a" || got.Term != a.Term() {
 		t.Fatalf("Leader = %+v, %v", got, err)
 	}
-	won := make(chan *redlock.Leadership, 2)
+	won := make(chan *election.Leadership, 2)
 	queued := func(i int) int {
 		k, _ := redis.Int(rs.servers[i].Do("ZCARD", layout.QueueKey("fair")))
 		return k

@@ -1,4 +1,4 @@
-package redlock_test
+package election_test
 
 import (
 	"context"
@@ -11,20 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/redlock"
 )
-
-func newElection(t *testing.T, c *redlock.Client, key string, opts ...redlock.LockOption) *redlock.Election {
-	t.Helper()
-	e, err := c.NewElection(key, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
 
 // Three candidates on three clients: one leads at a time; Leader, read by
 // a fourth client, names it and its term; Resign hands over at once (well
@@ -38,16 +29,16 @@ func TestElection_CampaignResignLeaderObserve(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				const ttl = 2 * time.Second
-				watcher := newElection(t, rs.client(t, path), "leader", redlock.WithTTL(ttl))
-				if _, err := watcher.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+				watcher := newElection(t, rs.client(t, path), "leader", election.WithTTL(ttl))
+				if _, err := watcher.Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 					t.Fatalf("Leader before any campaign: %v", err)
 				}
 				obsCtx, stopObs := context.WithCancel(ctx)
 				seen := watcher.Observe(obsCtx)
 
-				won := make(chan *redlock.Leadership, 3)
+				won := make(chan *election.Leadership, 3)
 				for i := range 3 {
-					e := newElection(t, rs.client(t, path), "leader", redlock.WithTTL(ttl))
+					e := newElection(t, rs.client(t, path), "leader", election.WithTTL(ttl))
 					go func() {
 						ld, err := e.Campaign(ctx, fmt.Sprintf("candidate-%d", i))
 						if err != nil {
@@ -98,7 +89,7 @@ func TestElection_CampaignResignLeaderObserve(t *testing.T) {
 						t.Fatal("Lost not closed after Resign")
 					}
 				}
-				var observed []redlock.Leader
+				var observed []election.Leader
 				for len(observed) < 3 {
 					select {
 					case o := <-seen:
@@ -167,7 +158,7 @@ func frozenLeaderAndNemesis(t *testing.T, path connPath, n int) {
 	var guard fence.Guard
 	write := func(term uint64) error { return guard.Write("data", term, func() error { return nil }) }
 
-	first, err := newElection(t, fc, "e", redlock.WithTTL(ttl)).Campaign(ctx, "frozen")
+	first, err := newElection(t, fc, "e", election.WithTTL(ttl)).Campaign(ctx, "frozen")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +168,8 @@ func frozenLeaderAndNemesis(t *testing.T, path connPath, n int) {
 
 	// Every valid leadership, to check that no two overlap.
 	var mu sync.Mutex
-	valid := map[*redlock.Leadership]string{}
-	checkAlone := func(ld *redlock.Leadership) {
+	valid := map[*election.Leadership]string{}
+	checkAlone := func(ld *election.Leadership) {
 		mu.Lock()
 		defer mu.Unlock()
 		now := time.Now()
@@ -229,7 +220,7 @@ func frozenLeaderAndNemesis(t *testing.T, path connPath, n int) {
 	var replaced atomic.Int64 // how long after the freeze the first successor came
 	var wg sync.WaitGroup
 	for i := range 3 {
-		e := newElection(t, rs.client(t, path), "e", redlock.WithTTL(ttl))
+		e := newElection(t, rs.client(t, path), "e", election.WithTTL(ttl))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -297,7 +288,7 @@ func frozenLeaderAndNemesis(t *testing.T, path connPath, n int) {
 func TestElection_goroutinesBounded(t *testing.T) {
 	rs := startReal(t, 3)
 	c := rs.client(t, pipelinedPath)
-	e := newElection(t, c, "bounded", redlock.WithTTL(2*time.Second))
+	e := newElection(t, c, "bounded", election.WithTTL(2*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ld, err := e.Campaign(ctx, "first")

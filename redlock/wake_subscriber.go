@@ -1,0 +1,197 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/fault"
+	"github.com/quorumlock/quorumlock/transport"
+)
+
+// subscriber follows the release channels on one master, through its
+// transport's Subscription: a goroutine opens it and keeps the subscribed
+// channels equal to the wanted ones as the waited-for keys change, until
+// stopped or the subscription breaks.
+type subscriber struct {
+	w       *waker
+	m       *master
+	started time.Time
+
+	kick chan struct{} // size 1: the wanted channels changed
+	// ctx ends with stop: it ends the opening of the subscription and a
+	// Set under way.
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu   sync.Mutex
+	sub  Subscription // nil until open
+	dead bool
+}
+
+// isLive reports whether the master acknowledged the subscription to
+// channel on a connection that is still read.
+func (s *subscriber) isLive(channel string) bool {
+	s.mu.Lock()
+	sub, dead := s.sub, s.dead
+	s.mu.Unlock()
+	return !dead && sub != nil && sub.Live(channel)
+}
+
+func (w *waker) startSubscriber(i int) *subscriber {
+	c := w.c
+	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(), kick: make(chan struct{}, 1)}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	if !c.addWorker() {
+		s.stop()
+		return nil
+	}
+	go s.run()
+	return s
+}
+
+func (s *subscriber) isDead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead
+}
+
+func (s *subscriber) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fail marks the subscriber dead (it is restarted while waiters need it),
+// and reports err: a subscription the master or the pool refused
+// (transport.ErrNoticesRefused: the master serves locks, its waiters poll) is
+// logged, once a minute at most per master, without counting the master
+// as failing, since a restart every second would refuse again; any other
+// error is a failure of the master.
+func (s *subscriber) fail(err error) {
+	s.mu.Lock()
+	s.dead = true
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+	case errors.Is(err, transport.ErrNoticesRefused):
+		s.w.refused(s.m, err)
+	default:
+		s.w.c.logFailure(opWait, "", s.m, err)
+	}
+}
+
+// refused logs that master m refused release notices, unless the same
+// refusal of m was logged within failureReminder.
+func (w *waker) refused(m *master, err error) {
+	c := w.c
+	if c.logger == nil {
+		return
+	}
+	now := time.Now()
+	msg := err.Error()
+	w.mu.Lock()
+	if w.refusals == nil {
+		w.refusals = make(map[int]refusal)
+	}
+	last := w.refusals[m.index]
+	quiet := last.msg == msg && now.Sub(last.at) < failureReminder
+	if !quiet {
+		w.refusals[m.index] = refusal{msg, now}
+	}
+	w.mu.Unlock()
+	if !quiet {
+		c.logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master refuses release notices; its waiters poll",
+			slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err),
+			slog.String("note", "the same refusal is logged again after a minute at most"))
+	}
+}
+
+// brokenErr is why sub broke, as a master's error, when it says
+// (transport.Breakable).
+func brokenErr(c *Client, m *master, sub Subscription) error {
+	if e, ok := sub.(transport.Breakable); ok && e.Err() != nil {
+		return c.nodeError(m, e.Err())
+	}
+	return nil
+}
+
+// run opens the subscription, then keeps its channels equal to the wanted
+// ones until stopped or the subscription breaks; it closes the
+// subscription as it ends. A panic (a hostile master's reply, on a pool
+// this package did not make) fails the subscriber: the waiters fall back
+// on their timers until it is restarted.
+func (s *subscriber) run() {
+	c := s.w.c
+	defer c.workers.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			s.fail(c.nodeError(s.m, fault.PanicError(p)))
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)
+	sub, err := s.m.t.Subscribe(ctx, func(channel, payload string) {
+		if key, ok := strings.CutPrefix(channel, wakePrefix); ok {
+			s.w.notify(key, payload, s.m.index)
+		}
+	})
+	cancel()
+	if err != nil {
+		s.fail(c.nodeError(s.m, err))
+		return
+	}
+	defer sub.Close()
+	s.mu.Lock()
+	s.sub = sub
+	s.mu.Unlock()
+	// expiry fires when a lingering key's time is up (lingerFor).
+	expiry := time.NewTimer(lingerFor)
+	defer expiry.Stop()
+	for {
+		select {
+		case <-expiry.C:
+			if next := s.w.expire(); !next.IsZero() {
+				expiry.Reset(time.Until(next))
+			}
+			continue // expire pokes the subscribers when it unsubscribed keys
+		case <-s.ctx.Done():
+			return
+		case <-sub.Done():
+			s.fail(brokenErr(c, s.m, sub))
+			return
+		case <-s.kick:
+		}
+		if err := sub.Set(s.ctx, s.w.wantedList()); err != nil {
+			switch {
+			case s.ctx.Err() != nil:
+				s.fail(nil)
+			case errors.Is(err, ErrClosed):
+				// Broken before this Set (kick and Done were both
+				// ready): why it broke, not the Set's ErrClosed.
+				s.fail(brokenErr(c, s.m, sub))
+			default:
+				s.fail(c.nodeError(s.m, err))
+			}
+			return
+		}
+		if next := s.w.nextExpiry(); !next.IsZero() {
+			expiry.Reset(time.Until(next))
+		}
+	}
+}
+
+// wantedList returns the channels the subscribers should follow.
+func (w *waker) wantedList() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	waited, lingering := w.keys.Counts()
+	chans := w.keys.AppendKeys(make([]string, 0, waited+lingering))
+	for i, key := range chans {
+		chans[i] = wakeChannel(key)
+	}
+	return chans
+}
