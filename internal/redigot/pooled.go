@@ -36,9 +36,11 @@ type pooledTransport struct {
 	realClock    bool          // clock is clock.Real(): stalls count (stalls.in)
 	stalls       *stall.Stalls // the client's stall detector
 
-	// unheard is when the earliest command sent since the last reply was
-	// sent, as the time since epoch on clock plus 1 (0: every command sent
-	// was followed by a reply): what silence measures. (Since epoch, so
+	// unheard is when the master's silence began, as the time since epoch
+	// on clock plus 1: the send of the earliest command in flight since
+	// the last reply, or that reply when commands were in flight past it
+	// (0: nothing in flight since the last reply; heard, readBy). What
+	// silence measures. (Since epoch, so
 	// that the real clock's monotonic reading is used: a step of the wall
 	// clock is neither silence nor its end. Read with Now().Sub, not
 	// Since: a test's clock may count Since calls as the client's own
@@ -64,6 +66,9 @@ type pooledTransport struct {
 	// before it that is still in flight.
 	busy   time.Duration
 	closed bool
+	// heardAt is the value heard gave unheard at the latest reply that
+	// came while other commands were in flight (0: none did), under mu.
+	heardAt int64
 
 	// lone is the connection of a lone caller's commands (pooled_lone.go).
 	// Its mu comes before mu.
@@ -157,10 +162,18 @@ func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
 	p.complete(get, readBy, cmd, v, sent, err, afterClose)
 }
 
-// ran ends the count of a command in flight that Send began.
+// ran ends the count of a command in flight that Send began. The last
+// to end, when the master's silence began at a reply (heard) and nothing
+// sent since has been left unanswered, leaves the master not silent: the
+// commands that waited past that reply were answered (or a master hung
+// after its last answer, with nothing left in flight, is not silent
+// either, as one whose every command was answered).
 func (p *pooledTransport) ran() {
 	p.mu.Lock()
 	p.running--
+	if p.running == 0 && p.heardAt != 0 {
+		p.unheard.CompareAndSwap(p.heardAt, 0)
+	}
 	p.mu.Unlock()
 	p.wg.Done()
 }
@@ -246,7 +259,7 @@ func (p *pooledTransport) once(ctx context.Context, readBy time.Time, cmd *trans
 func (p *pooledTransport) outcome(conn redis.Conn, cmd *transport.Command, v any, err error) (any, error) {
 	re, isReply := replyTo(err)
 	if isReply || err == nil {
-		p.unheard.Store(0)
+		p.heard()
 	}
 	if isReply {
 		return nil, transport.ReplyError(re)
@@ -262,10 +275,26 @@ func (p *pooledTransport) outcome(conn redis.Conn, cmd *transport.Command, v any
 	return v, err
 }
 
+// heard ends the master's silence at a reply to one of its commands in
+// flight (counted in running until ran): with none other in flight, it is
+// not silent; the others, sent before the reply or not, wait afresh from
+// it — a master that answered one command and then stopped is silent
+// from that answer, not "heard" for as long as the others wait.
+func (p *pooledTransport) heard() {
+	p.mu.Lock()
+	p.heardAt = 0
+	if p.running > 1 {
+		p.heardAt = int64(p.clock.Now().Sub(p.epoch)) + 1
+	}
+	p.unheard.Store(p.heardAt)
+	p.mu.Unlock()
+}
+
 // silence says how long the master has kept this process waiting
 // (Silencer): the time since the earliest command it has not answered
-// was sent, when no reply came after that send, less what of it this
-// process did not run (on the real clock: the latest stall it saw,
+// was sent, or since its latest reply when that came later (heard),
+// less what of it this process did not run (on the real clock: the
+// latest stall it saw,
 // stalls.in, or how far it is behind on its timers, beat, whichever is
 // more). A master that answers steadily is not silent however long one
 // command's reader took to run; a hung one is silent from its first
