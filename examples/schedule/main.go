@@ -118,10 +118,15 @@ func replica(name string) int {
 		return 1
 	}
 	defer st.Close()
-	for {
+	for first := true; ; first = false {
 		// The next slot, by this replica's (late) clock.
 		slot := time.Now().Add(-skew).UnixMilli()/period.Milliseconds() + 1
 		fire := time.UnixMilli(slot * period.Milliseconds()).Add(skew)
+		if first {
+			// A replica started after its timer fired for a slot
+			// leaves that slot to the others.
+			fmt.Printf("%s: first slot %d\n", name, slot)
+		}
 		t := time.NewTimer(time.Until(fire))
 		select {
 		case <-ctx.Done():
@@ -215,10 +220,13 @@ type Result struct {
 	// Frozen is the slot during which the replica FrozenName was frozen.
 	Frozen     int64
 	FrozenName string
+	// Firsts is each replica's first slot.
+	Firsts map[string]int64
 }
 
 // scenario starts three replicas (the third one's timer 300 ms late),
-// freezes the first replica it sees running a slot, kills a lock master
+// freezes the first replica it sees running a slot that every replica
+// attends (the first slot of the latest schedule), kills a lock master
 // (with env.kill), wakes the frozen replica once another one committed
 // its slot, and runs two more slots. It returns what the store holds, and
 // an error when a slot was committed twice or not at all, or the woken
@@ -256,14 +264,44 @@ func scenario(ctx context.Context, out io.Writer, env scenarioEnv) (Result, erro
 		return nil
 	}
 
-	// Freeze the first replica seen running a slot, holding the lock.
-	frozen := ""
-	err = poll("a replica running a slot", func() bool {
+	// The slot to freeze a replica in is one every replica attends, so
+	// that the others are still trying it when the frozen one's lock
+	// expires. Their schedules need not start with the same slot: a replica
+	// started after its timer fired for a slot starts with the next one,
+	// and the timers are skewed (started 200 ms into a slot, the third
+	// replica still runs that slot, the other two begin with the next).
+	res.Firsts = map[string]int64{}
+	err = poll("every replica's first slot", func() bool {
 		for name, pr := range g.Procs {
-			if l, ok := pr.Find(": running"); ok {
-				if _, err := fmt.Sscanf(l, name+": slot %d:", &res.Frozen); err != nil {
-					continue
+			if l, ok := pr.Find(name + ": first slot "); ok {
+				var s int64
+				if _, err := fmt.Sscanf(l, name+": first slot %d", &s); err == nil {
+					res.Firsts[name] = s
 				}
+			}
+		}
+		return len(res.Firsts) == len(names)
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, s := range res.Firsts {
+		res.Frozen = max(res.Frozen, s)
+	}
+	// A replica may have begun that slot before the last one said its
+	// first: it may commit before it is seen running, so take the next.
+	for _, pr := range g.Procs {
+		if _, ok := pr.Find(fmt.Sprintf(": slot %d: running", res.Frozen)); ok {
+			res.Frozen++
+			break
+		}
+	}
+
+	// Freeze the first replica seen running that slot, holding the lock.
+	frozen := ""
+	err = poll(fmt.Sprintf("a replica running slot %d", res.Frozen), func() bool {
+		for name, pr := range g.Procs {
+			if _, ok := pr.Find(fmt.Sprintf("%s: slot %d: running", name, res.Frozen)); ok {
 				frozen = name
 				return pr.Signal(syscall.SIGSTOP) == nil
 			}
