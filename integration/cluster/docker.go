@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,13 +109,20 @@ func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 }
 
 // runMaster starts one container with its port pinned to a free port of
-// 127.0.0.1, retrying with another port if that one was taken meanwhile.
+// 127.0.0.1 (pinned, so that it keeps its address across restarts; and a
+// cluster node listens inside on that same port, so it must be known
+// before the container is made). The port is drawn before Docker binds it,
+// so another process can take it meanwhile: Docker then refuses to start
+// the container, which is removed, and another port is drawn. A container
+// that exits before it answers PING is removed and made again too; when
+// every try fails, the error gives each one's container state and logs.
 func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string, labels map[string]string, cfg *config) (*dockerNode, error) {
 	base := append([]string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
 		"--port", "6379", "--dir", "/data"}, cfg.redisArgs()...)
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := redistest.FreePort()
+	var errs []error
+	lastLogs := "\x00" // no try yet
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -127,7 +136,11 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			cmd = append(append([]string(nil), cmd...), cfg.portArgs(port)...)
 		}
 		innerPort := dc.Port(strconv.Itoa(inner) + "/tcp")
+		// Named, so that a container Docker made but could not start
+		// (RunWithOptions then returns no Resource) can be removed.
+		name := fmt.Sprintf("quorumlock-%s-%d-%d", labels[labelOwner], processStart, containerSeq.Add(1))
 		res, err := p.RunWithOptions(&dockertest.RunOptions{
+			Name:       name,
 			Repository: repo,
 			Tag:        tag,
 			Cmd:        cmd,
@@ -145,20 +158,49 @@ func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string
 			hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
 		})
 		if err != nil {
-			lastErr = err
+			errs = append(errs, fmt.Errorf("try %d, port %d: %w", attempt, port, err))
 			if res != nil {
 				_ = p.Purge(res)
+			} else {
+				_ = p.Client.RemoveContainer(dc.RemoveContainerOptions{ID: name, Force: true, RemoveVolumes: true})
 			}
 			continue
 		}
+		if afterRun != nil {
+			afterRun(p.Client, res.Container.ID)
+		}
 		nd := &dockerNode{pool: p, res: res, network: network, hostAddr: "127.0.0.1:" + strconv.Itoa(port), inner: inner}
-		if err := nd.waitReady(); err != nil {
+		err = nd.waitReady()
+		if err == nil {
+			return nd, nil
+		}
+		var gone *containerGone
+		if !errors.As(err, &gone) {
+			// Up but not answering until the deadline: no second try.
 			return nd, err
 		}
-		return nd, nil
+		_ = p.Purge(res)
+		if gone.ownExit && gone.logs == lastLogs {
+			// redis-server ended itself the same way twice: it refuses
+			// its arguments (the log lines of a start carry a time), and
+			// a third try would too.
+			return nil, fmt.Errorf("cluster: run %s:%s: the container exited the same way twice: %w", repo, tag, err)
+		}
+		lastLogs = gone.logs
+		errs = append(errs, fmt.Errorf("try %d: %w", attempt, err))
 	}
-	return nil, fmt.Errorf("cluster: run %s:%s: %w", repo, tag, lastErr)
+	return nil, fmt.Errorf("cluster: run %s:%s: no container answered PING in %d tries: %w", repo, tag, startAttempts, errors.Join(errs...))
 }
+
+// startAttempts bounds the containers runMaster makes for one master.
+const startAttempts = 5
+
+// processStart and containerSeq make the names of this process's
+// containers unique.
+var (
+	processStart = time.Now().UnixNano()
+	containerSeq atomic.Int64
+)
 
 // ensureImage pulls the image when it is missing and says how to build
 // one when that fails too.
@@ -261,25 +303,102 @@ func (d *dockerNode) heal() error {
 		dc.NetworkConnectionOptions{Container: d.res.Container.ID})
 }
 
-// waitReady pings the master through its published port until it answers:
-// a scratch image has no shell for a health check.
+// waitReady pings the master through its published port until it answers
+// (a scratch image has no shell for a health check), for at most the
+// pool's MaxWait. It looks at the container between pings: once it is no
+// longer running (redis-server exited, or the container was killed or
+// removed) its published port can only refuse, so it returns at once, a
+// *containerGone. Either error gives the container's state and the end
+// of its logs.
 func (d *dockerNode) waitReady() error {
-	err := d.pool.Retry(func() error {
-		// Poll quickly before handing back to Retry's slower backoff.
-		var err error
-		for i := 0; i < 40; i++ {
-			if err = ping(d.hostAddr); err == nil {
-				return nil
-			}
-			time.Sleep(10 * time.Millisecond)
+	var err error
+	var gone *containerGone
+	var nextLook time.Time
+	if redistest.Within(d.pool.MaxWait, func() bool {
+		if err = ping(d.hostAddr); err == nil {
+			return true
 		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: master %s did not answer PING: %w", d.hostAddr, err)
+		if now := time.Now(); now.After(nextLook) {
+			nextLook = now.Add(200 * time.Millisecond)
+			if state, running, code := d.state(); !running {
+				logs := d.logs()
+				gone = &containerGone{logs, code > 0 && code < 128, fmt.Errorf("cluster: master %s: the container is not running (%s) [last PING: %v]%s",
+					d.hostAddr, state, err, logs)}
+				return true
+			}
+		}
+		return false
+	}) && gone == nil {
+		return nil
 	}
-	return nil
+	if gone != nil {
+		return gone
+	}
+	state, _, _ := d.state()
+	return fmt.Errorf("cluster: master %s did not answer PING within %v: %w (container %s)%s",
+		d.hostAddr, d.pool.MaxWait, err, state, d.logs())
 }
+
+// containerGone is waitReady's error when the container stopped running.
+type containerGone struct {
+	logs    string // as logs gives them
+	ownExit bool   // redis-server exited (not by a signal, not removed)
+	err     error
+}
+
+func (e *containerGone) Error() string { return e.err.Error() }
+func (e *containerGone) Unwrap() error { return e.err }
+
+// state describes the container as Docker sees it, says whether it is
+// running, and gives its exit code (-1 when it is gone).
+func (d *dockerNode) state() (desc string, running bool, exitCode int) {
+	c, err := d.pool.Client.InspectContainer(d.res.Container.ID)
+	if err != nil {
+		var gone *dc.NoSuchContainer
+		if errors.As(err, &gone) {
+			return fmt.Sprintf("%s removed", short(d.res.Container.ID)), false, -1
+		}
+		return fmt.Sprintf("%s not inspected: %v", short(d.res.Container.ID), err), true, 0
+	}
+	st := c.State
+	desc = fmt.Sprintf("%s %s", short(c.ID), st.Status)
+	if !st.Running {
+		desc += fmt.Sprintf(", exit code %d", st.ExitCode)
+		if st.OOMKilled {
+			desc += ", OOM-killed"
+		}
+		if st.Error != "" {
+			desc += ", error " + strconv.Quote(st.Error)
+		}
+		if !st.FinishedAt.IsZero() && !st.StartedAt.IsZero() {
+			desc += fmt.Sprintf(", ran %v", st.FinishedAt.Sub(st.StartedAt).Round(time.Millisecond))
+		}
+	}
+	if c.NetworkSettings != nil {
+		desc += fmt.Sprintf(", ports %v", c.NetworkSettings.Ports)
+	}
+	return desc, st.Running && !st.Restarting, st.ExitCode
+}
+
+// logs returns the last lines the container printed, on lines of their
+// own, for an error message.
+func (d *dockerNode) logs() string {
+	var buf bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := d.pool.Client.Logs(dc.LogsOptions{Context: ctx, Container: d.res.Container.ID,
+		OutputStream: &buf, ErrorStream: &buf, Stdout: true, Stderr: true, Tail: "20"})
+	out := strings.TrimRight(buf.String(), "\n")
+	switch {
+	case err != nil:
+		return fmt.Sprintf("\n\tcontainer logs: %v", err)
+	case out == "":
+		return "\n\tcontainer logs: (empty)"
+	}
+	return "\n\tcontainer logs (last 20 lines):\n\t\t" + strings.ReplaceAll(out, "\n", "\n\t\t")
+}
+
+func short(id string) string { return id[:min(12, len(id))] }
 
 func ping(addr string) error {
 	c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second),
@@ -306,3 +425,11 @@ func (d *dockerNode) ipIn() (string, error) {
 	}
 	return "", fmt.Errorf("container %s has no address on network %s", d.res.Container.Name, d.network.Network.Name)
 }
+
+// freePort draws the host port a container is published on (a variable
+// so that a test can hand out a taken one).
+var freePort = redistest.FreePort
+
+// afterRun, when set, is called with every container runMaster started,
+// before it waits for it (a test kills one there).
+var afterRun func(client *dc.Client, id string)
