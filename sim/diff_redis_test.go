@@ -31,9 +31,9 @@ import (
 // PTTL.
 
 // tolerance is how far apart the two masters' TTLs (or times a script
-// stored from TIME) may be: Redis reads its clock for TIME and for the
-// command behind it at two moments, which a busy machine can put
-// milliseconds apart.
+// stored from TIME) may be, besides the differ's slack: Redis reads its
+// clock for TIME and for the command behind it at two moments, and
+// rounds each to its millisecond.
 const tolerance = 5 * time.Millisecond
 
 // nearExpiry is how close to a key's expiry no command is sent: each
@@ -49,6 +49,14 @@ type differ struct {
 	mu    sync.Mutex
 	diffs []string
 	n     int
+	// slack is the longest Redis has taken, by its own clock, from the
+	// TIME before a pipeline's commands to the TIME after them (redisAt):
+	// the simulated master runs them at the first, Redis at any moment up
+	// to the second — milliseconds apart when the machine is busy and
+	// Redis is not scheduled between two of them. A TTL set by a command
+	// so delayed stays that much longer on Redis, so the slack is the
+	// largest seen, not the latest.
+	slack time.Duration
 }
 
 func (d *differ) do(args []string) (real any, sim any, realErr, simErr error) {
@@ -70,7 +78,9 @@ func asErr(v any) error {
 }
 
 // redisAt runs cmds on Redis right behind TIME, in one pipeline, and
-// returns Redis's time and the replies (an error reply as an error).
+// returns Redis's time and the replies (an error reply as an error). A
+// second TIME behind the commands measures how long they took to run
+// (slack).
 func (d *differ) redisAt(cmds ...[]string) (time.Time, []any) {
 	if err := d.conn.Send("TIME"); err != nil {
 		d.t.Fatal(err)
@@ -83,6 +93,9 @@ func (d *differ) redisAt(cmds ...[]string) (time.Time, []any) {
 		if err := d.conn.Send(c[0], a...); err != nil {
 			d.t.Fatal(err)
 		}
+	}
+	if err := d.conn.Send("TIME"); err != nil {
+		d.t.Fatal(err)
 	}
 	if err := d.conn.Flush(); err != nil {
 		d.t.Fatal(err)
@@ -102,12 +115,19 @@ func (d *differ) redisAt(cmds ...[]string) (time.Time, []any) {
 		}
 		out[i] = v
 	}
-	return time.Unix(now[0], now[1]*1000), out
+	after, err := redis.Int64s(d.conn.Receive())
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	at := time.Unix(now[0], now[1]*1000)
+	d.slack = max(d.slack, time.Unix(after[0], after[1]*1000).Sub(at))
+	return at, out
 }
 
 // steer waits until no key is about to expire on Redis: each master
 // expires keys by its own reading of the clock, and the two readings of
-// one instant may fall on either side of a millisecond.
+// one instant may fall on either side of a millisecond, or, on a busy
+// machine, as far apart as the slack.
 func (d *differ) steer() {
 	for {
 		keys, err := redis.Strings(d.conn.Do("KEYS", "*"))
@@ -116,14 +136,14 @@ func (d *differ) steer() {
 		}
 		close := false
 		for _, k := range keys {
-			if ttl, _ := redis.Int64(d.conn.Do("PTTL", k)); ttl >= 0 && ttl <= nearExpiry.Milliseconds() {
+			if ttl, _ := redis.Int64(d.conn.Do("PTTL", k)); ttl >= 0 && ttl <= (nearExpiry+d.slack).Milliseconds() {
 				close = true
 			}
 		}
 		if !close {
 			return
 		}
-		time.Sleep(nearExpiry + time.Millisecond)
+		time.Sleep(nearExpiry + d.slack + time.Millisecond)
 	}
 }
 
@@ -138,12 +158,12 @@ func (d *differ) compare(args []string, real, sim any, realErr, simErr error) {
 	}
 	if args[0] == "PTTL" {
 		if a, ok := real.(int64); ok {
-			if b, ok := sim.(int64); ok && (a == b || a >= 0 && b >= 0 && near(a, b)) {
+			if b, ok := sim.(int64); ok && (a == b || a >= 0 && b >= 0 && d.near(a, b)) {
 				return
 			}
 		}
 	}
-	if realErr == nil && !sameReply(real, sim) {
+	if realErr == nil && !d.sameReply(real, sim) {
 		d.diffs = append(d.diffs, fmt.Sprintf("%s: redis %s, sim %s", show(args), showReply(real), showReply(sim)))
 	}
 }
@@ -182,8 +202,8 @@ func showReply(v any) string {
 }
 
 // sameReply compares replies, numbers that look like times (ms since
-// 1970) and TTLs within tolerance.
-func sameReply(a, b any) bool {
+// 1970) and TTLs within tolerance and the slack.
+func (d *differ) sameReply(a, b any) bool {
 	switch a := a.(type) {
 	case []any:
 		bb, ok := b.([]any)
@@ -191,7 +211,7 @@ func sameReply(a, b any) bool {
 			return false
 		}
 		for i := range a {
-			if !sameReply(a[i], bb[i]) {
+			if !d.sameReply(a[i], bb[i]) {
 				return false
 			}
 		}
@@ -206,17 +226,19 @@ func sameReply(a, b any) bool {
 		}
 		x, err1 := strconv.ParseFloat(string(a), 64)
 		y, err2 := strconv.ParseFloat(string(bb), 64)
-		return err1 == nil && err2 == nil && x > 1e12 && near(int64(x), int64(y))
+		return err1 == nil && err2 == nil && x > 1e12 && d.near(int64(x), int64(y))
 	case int64:
 		bb, ok := b.(int64)
-		return ok && (a == bb || a > 0 && bb > 0 && near(a, bb))
+		return ok && (a == bb || a > 0 && bb > 0 && d.near(a, bb))
 	}
 	return reflect.DeepEqual(a, b)
 }
 
-func near(a, b int64) bool {
-	d := a - b
-	return d >= -tolerance.Milliseconds() && d <= tolerance.Milliseconds()
+// near reports whether two times or TTLs (ms) are within tolerance and
+// the slack.
+func (d *differ) near(a, b int64) bool {
+	most := (tolerance + d.slack).Milliseconds()
+	return a-b >= -most && a-b <= most
 }
 
 // run runs args on both and compares the replies; it returns Redis's.
@@ -287,30 +309,30 @@ func (d *differ) state(when string) {
 		if r == nil && s == nil {
 			continue // expired on both since KEYS
 		}
-		if expiring(r) || expiring(s) {
+		if d.expiring(r) || d.expiring(s) {
 			continue // a key at its expiry may be gone on one side only
 		}
 		if r != nil && s != nil {
 			if a, ok := r[1].(int64); ok {
-				if b, ok := s[1].(int64); ok && a >= 0 && b >= 0 && near(a, b) {
+				if b, ok := s[1].(int64); ok && a >= 0 && b >= 0 && d.near(a, b) {
 					r, s = []any{r[0], r[2]}, []any{s[0], s[2]}
 				}
 			}
 		}
-		if r == nil || s == nil || !sameReply(r, s) {
+		if r == nil || s == nil || !d.sameReply(r, s) {
 			d.diffs = append(d.diffs, fmt.Sprintf("after %s: key %q: redis %s, sim %s", when, k, showReply(r), showReply(s)))
 		}
 	}
 }
 
 // expiring reports whether a dumped key (type, TTL, value) is within
-// tolerance of its expiry.
-func expiring(k []any) bool {
+// tolerance and the slack of its expiry.
+func (d *differ) expiring(k []any) bool {
 	if k == nil {
 		return false
 	}
 	ttl, ok := k[1].(int64)
-	return ok && ttl >= 0 && ttl <= tolerance.Milliseconds()
+	return ok && ttl >= 0 && ttl <= (tolerance+d.slack).Milliseconds()
 }
 
 // sortPairs sorts a hash's field-value pairs by field: Redis's order of a
@@ -381,7 +403,7 @@ func (d *differ) report() {
 		}
 		d.t.Error(s)
 	}
-	d.t.Logf("%d commands compared", d.n)
+	d.t.Logf("%d commands compared; Redis ran a pipeline's commands up to %v after its TIME", d.n, d.slack)
 }
 
 // TestSimMaster_agreesWithRedisOnEveryKind runs random operations of
