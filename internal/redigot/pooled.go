@@ -67,7 +67,8 @@ type pooledTransport struct {
 	busy   time.Duration
 	closed bool
 	// heardAt is the value heard gave unheard at the latest reply that
-	// came while other commands were in flight (0: none did), under mu.
+	// came while other commands were in flight (0: none did, or a command
+	// was sent since), under mu.
 	heardAt int64
 
 	// lone is the connection of a lone caller's commands (pooled_lone.go).
@@ -111,6 +112,7 @@ func (p *pooledTransport) Send(cmd *transport.Command) {
 	}
 	afterClose := p.closed
 	p.running++
+	p.heardAt = 0 // sent after the reply: only an answer ends its wait (ran)
 	p.wg.Add(1)
 	p.mu.Unlock()
 	if !afterClose && p.sendLone(cmd) {
@@ -164,8 +166,9 @@ func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
 
 // ran ends the count of a command in flight that Send began. The last
 // to end, when the master's silence began at a reply (heard) and nothing
-// sent since has been left unanswered, leaves the master not silent: the
-// commands that waited past that reply were answered (or a master hung
+// was sent since (Send clears heardAt), leaves the master not silent: the
+// commands that waited past that reply, all sent before it, were
+// answered (or a master hung
 // after its last answer, with nothing left in flight, is not silent
 // either, as one whose every command was answered).
 func (p *pooledTransport) ran() {
