@@ -166,11 +166,10 @@ func (p *pooledTransport) run(cmd *transport.Command, afterClose bool) {
 
 // ran ends the count of a command in flight that Send began. The last
 // to end, when the master's silence began at a reply (heard) and nothing
-// was sent since (Send clears heardAt), leaves the master not silent: the
-// commands that waited past that reply, all sent before it, were
-// answered (or a master hung
-// after its last answer, with nothing left in flight, is not silent
-// either, as one whose every command was answered).
+// was sent since (Send clears heardAt), leaves the master not silent:
+// the commands that waited past that reply, all sent before it, were
+// answered (or a master hung after its last answer, with nothing left in
+// flight, is not silent either, as one whose every command was answered).
 func (p *pooledTransport) ran() {
 	p.mu.Lock()
 	p.running--
