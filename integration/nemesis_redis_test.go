@@ -8,7 +8,8 @@ package integration_test
 // read-sleep-write increments a counter on a separate Redis, and a fenced
 // write (fence.Store) records the holder's token there. Now and then a
 // holder plays Kleppmann's paused client: it sleeps past its lock's
-// validity and then writes again with its old token.
+// validity, waits for a later holder's write, and then writes again with
+// its old token.
 //
 // runNemesis does the run and counts; result.requireSafe asserts what the
 // lock promises within its assumptions; the hazard suites assert the
@@ -32,6 +33,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -186,6 +188,10 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 		acquired, completed, failures, skipped, overran atomic.Int64
 		overlapsSeen                                    atomic.Int64
 		lastEnd                                         = make([]time.Time, cfg.keys) // per key, the latest window end seen, for early stopping
+		// written is, per key, the highest token a holder's accepted
+		// (not stale) write carried: what a paused holder waits to see
+		// passed before it writes.
+		written = make([]atomic.Uint64, cfg.keys)
 	)
 	var wg sync.WaitGroup
 	// Half the clients pipeline, half take the pooled path: one run covers
@@ -206,6 +212,9 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 				switch {
 				case err == nil:
 					w.accepted = true
+					if !stale {
+						raiseTo(&written[ki], tok)
+					}
 				case !errors.Is(err, fence.ErrStale):
 					t.Errorf("client %d: fenced write: %v", id, err)
 					return
@@ -260,9 +269,17 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 					cancel()
 				}
 				if stale && ctx.Err() == nil {
-					// Paused past the validity; wakes and writes.
+					// Paused past the validity; wakes once a later holder
+					// has written (so that its write is stale for
+					// certain, whatever the load did to the others'
+					// turns), and writes. Not at all when none did
+					// within a few seconds or before the run ended.
 					time.Sleep(time.Until(until) + 300*time.Millisecond) // the subject: the fault's spell, and the TTL past it
-					write(l.Fence(), true, until)
+					wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+					if redistest.WaitFor(wctx, func() bool { return written[ki].Load() > l.Fence() }) {
+						write(l.Fence(), true, until)
+					}
+					wcancel()
 				}
 				_ = l.Release(context.Background())
 			}
@@ -285,6 +302,12 @@ func runNemesis(t *testing.T, c *cluster.Cluster, label string, cfg nemesisConfi
 	res.analyse()
 	t.Log(res)
 	return res
+}
+
+// raiseTo raises v to x, unless it already holds as much.
+func raiseTo(v *atomic.Uint64, x uint64) {
+	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
+	}
 }
 
 // runFaults is the nemesis: every few hundred ms until ctx ends, it heals
