@@ -40,11 +40,10 @@ type pooledTransport struct {
 	// on clock plus 1: the send of the earliest command in flight since
 	// the last reply, or that reply when commands were in flight past it
 	// (0: nothing in flight since the last reply; heard, readBy). What
-	// silence measures. (Since epoch, so
-	// that the real clock's monotonic reading is used: a step of the wall
-	// clock is neither silence nor its end. Read with Now().Sub, not
-	// Since: a test's clock may count Since calls as the client's own
-	// measures of elapsed time.)
+	// silence measures. (Since epoch, so that the real clock's monotonic
+	// reading is used: a step of the wall clock is neither silence nor
+	// its end. Read with Now().Sub, not Since: a test's clock may count
+	// Since calls as the client's own measures of elapsed time.)
 	unheard atomic.Int64
 	epoch   time.Time
 	// beat tells, while commands are in flight, how far this process is
@@ -296,9 +295,8 @@ func (p *pooledTransport) heard() {
 // (Silencer): the time since the earliest command it has not answered
 // was sent, or since its latest reply when that came later (heard),
 // less what of it this process did not run (on the real clock: the
-// latest stall it saw,
-// stalls.in, or how far it is behind on its timers, beat, whichever is
-// more). A master that answers steadily is not silent however long one
+// latest stall it saw, stalls.in, or how far it is behind on its
+// timers, beat, whichever is more). A master that answers steadily is not silent however long one
 // command's reader took to run; a hung one is silent from its first
 // unanswered command, whatever came and went unanswered since.
 func (p *pooledTransport) Silence() time.Duration {
