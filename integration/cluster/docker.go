@@ -322,7 +322,7 @@ func (d *dockerNode) waitReady() error {
 			nextLook = now.Add(200 * time.Millisecond)
 			if state, running, code := d.state(); !running {
 				logs := d.logs()
-				gone = &containerGone{logs, code > 0 && code < 128, fmt.Errorf("cluster: master %s: the container is not running (%s) [last PING: %v]%s",
+				gone = &containerGone{logs, code > 0 && code < 128, fmt.Errorf("cluster: master %s: the container is not running (%s) [last PING: %w]%s",
 					d.hostAddr, state, err, logs)}
 				return true
 			}

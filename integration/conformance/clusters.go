@@ -57,7 +57,7 @@ func ClusterKinds(t *testing.T, c *redlock.Client, members []*cluster.RedisClust
 				if _, err := c.TryAcquire(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
 					t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
 				}
-				extend(t, ctx, l, 5*time.Second)
+				extend(t, l, 5*time.Second)
 				must(t, l.Release(ctx))
 				l2, err := c.TryAcquire(ctx, key)
 				if err != nil {

@@ -82,7 +82,7 @@ func lifecycle(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	if v := time.Until(l.Until()); v <= 0 || v > 3*time.Second {
 		t.Errorf("validity %v from a 3s TTL", v)
 	}
-	extend(t, ctx, l, 20*time.Second)
+	extend(t, l, 20*time.Second)
 	if v := time.Until(l.Until()); v < 19*time.Second {
 		t.Errorf("validity %v after extending to 20s", v)
 	}
@@ -378,8 +378,9 @@ func Count(vals []string, want string) int {
 // fell short of a quorum while validity was left (ErrNotExtended: the
 // lock is still held, and a holder tries again — on a loaded machine a
 // round's masters can miss the per-master timeout).
-func extend(t *testing.T, ctx context.Context, l *redlock.Lock, ttl time.Duration) {
+func extend(t *testing.T, l *redlock.Lock, ttl time.Duration) {
 	t.Helper()
+	ctx := ctxT(t)
 	var err error
 	for try := 0; try < 5; try++ {
 		if err = l.Extend(ctx, ttl); !errors.Is(err, redlock.ErrNotExtended) {
