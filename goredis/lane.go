@@ -432,16 +432,8 @@ func (l *lane) expire() {
 		due := l.dueLocked(r)
 		switch {
 		case r.settled.Load():
-		case !r.sent: // taken for the batch, not yet handed to go-redis
-			end := l.endLocked(r)
-			if !now.Before(end) {
-				expired = append(expired, settlement{r, false})
-				continue
-			}
-			waiting = true
-			if next.IsZero() || end.Before(next) {
-				next = end
-			}
+			// run marks every unsettled command of the batch sent when it
+			// takes the batch, under l.mu: one not sent here is settled.
 		case !now.Before(r.limit):
 			expired = append(expired, settlement{r, true})
 			l.down = true
