@@ -146,6 +146,9 @@ type node interface {
 	partition() error
 	heal() error
 	clock() *clockfault.Clock // nil without WithClockFaults
+	// logs returns the node's last log lines, each on a line of its own
+	// and indented, for an error message.
+	logs() string
 }
 
 // Cluster is a set of independent masters started for one test.

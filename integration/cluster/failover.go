@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,13 +45,15 @@ func (m FailoverMode) String() string {
 
 // FailoverTimeout bounds Failover when its context has no earlier
 // deadline.
-var FailoverTimeout = 30 * time.Second
+var FailoverTimeout = 45 * time.Second
 
 // Failover promotes a replica of the primary that owns slot: it sends
 // CLUSTER FAILOVER (with mode's option) to the first of that primary's
 // replicas that is up, and waits until every node that is up names the
 // replica as slot's owner and the cluster is ready (WaitReady), for at
-// most ctx's deadline or FailoverTimeout. It returns the new primary.
+// most ctx's deadline or FailoverTimeout; it sends the command again each
+// time Redis has given up on it (a lost vote on a busy host). It returns
+// the new primary.
 // The old one, if up, becomes its replica; if paused or down it learns
 // that when it comes back (without WithAOF a killed one comes back empty
 // and resynchronises from the new primary). With FailoverForce or
@@ -76,11 +79,25 @@ func (rc *RedisCluster) Failover(ctx context.Context, slot int, mode FailoverMod
 	if mode != FailoverCoordinated {
 		args = append(args, string(mode))
 	}
+	again, err := rc.failoverRetry(replica)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := replica.Do("CLUSTER", args...); err != nil {
 		return nil, rc.wrap(replica, "CLUSTER FAILOVER "+mode.String(), err)
 	}
-	var last error
+	sent := time.Now()
+	var last, refused error
 	for {
+		// A failover Redis gave up on (a vote lost on a busy host, the
+		// primary slow to answer) is not tried again by Redis itself:
+		// ask again once it has given up and the primaries may vote
+		// again. If the replica has been promoted meanwhile, the
+		// refusal says so and the next look at the slot sees it.
+		if time.Since(sent) >= again {
+			_, refused = replica.Do("CLUSTER", args...)
+			sent = time.Now()
+		}
 		o, err := rc.Owner(slot)
 		switch {
 		case err != nil:
@@ -95,11 +112,39 @@ func (rc *RedisCluster) Failover(ctx context.Context, slot int, mode FailoverMod
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: member %d: %s failover of slot %d from %s to %s not done: %w (last: %w)",
-				rc.index, mode, slot, owner.Addr(), replica.Addr(), ctx.Err(), last)
+			if refused != nil {
+				last = fmt.Errorf("%w; asked again: %w", last, rc.wrap(replica, "CLUSTER FAILOVER "+mode.String(), refused))
+			}
+			return nil, fmt.Errorf("cluster: member %d: %s failover of slot %d from %s to %s not done: %w (last: %w)%s",
+				rc.index, mode, slot, owner.Addr(), replica.Addr(), ctx.Err(), last, rc.logs())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// failoverRetry returns how long after a CLUSTER FAILOVER Failover sends
+// it again. Redis gives up on a manual failover 5 s after the request
+// (CLUSTER_MF_TIMEOUT) and does not try again by itself; a replica starts
+// a new election only twice the election timeout after its last one
+// began, the timeout being twice cluster-node-timeout and at least 2 s;
+// and a primary that voted votes for no replica of the same primary for
+// twice cluster-node-timeout. A request sent earlier would time out
+// without an election.
+func (rc *RedisCluster) failoverRetry(replica *Node) (time.Duration, error) {
+	kv, err := redis.Strings(replica.Do("CONFIG", "GET", "cluster-node-timeout"))
+	if err != nil {
+		return 0, rc.wrap(replica, "CONFIG GET cluster-node-timeout", err)
+	}
+	var ms int
+	if len(kv) == 2 {
+		ms, err = strconv.Atoi(kv[1])
+	}
+	if len(kv) != 2 || err != nil || ms < 0 {
+		return 0, rc.wrap(replica, "CONFIG GET cluster-node-timeout", fmt.Errorf("unexpected reply %q", kv))
+	}
+	const mfTimeout = 5 * time.Second
+	election := max(2*time.Duration(ms)*time.Millisecond, 2*time.Second)
+	return max(mfTimeout, 2*election) + time.Second, nil
 }
 
 // DropReplicas closes primary's replication links (CLIENT KILL TYPE
@@ -316,4 +361,13 @@ func (rc *RedisCluster) byID(id string) *Node {
 		}
 	}
 	return nil
+}
+
+// logs returns every node's last log lines, for an error message.
+func (rc *RedisCluster) logs() string {
+	var b strings.Builder
+	for _, n := range rc.Nodes {
+		fmt.Fprintf(&b, "\n\tnode %s:%s", n.Addr(), n.node.logs())
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/quorumlock/quorumlock/internal/clockfault"
@@ -47,3 +48,11 @@ func (p processNode) partition() error { return ErrUnsupported }
 func (p processNode) heal() error      { return ErrUnsupported }
 
 func (p processNode) clock() *clockfault.Clock { return p.clk }
+
+func (p processNode) logs() string {
+	out := p.s.LogTail(20)
+	if out == "" {
+		return "\n\tredis-server log: (empty)"
+	}
+	return "\n\tredis-server log (last 20 lines):\n\t\t" + strings.ReplaceAll(out, "\n", "\n\t\t")
+}

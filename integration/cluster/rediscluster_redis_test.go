@@ -241,7 +241,7 @@ func testFailover(t *testing.T, b cluster.Backend) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const key = "{failover}:k"
 	slot := cluster.Slot(key)
@@ -314,6 +314,63 @@ func testFailover(t *testing.T, b cluster.Backend) {
 	}
 	if v := getOnReplica(t, second, key); v != "kept" {
 		t.Errorf("the old primary, now a replica, has %q, want %q", v, "kept")
+	}
+}
+
+// A coordinated failover whose election cannot reach a majority before
+// Redis gives up on it (the other primary frozen past Redis's 5 s
+// manual-failover timeout) is asked for again, and happens once that
+// primary is back: Redis itself never tries a given-up manual failover
+// again. Processes only: the retry does not depend on the backend.
+func TestRedisCluster_FailoverAskedAgainAfterRedisGivesUp(t *testing.T) {
+	rc := cluster.StartRedisClusters(t, 1, 2, cluster.WithBackend(cluster.Process), cluster.WithReplicas(1),
+		cluster.WithConfig("cluster-replica-no-failover", "yes"))[0]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key = "{again}:k"
+	slot := cluster.Slot(key)
+	owner, err := rc.Owner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Do("SET", key, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	var voter *cluster.Node
+	ps, err := rc.Primaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p != owner {
+			voter = p
+		}
+	}
+	if voter == nil {
+		t.Fatalf("no primary besides %s among %d", owner.Addr(), len(ps))
+	}
+	if err := voter.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan error, 1)
+	go func() {
+		time.Sleep(6 * time.Second) // the subject: the election outlasts Redis's manual-failover timeout
+		resumed <- voter.Resume()
+	}()
+	start := time.Now()
+	promoted, err := rc.Failover(ctx, slot, cluster.FailoverCoordinated)
+	if rerr := <-resumed; rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("promoted %s after %v", promoted.Addr(), time.Since(start).Round(time.Millisecond))
+	if promoted == owner {
+		t.Fatal("Failover returned the old primary")
+	}
+	if v := get(t, promoted.Master, key); v != "kept" {
+		t.Errorf("the new primary has %q, want %q", v, "kept")
 	}
 }
 

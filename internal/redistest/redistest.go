@@ -314,6 +314,17 @@ func (s *Server) WaitAbsent(key string, d time.Duration) bool {
 	})
 }
 
+// LogTail returns the last n lines redis-server wrote to its log file,
+// for an error message; "" when it has written none.
+func (s *Server) LogTail(n int) string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
 // nothing, like a master frozen by a long pause.
 func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
