@@ -20,6 +20,8 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	const aBytes = 16 << 20 // more than the socket buffers: A waits for the peer
+	aWriting := make(chan struct{})
 	readNow := make(chan struct{})
 	served := make(chan net.Conn, 1)
 	go func() {
@@ -28,23 +30,31 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 			return
 		}
 		served <- c
+		// Only A writes until aWriting is closed: its first byte says it
+		// holds the socket, which a write keeps until it is done.
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			return
+		}
+		close(aWriting)
 		<-readNow
-		_, _ = io.CopyN(io.Discard, c, 16<<20) // A's bytes; then it stops reading
+		_, _ = io.CopyN(io.Discard, c, aBytes-1) // the rest of A's bytes; then it stops reading
 	}()
 	raw, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := pool.GuardConn(raw, pool.Limits{})
+	ec := &enteredConn{Conn: raw, entered: make(chan struct{}, 2)}
+	g := pool.GuardConn(ec, pool.Limits{})
 	defer g.Close()
 	srv := <-served
 	defer srv.Close()
 	aDone := make(chan error, 1)
 	bDone := make(chan error, 1)
-	go func() { _, err := g.Write(make([]byte, 16<<20)); aDone <- err }() // more than the socket buffers: waits for the peer
-	time.Sleep(50 * time.Millisecond)
-	go func() { _, err := g.Write(make([]byte, 128<<20)); bDone <- err }() // waits behind A
-	time.Sleep(100 * time.Millisecond)
+	go func() { _, err := g.Write(make([]byte, aBytes)); aDone <- err }()
+	waitFor(t, aWriting, "first byte of writer A")
+	<-ec.entered // A's
+	go func() { _, err := g.Write(make([]byte, 128<<20)); bDone <- err }()
+	waitFor(t, ec.entered, "start of writer B") // B is counted as writing, behind A
 	close(readNow)
 	select {
 	case err := <-aDone:
@@ -54,7 +64,9 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("writer A did not finish")
 	}
-	time.Sleep(100 * time.Millisecond) // B writes, and waits
+	// The subject: B's write has reached the socket and waits there (were
+	// it not there yet, the deadline below would stop it as it got there).
+	time.Sleep(100 * time.Millisecond)
 	select {
 	case err := <-bDone:
 		t.Fatalf("writer B ended early: %v", err)
@@ -70,5 +82,27 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("writer B still waits 5 s after a write deadline of now was set during it")
+	}
+}
+
+// enteredConn says on entered each time a Write begins (the guard has
+// counted it as writing by then).
+type enteredConn struct {
+	net.Conn
+	entered chan struct{}
+}
+
+func (c *enteredConn) Write(p []byte) (int, error) {
+	c.entered <- struct{}{}
+	return c.Conn.Write(p)
+}
+
+// waitFor waits for ch, for at most 10 s.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10 s", what)
 	}
 }
