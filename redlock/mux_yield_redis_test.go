@@ -141,6 +141,17 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 						if err := re.Release(ctx); err != nil {
 							unconfirmed.Add(1)
 						}
+						// A give-back that failed left a hold counted: give
+						// it back too, so the next cycle starts with none
+						// (else its Acquire is one round, with no wait).
+						for range 20 {
+							if re.Count() == 0 {
+								break
+							}
+							if err := re.Release(ctx); err != nil {
+								unconfirmed.Add(1)
+							}
+						}
 					}
 					if err != nil {
 						errs <- fmt.Errorf("reentrant %d, cycle %d: %w", g, i, err)
