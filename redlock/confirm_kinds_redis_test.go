@@ -233,7 +233,7 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 			// Load every script the attempt and its rollback use, on
 			// keys of their own.
 			for _, warm := range []string{key + ":warm1", key + ":warm2"} {
-				l, err := c.TryAcquire(context.Background(), warm)
+				l, err := c.Acquire(context.Background(), warm, redlock.WithWait(10*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}

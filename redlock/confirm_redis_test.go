@@ -21,10 +21,11 @@ func scriptCalls(s *redistest.Server) int { return s.Calls("eval") + s.Calls("ev
 
 // warmUp makes c's first contact with its masters (the identity probe,
 // the scripts loaded) by taking and releasing a lock of key, so that what
-// a test counts next is its own.
+// a test counts next is its own. It waits up to 10 s for the lock: a
+// first contact may outlast a short per-master timeout on a busy machine.
 func warmUp(t *testing.T, c *redlock.Client, key string) {
 	t.Helper()
-	l, err := c.TryAcquire(context.Background(), key)
+	l, err := c.Acquire(context.Background(), key, redlock.WithWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
