@@ -225,7 +225,14 @@ func (s *Server) spawn(bin string) error {
 			// NOAUTH: up, behind a password. LOADING: not ready yet (it
 			// is reading its AOF).
 			var re redis.Error
-			if err == nil || (errors.As(err, &re) && strings.HasPrefix(string(re), "NOAUTH")) {
+			if err == nil {
+				if err := s.ours(); err != nil {
+					s.stop(syscall.SIGKILL)
+					return err
+				}
+				return nil
+			}
+			if errors.As(err, &re) && strings.HasPrefix(string(re), "NOAUTH") {
 				return nil
 			}
 		}
@@ -233,6 +240,28 @@ func (s *Server) spawn(bin string) error {
 	}
 	s.stop(syscall.SIGKILL)
 	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.port)
+}
+
+// ours checks that the server answering on s's port is the one s started
+// and not another that took the port first (a test binary of another
+// package, picking free ports too): its working directory is s's own.
+// A server that does not say (CONFIG refused or renamed) passes.
+func (s *Server) ours() error {
+	c, derr := s.dial(time.Second)
+	if derr == nil {
+		defer c.Close()
+		kv, cerr := redis.Strings(c.Do("CONFIG", "GET", "dir"))
+		if cerr == nil && len(kv) == 2 {
+			want, lerr := filepath.EvalSymlinks(s.dir)
+			if lerr != nil {
+				want = s.dir
+			}
+			if kv[1] != want && kv[1] != s.dir {
+				return fmt.Errorf("redis-server on port %d: another server answers there (its dir %q, not %q)", s.port, kv[1], want)
+			}
+		}
+	}
+	return nil
 }
 
 // dial connects to the server, over TLS for a TLS server.
