@@ -175,6 +175,7 @@ func TestWake_masterRestartThenReleaseWakes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			rs.holdEverywhere(t, "k", l, 30*time.Second) // the restart keeps it on master 0
 			w := rs.client(t, path)
 			got := make(chan error, 1)
 			var gotAt time.Time
