@@ -117,6 +117,14 @@ func TestLane_undoBehindAKeptCommandIsSentAfterIt(t *testing.T) {
 			l.send(&transport.Command{Name: "DEL", Args: []any{"undo:k"}, Reply: transport.ReplyFlag,
 				Deadline: time.Now().Add(30 * time.Millisecond), Grace: 30 * time.Millisecond, Undo: undo,
 				Done: func(v any, err error, info transport.SendInfo) { after <- laneOutcome{v, err, info} }})
+			// The first SET is completed before the writer takes the
+			// next batch: not completed yet, the SET and the command
+			// after it go in one batch.
+			select {
+			case o := <-first:
+				t.Skipf("the batch ahead returned (%+v) before the %s was queued: the machine is too loaded to tell", o, name)
+			default:
+			}
 			if o := <-first; o.err != nil {
 				t.Fatalf("the first SET: %+v", o)
 			}

@@ -15,7 +15,9 @@ import (
 
 	lib "github.com/valkey-io/valkey-go"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/adapter"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -67,7 +69,12 @@ import (
 // bound). Meanwhile commands marked DropWhenDown fail at Send, unsent,
 // once the oldest command of the batch is past its deadline and the batch
 // has waited for longer than lateBound of their own budget (see down),
-// and Silence reports how long the batch has waited.
+// and Silence reports how long the batch has waited, less what of that
+// this process was seen not to run: a beat (internal/stall) fires every
+// laneBeat while a batch is in flight, and the stall its latest late
+// firing told of, or how far overdue it is now, is left out, so that a
+// master whose answer waited in the socket while this process did not
+// run is not taken for silent for it.
 //
 // Scripts run by EVALSHA. The first time the lane sends a script, and
 // after a batch failed on the connection (the master may have restarted
@@ -91,6 +98,10 @@ const laneUndo = laneQueue + laneBatch
 // BlockingPipeline default, past which it would take a pooled connection
 // of its own).
 const laneBatch = 256
+
+// laneBeat is the period of the beat that tells a lane's silence how
+// long this process did not run while a batch was in flight.
+const laneBeat = 5 * time.Millisecond
 
 // defaultBound is a command's bound when it comes without a deadline.
 const defaultBound = 5 * time.Second
@@ -164,6 +175,10 @@ type lane struct {
 
 	flight atomic.Int64 // when the batch in flight was sent (UnixNano), 0 when none
 	due    atomic.Int64 // the earliest deadline in the batch in flight (UnixNano)
+	// stalls records the stalls of this process that beat, in while a
+	// batch is in flight, saw (silence).
+	stalls *stall.Stalls
+	beat   *stall.Beat
 
 	loaded map[*transport.Script]bool // the writer's: scripts loaded on the master
 	direct sync.WaitGroup             // sendDirect's goroutines
@@ -177,7 +192,9 @@ func newLane(client lib.Client, addr string) *lane {
 		wake:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
 		loaded: make(map[*transport.Script]bool),
+		stalls: stall.New(clock.Real()),
 	}
+	l.beat = l.stalls.NewBeat(laneBeat)
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	go l.run()
 	return l
@@ -215,9 +232,9 @@ func (l *lane) send(cmd *transport.Command) {
 // master that is down: the batch in flight is past its earliest deadline
 // and has waited for longer than lateBound of the command's budget (at
 // least a second: the most the Client's adaptive bound waits for a
-// master, by default). A master silent for less is slow, not down: the
-// lane cannot tell this process's stalls from the master's silence (it
-// has no watchdog), and on a loaded host, before the Client has learned
+// master, by default). A master silent for less is slow, not down: a
+// host slow at every turn shows no stall its beat can see (silence), and
+// on a loaded host, before the Client has learned
 // how slow its masters are, a batch is past a 50 ms deadline at every
 // turn: failing every acquisition at once, unsent, then taught the Client
 // nothing and failed hundreds in a row. Queued instead, a command is
@@ -227,12 +244,18 @@ func (l *lane) down(now, deadline time.Time) bool {
 	return d != 0 && f != 0 && now.UnixNano() > d && now.UnixNano()-f >= int64(lateBound(deadline.Sub(now)))
 }
 
+// silence is how long the batch in flight has waited for its replies,
+// less what of that this process was seen not to run (the latest stall
+// its beat told of, or how far overdue the beat is): 0 with none in
+// flight.
 func (l *lane) silence() time.Duration {
 	f := l.flight.Load()
 	if f == 0 {
 		return 0
 	}
-	return max(time.Since(time.Unix(0, f)), 0)
+	now := time.Now()
+	s := now.Sub(time.Unix(0, f))
+	return max(s-max(l.beat.Overdue(), l.stalls.In(now, s)), 0)
 }
 
 // run is the writer.
@@ -297,7 +320,9 @@ func (l *lane) runBatch(batch []*req) {
 	ctx, cancel := context.WithDeadline(l.ctx, end)
 	l.due.Store(earliest.UnixNano())
 	l.flight.Store(now.UnixNano())
+	l.beat.Enter()
 	res := l.client.DoMulti(ctx, cmds...)
+	l.beat.Leave()
 	l.flight.Store(0)
 	l.due.Store(0)
 	cancel()
@@ -477,6 +502,7 @@ func (l *lane) close() {
 	l.mu.Unlock()
 	l.cancel()
 	<-l.exited
+	l.beat.Stop()
 	l.direct.Wait()
 	for _, r := range q {
 		r.finish(nil, errClosed)
