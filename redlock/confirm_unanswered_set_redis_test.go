@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +13,20 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/hostile"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
+
+// settleBound bounds the wait for a failed attempt's rollbacks and their
+// retries to reach a master: a retry may wait for a redial that failed
+// (the redial delay, 1 s, each time) and for the retry backoff.
+const settleBound = 15 * time.Second
+
+// confirmSpell is how long a test that checks a rollback was not
+// confirmed watches for one, once no retry is left: a confirmation goes
+// 20 ms (finishMin) after the rollback it confirms was answered.
+const confirmSpell = 500 * time.Millisecond
 
 // TestConfirm_onlyAfterAnUnansweredSET: the confirming rollback
 // costs a command, and is due only where the SET it undoes failed
@@ -47,6 +59,16 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ss := redistest.Start(t, tc.masters)
+				// The scripts in master 0's cache: the proxy runs the
+				// client's EVALSHA there itself, and the warm-up's
+				// release, which loads them on the pooled path (NOSCRIPT,
+				// then EVAL), returns at a quorum, maybe before it ran
+				// there.
+				for _, sc := range scripts.All {
+					if _, err := ss[0].Do("SCRIPT", "LOAD", sc.Source()); err != nil {
+						t.Fatal(err)
+					}
+				}
 				key := "cf:count:" + path.name + ":" + tc.name
 				for _, i := range tc.others {
 					if _, err := ss[i].Do("SET", key, "another", "PX", 60000); err != nil {
@@ -105,21 +127,38 @@ func TestConfirm_onlyAfterAnUnansweredSET(t *testing.T) {
 				}
 				defer c.Close()
 				warmUp(t, c, key+":warm")
+				tried := time.Now()
 				if _, err := c.TryAcquire(context.Background(), key, redlock.WithTTL(time.Minute)); !errors.Is(err, redlock.ErrNotAcquired) {
 					t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
 				}
-				// Past any rollback, its retries (backoff from 20 ms) and
-				// a confirmation 20 ms after the last.
-				wait := 600 * time.Millisecond
-				if tc.heldRB {
-					wait += heldFor
+				// Wait until the rollbacks the case expects have reached
+				// master 0 and no retry is left to send. A retry that
+				// finds nothing is queued again, as a confirmation,
+				// before it counts as done (redlock.Finishing), so no
+				// confirmation of a retry comes after that. A rollback
+				// whose reply was held fails at the stall bound or when
+				// the proxy hangs up; its retry waits for a redial, which
+				// on a loaded machine can miss the 100 ms per-master
+				// timeout and then waits out the redial delay (1 s) and
+				// the retry backoff: seconds.
+				rollbacks := func() int {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(rbs)
 				}
-				time.Sleep(wait) // the subject: the proxy holds the reply this long
+				n := len(strings.Fields(tc.want))
+				redistest.Within(settleBound, func() bool { return rollbacks() >= n && redlock.Finishing(c) == 0 })
+				// Past that, a rollback more would be a confirmation that
+				// this case must not send: of a retry (already counted
+				// above), or of the attempt's own rollback, 20 ms after
+				// its answer, which may still be on its way.
+				redistest.Within(confirmSpell, func() bool { return rollbacks() > n }) // the subject: time for an unwanted confirmation to show
 				mu.Lock()
 				got := fmt.Sprint(rbs)
 				mu.Unlock()
 				if want := "[" + tc.want + "]"; got != want {
-					t.Errorf("rollbacks on master 0 (whether the key held the attempt's token as each ran): %s, want %s", got, want)
+					t.Errorf("rollbacks on master 0 (whether the key held the attempt's token as each ran), %v after the attempt: %s, want %s",
+						time.Since(tried).Round(time.Millisecond), got, want)
 				}
 				if tok, err := redis.String(ss[0].Do("GET", key)); !errors.Is(err, redis.ErrNil) && tok != "another" {
 					t.Errorf("master 0 keeps the failed attempt's grant (%q, %v)", tok, err)
