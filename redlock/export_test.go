@@ -74,6 +74,11 @@ func FinishOwners(c *Client) int {
 	return len(c.fin.owners)
 }
 
+// SetSettled sets a hook that runs as a waiter of c begins a pause with
+// no re-check pending: its latest attempt is over, and its backoff timer
+// is set. Set it while no waiter of c runs.
+func SetSettled(c *Client, f func()) { c.settled = f }
+
 // SetBeforeWait sets a hook that runs in Acquire after an attempt failed
 // and before the waiter registers for release notices (the window a
 // release must not be lost in).

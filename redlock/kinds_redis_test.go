@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,20 +21,33 @@ import (
 // Reentrant, read-write and multi-key locks against real masters.
 
 // expectWake starts acquire on a client whose backoff never fires (a
-// fake clock), waits until it has subscribed to every key's channel on
-// every master, runs release, and checks that acquire then succeeds (and
-// releases what it got): only the release's notice can have woken it.
+// pauseClock), waits until it has subscribed to every key's channel on
+// every master and its latest attempt is over, runs release, and checks
+// that acquire then succeeds (and releases what it got): only the
+// release's notice can have woken it.
 func expectWake(t *testing.T, path connPath, rs *realSet, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
-	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	expectWakeOn(t, rs, rs.client(t, path, redlock.WithClock(fake)), fake, keys, acquire, release)
+	pc := newPauseClock()
+	expectWakeOn(t, rs, rs.client(t, path, redlock.WithClock(pc)), pc, keys, acquire, release)
 }
 
-// expectWakeOn is expectWake with the waiter's client c, on clock fake.
-func expectWakeOn(t *testing.T, rs *realSet, c *redlock.Client, fake *clock.Fake, keys []string,
+// expectWakeOn is expectWake with the waiter's client c, on clock pc; no
+// other waiter of c may run meanwhile.
+//
+// The release is made once the waiter pauses with no re-check pending
+// (redlock.SetSettled): an attempt still under way could meet the release
+// at the masters and get the lock unwoken, or leave a grant of its own,
+// rolled back unannounced, that the woken attempt meets. A pause begun
+// after the release, with no timer fired, follows an attempt a notice
+// began. That attempt can fail with no notice left to come (a master past
+// its deadline on a loaded machine, a notice lost with a subscriber's
+// connection): then the waiter's backoff is what retries, and the test
+// fires it, as time passing would.
+func expectWakeOn(t *testing.T, rs *realSet, c *redlock.Client, pc *pauseClock, keys []string,
 	acquire func(c *redlock.Client) (release func(context.Context) error, err error), release func(context.Context) error) {
 	t.Helper()
+	redlock.SetSettled(c, pc.settle)
 	got := make(chan error, 1)
 	go func() {
 		rel, err := acquire(c)
@@ -42,7 +56,7 @@ func expectWakeOn(t *testing.T, rs *realSet, c *redlock.Client, fake *clock.Fake
 		}
 		got <- err
 	}()
-	waitUntil(t, "the waiter subscribed on every master", func() bool {
+	waitUntil(t, "the waiter subscribed on every master, its latest attempt over", func() bool {
 		for i := range rs.servers {
 			for _, k := range keys {
 				if numSub(t, rs, i, "quorumlock:released:"+k) != 1 {
@@ -50,19 +64,118 @@ func expectWakeOn(t *testing.T, rs *realSet, c *redlock.Client, fake *clock.Fake
 				}
 			}
 		}
-		return fake.Pending() >= 1
+		return pc.paused() >= 1
 	})
+	seen := pc.paused()
 	if err := release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
+	woken := false
+	bound := time.NewTimer(10 * time.Second)
+	defer bound.Stop()
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-poll.C:
+			if n := pc.paused(); n > seen {
+				if !woken {
+					t.Logf("a woken attempt failed: the test fires the waiter's backoff")
+				}
+				woken, seen = true, n
+				pc.fire()
+			}
+		case <-bound.C:
+			if woken {
+				t.Fatal("the waiter, woken by the release, did not get the lock")
+			}
+			t.Fatal("the release did not wake the waiter")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the release did not wake the waiter")
 	}
+}
+
+// pauseClock is the clock of a waiter whose timers fire only when the
+// test fires its backoff: it tells the time of a fake clock that is never
+// moved, and fire fires the timers made up to the start of the waiter's
+// latest pause (settle, hooked with redlock.SetSettled), among them that
+// pause's. A timer made since (a per-master timer of a round the waiter
+// began, woken meanwhile) does not fire, and one stopped does nothing.
+type pauseClock struct {
+	*clock.Fake // Now and Since
+
+	mu     sync.Mutex
+	timers []*pauseTimer // made and neither stopped nor fired
+	made   int           // timers made
+	mark   int           // timers made by the start of the latest pause
+	pauses int           // pauses begun
+}
+
+func newPauseClock() *pauseClock {
+	return &pauseClock{Fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
+}
+
+type pauseTimer struct {
+	pc *pauseClock
+	n  int // its place in the order made
+	c  chan time.Time
+}
+
+func (pc *pauseClock) NewTimer(d time.Duration) clock.Timer {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.made++
+	t := &pauseTimer{pc: pc, n: pc.made, c: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.c <- pc.Now()
+	} else {
+		pc.timers = append(pc.timers, t)
+	}
+	return t
+}
+
+func (t *pauseTimer) C() <-chan time.Time { return t.c }
+
+func (t *pauseTimer) Stop() bool {
+	pc := t.pc
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	n := len(pc.timers)
+	pc.timers = slices.DeleteFunc(pc.timers, func(x *pauseTimer) bool { return x == t })
+	return len(pc.timers) < n
+}
+
+// settle records that the waiter began a pause.
+func (pc *pauseClock) settle() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.pauses++
+	pc.mark = pc.made
+}
+
+// paused returns how many pauses the waiter began.
+func (pc *pauseClock) paused() int {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.pauses
+}
+
+// fire fires the timers made by the start of the latest pause.
+func (pc *pauseClock) fire() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	now := pc.Now()
+	pc.timers = slices.DeleteFunc(pc.timers, func(t *pauseTimer) bool {
+		if t.n > pc.mark {
+			return false
+		}
+		t.c <- now
+		return true
+	})
 }
 
 // releaser adapts an acquisition's result for expectWake.

@@ -407,15 +407,15 @@ func TestRelease_betweenRefusalAndSubscriptionIsHeard(t *testing.T) {
 					rs := startReal(t, n)
 					ctx := ctxT(t)
 					holder := rs.client(t, path)
-					fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-					w := rs.client(t, path, redlock.WithClock(fake))
+					pc := newPauseClock()
+					w := rs.client(t, path, redlock.WithClock(pc))
 					if warm {
 						// An earlier wait on the key, woken by a release.
 						l, err := holder.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
 						if err != nil {
 							t.Fatal(err)
 						}
-						expectWakeOn(t, rs, w, fake, []string{"k"}, func(c *redlock.Client) (func(context.Context) error, error) {
+						expectWakeOn(t, rs, w, pc, []string{"k"}, func(c *redlock.Client) (func(context.Context) error, error) {
 							return releaser(c.Acquire(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithWait(time.Hour)))
 						}, l.Release)
 					}
