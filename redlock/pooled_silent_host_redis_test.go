@@ -430,11 +430,28 @@ func TestPooled_masterStoppedBrieflyWhileOthersAnswer(t *testing.T) {
 				})
 				close(stop)
 				wg.Wait()
-				t.Logf("master 0 stopped %v: cycles %s, failed %d", spell, durStats(ds), len(errs))
+				// A cycle failed because masters 1 or 2 did not answer in
+				// time too (their own redis-server not run for a timeout
+				// on a loaded machine) is not what this test is about,
+				// as long as it is rare; one failed with those two
+				// answering is.
+				var slowOthers []error
+				errs = slices.DeleteFunc(errs, func(err error) bool {
+					if othersFailedToo(err) {
+						slowOthers = append(slowOthers, err)
+						return true
+					}
+					return false
+				})
+				t.Logf("master 0 stopped %v: cycles %s, failed %d, and %d with another master also unanswered",
+					spell, durStats(ds), len(errs), len(slowOthers))
 				for i, err := range errs {
 					if i < 3 {
 						t.Errorf("a cycle failed with one master of three stopped for %v: %v", spell, err)
 					}
+				}
+				if len(slowOthers)*20 > len(ds) {
+					t.Errorf("%d of %d cycles failed with masters 1 or 2 unanswered too, e.g. %v", len(slowOthers), len(ds), slowOthers[0])
 				}
 				if mx := slices.Max(ds); mx > spell+timeout {
 					t.Errorf("a cycle took %v, longer than the spell plus a timeout", mx)
@@ -554,4 +571,20 @@ func TestPooled_grantReadLateIsNeverCounted(t *testing.T) {
 		}
 		_ = l.Release(ctx)
 	}
+}
+
+// othersFailedToo reports whether err is a round that fell short with a
+// master other than master 0 failed or unanswered in time.
+func othersFailedToo(err error) bool {
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || qe.Failed == nil {
+		return false
+	}
+	for _, e := range qe.Failed.Errors {
+		var ne *redlock.NodeError
+		if errors.As(e, &ne) && ne.Index != 0 {
+			return true
+		}
+	}
+	return false
 }
