@@ -97,11 +97,13 @@ func TestTransport_Inspect_readsWhatRedigoReads(t *testing.T) {
 					got, want = inspect(t, gc, key), inspect(t, rc, key)
 					return reflect.DeepEqual(got, want)
 				})
-				if key != "free" && got[0].Kind == layout.KindFree {
-					t.Errorf("%s: read as free", key)
+				// Held on a quorum: a master whose leg of the acquisition
+				// timed out on a busy machine holds nothing.
+				if held := len(got) - countFree(got); key != "free" && held < len(got)/2+1 {
+					t.Errorf("%s: read as held on %d of %d masters", key, held, len(got))
 				}
 			}
-			if st := inspect(t, gc, "turns")[0]; st.QueueLen < 1 || len(st.Queue) == 0 || st.Queue[0].Arrival == 0 {
+			if st := firstHeld(inspect(t, gc, "turns")); st.QueueLen < 1 || len(st.Queue) == 0 || st.Queue[0].Arrival == 0 {
 				t.Errorf("turns: queue %+v (len %d)", st.Queue, st.QueueLen)
 			}
 			if st := inspect(t, gc, "bighash")[0]; st.Kind != layout.KindForeign {
@@ -177,4 +179,26 @@ func TestTransport_Inspect_boundedByCtx(t *testing.T) {
 	if _, err := tr.Inspect(context.Background(), []layout.Command{{Name: "TIME"}}); !errors.Is(err, redlock.ErrClosed) {
 		t.Errorf("Inspect after Close: %v, want ErrClosed", err)
 	}
+}
+
+// countFree returns how many of states read as free.
+func countFree(states []layout.State) int {
+	n := 0
+	for _, st := range states {
+		if st.Kind == layout.KindFree {
+			n++
+		}
+	}
+	return n
+}
+
+// firstHeld returns the first of states not read as free (the first when
+// all are).
+func firstHeld(states []layout.State) layout.State {
+	for _, st := range states {
+		if st.Kind != layout.KindFree {
+			return st
+		}
+	}
+	return states[0]
 }
