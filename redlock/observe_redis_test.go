@@ -207,6 +207,10 @@ func TestObserver_Loss_not_held(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A SET still on its way would land after the DEL below: wait for
+	// it, and put the token where it timed out.
+	redistest.Within(5*time.Second, func() bool { return count(rs.values(t, "k"), l.Token()) == len(rs.servers) })
+	rs.holdEverywhere(t, "k", l, 5*time.Second)
 	for _, s := range rs.servers[:2] {
 		if _, err := s.Do("DEL", "k"); err != nil {
 			t.Fatal(err)
