@@ -84,22 +84,11 @@ func (rs *realSet) values(t *testing.T, key string) []string {
 	return vals
 }
 
-// holdEverywhere puts l's token at key on each master that does not hold
-// it yet, for ttl: Acquire returns at a quorum, and on a busy machine a
-// master's SET may still be on its way, or may have timed out and been
-// let go. A test that then reads, restarts or pauses every master needs
-// the key on all of them.
+// holdEverywhere puts l's token at key on each master that lacks it
+// (redistest.HoldEverywhere).
 func (rs *realSet) holdEverywhere(t *testing.T, key string, l *redlock.Lock, ttl time.Duration) {
 	t.Helper()
-	for i, s := range rs.servers {
-		v, err := redis.String(s.Do("SET", key, l.Token(), "PX", ttl.Milliseconds(), "NX", "GET"))
-		if err != nil && !errors.Is(err, redis.ErrNil) {
-			t.Fatalf("SET on master %d: %v", i, err)
-		}
-		if err == nil && v != l.Token() {
-			t.Fatalf("master %d holds %q at %s, not the lock's token", i, v, key)
-		}
-	}
+	redistest.HoldEverywhere(t, rs.servers, key, l.Token(), ttl)
 }
 
 func count(vals []string, want string) int {

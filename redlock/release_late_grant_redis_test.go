@@ -278,13 +278,7 @@ func TestRelease_garbageAnswerNeverCountsAsFree(t *testing.T) {
 				}
 				// Acquire returns at a quorum: a third SET that timed out
 				// on a busy machine never lands. Put the token there.
-				for _, s := range servers {
-					if v, _ := redis.String(s.Do("GET", key)); v != l.Token() {
-						if _, err := s.Do("SET", key, l.Token(), "PX", 30000, "NX"); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
+				redistest.HoldEverywhere(t, servers, key, l.Token(), 30*time.Second)
 				waitUntil(t, "every master holds the lock", func() bool {
 					n := 0
 					for _, s := range servers {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -54,13 +52,7 @@ func TestDoctor_keyReportsALockMissingOnARestartedMaster(t *testing.T) {
 	_, l := holdLock(t, masters, "job")
 	// Acquire returns at a quorum: on a busy machine a third SET may have
 	// timed out. Put the lock there too; what is tested is doctor.
-	for _, s := range servers {
-		if v, _ := redis.String(s.Do("GET", l.Key())); v != l.Token() {
-			if _, err := s.Do("SET", l.Key(), l.Token(), "PX", time.Minute.Milliseconds()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	redistest.HoldEverywhere(t, servers, l.Key(), l.Token(), time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if !redistest.WaitFor(ctx, func() bool {

@@ -2,8 +2,11 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // Eventually polls cond (see WaitFor) until it holds, failing t with what
@@ -25,4 +28,22 @@ func Within(d time.Duration, cond func() bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return WaitFor(ctx, cond)
+}
+
+// HoldEverywhere puts token at key, for ttl, on each of servers that does
+// not hold it yet, and fails t where one holds another value. A call that
+// returns at a quorum (Acquire) may leave a master whose SET was still on
+// its way, or timed out; a test that then reads, restarts or pauses every
+// master needs the key on all of them.
+func HoldEverywhere(t testing.TB, servers []*Server, key, token string, ttl time.Duration) {
+	t.Helper()
+	for i, s := range servers {
+		v, err := redis.String(s.Do("SET", key, token, "PX", ttl.Milliseconds(), "NX", "GET"))
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			t.Fatalf("SET on server %d: %v", i, err)
+		}
+		if err == nil && v != token {
+			t.Fatalf("server %d holds %q at %s, not %q", i, v, key, token)
+		}
+	}
 }
