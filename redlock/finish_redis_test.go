@@ -299,7 +299,9 @@ func TestFinish_boundedInNumber(t *testing.T) {
 				t.Fatalf("Release with a quorum: %v", err)
 			}
 		}
-		waitUntil(t, "two releases refused", func() bool { return strings.Count(logs.String(), "too many outstanding") == 2 })
+		// Master 2's four misses make two retries over the limit; a busy
+		// host may make another master miss one too, so at least two.
+		waitUntil(t, "two releases refused", func() bool { return strings.Count(logs.String(), "too many outstanding") >= 2 })
 		if n := redlock.Finishing(c); n != 2 {
 			t.Errorf("%d retries pending, want the limit, 2", n)
 		}
