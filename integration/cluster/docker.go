@@ -262,7 +262,21 @@ func (d *dockerNode) addr() string { return d.hostAddr }
 // faults run on the process backend.
 func (d *dockerNode) clock() *clockfault.Clock { return nil }
 
-func (d *dockerNode) pause() error  { return d.pool.Client.PauseContainer(d.res.Container.ID) }
+// pause freezes the container's cgroup. On a busy host the runtime can
+// fail to freeze every thread in time (HTTP 500, "OCI runtime pause
+// failed"), leaving the container running: the fault was not applied, so
+// it is tried again a few times before the error is reported.
+func (d *dockerNode) pause() error {
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = d.pool.Client.PauseContainer(d.res.Container.ID); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(50*(try+1)) * time.Millisecond) // backoff between tries
+	}
+	return err
+}
+
 func (d *dockerNode) resume() error { return d.pool.Client.UnpauseContainer(d.res.Container.ID) }
 
 func (d *dockerNode) kill() error { return d.signalAndWait(dc.SIGKILL) }
