@@ -175,7 +175,7 @@ func vanished(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	if el := time.Since(start); el < 500*time.Millisecond {
 		t.Errorf("acquired after %v, before the vanished holder's TTL ran out", el)
 	}
-	must(t, l.Release(ctx))
+	doneWith(t, l.Release(ctx))
 }
 
 func noLeftovers(t *testing.T, c *cluster.Cluster, newClient NewClient) {
@@ -387,6 +387,19 @@ func extend(t *testing.T, l *redlock.Lock, ttl time.Duration) {
 			break
 		}
 		t.Logf("extension %d fell short, trying again: %v", try+1, err)
+	}
+	must(t, err)
+}
+
+// doneWith checks the release of a lock the test no longer needs, where
+// the release is not the subject. A master that did not answer it in time
+// (a busy host) leaves the key to the client's background retries and to
+// its TTL: logged, not failed. Any other error fails the test.
+func doneWith(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, redlock.ErrNotReleased) && errors.Is(err, redlock.ErrMasterTimeout) {
+		t.Logf("release not confirmed in time, left to retries and the TTL: %v", err)
+		return
 	}
 	must(t, err)
 }

@@ -55,7 +55,7 @@ func semaphore(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 		t.Fatalf("the waiter got slot %d, the free one was %d", r.p.Slot(), p1.Slot())
 	}
 	// The holder of the permit vanishes without releasing it.
-	must(t, r.p.Release(ctx))
+	doneWith(t, r.p.Release(ctx))
 	pd, err := newSem(dead, ttl).Acquire(ctx)
 	must(t, err)
 	until := pd.Until()
@@ -72,8 +72,8 @@ func semaphore(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 		t.Errorf("a vanished holder's permit granted %v after its validity ended", late)
 	}
 	t.Logf("a vanished holder's permit was granted again %v after its validity ended", granted.Sub(until).Round(time.Millisecond))
-	must(t, p2.Release(ctx))
-	must(t, p3.Release(context.Background()))
+	doneWith(t, p2.Release(ctx))
+	doneWith(t, p3.Release(context.Background()))
 	deleteKeys(t, c, layout.PermitKey(k, 0), layout.PermitKey(k, 1),
 		layout.MetaKey(layout.PermitKey(k, 0)), layout.MetaKey(layout.PermitKey(k, 1)))
 }
