@@ -59,6 +59,7 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
+	leaving   map[string]*round // per key, the newest leave whose legs still run (idem)
 	chains    map[string]*round // per key and holder (chainID), its newest round whose legs still run (idem)
 	workers   sync.WaitGroup    // every leg of a round, retry, watchdog and subscriber still running
 	waker     *waker
@@ -134,6 +135,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		obs:          guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
 		releasing:    make(map[string]*round),
+		leaving:      make(map[string]*round),
 		allOrdered:   true,
 	}
 	c.life, c.end = context.WithCancel(context.Background())

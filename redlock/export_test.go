@@ -23,12 +23,12 @@ func Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
 }
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for
-// tests that check it stays bounded: in-flight releases and chained
-// rounds tracked, keys
+// tests that check it stays bounded: in-flight releases and leaves and
+// chained rounds tracked, keys
 // with waiters (not those lingering), live pipelined connections.
 func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 	c.mu.Lock()
-	releasing = len(c.releasing) + len(c.chains)
+	releasing = len(c.releasing) + len(c.leaving) + len(c.chains)
 	c.mu.Unlock()
 	for _, m := range c.masters {
 		if mx, ok := m.t.(redigot.MuxState); ok {

@@ -39,10 +39,12 @@ type leg struct {
 
 // begin sends the leg's command, at once on an Ordered transport; on
 // another, once the leg of the round it follows (prev) has ended (a fence
-// commit: once its acquisition was answered there) and a retry of a
-// superseded round still in flight there has ended (finish.go), or gives
-// up one per-master timeout after the round's deadline.
-func (l *leg) begin(prev *round) {
+// commit: once its acquisition was answered there), the leg of the leave
+// it follows too (leave, an acquisition that starts a chain) has ended and
+// a retry of a superseded round still in flight there has ended
+// (finish.go), or gives up one per-master timeout after the round's
+// deadline.
+func (l *leg) begin(prev, leave *round) {
 	r := l.r
 	m := &r.c.masters[l.i]
 	var waits []*event.Event
@@ -53,6 +55,9 @@ func (l *leg) begin(prev *round) {
 			} else {
 				waits = append(waits, &prev.legs[l.i].done)
 			}
+		}
+		if leave != nil {
+			waits = append(waits, &leave.legs[l.i].done)
 		}
 		if e := r.fin.waitAfter(l.i); e != nil {
 			waits = append(waits, e)

@@ -169,9 +169,11 @@ type round struct {
 // command (after), not its end. An acquisition that starts a holder's
 // chain follows the client's latest release of the key still in flight,
 // so a client that releases and locks again does not find its own old
-// token on the masters that were slow to delete it. The wait is bounded by
-// the round's own deadline; a leg that gave up still ends only after the
-// round it follows, so the chain holds through it.
+// token on the masters that were slow to delete it, and the client's
+// latest leave of the key still in flight, so that it is not turned away
+// by the intent or queue entry of its own waiter that gave up. The wait is
+// bounded by the round's own deadline; a leg that gave up still ends only
+// after the rounds it follows, so the chain holds through it.
 func (c *Client) startRound(ctx context.Context, op opKind, key, token string, ttl time.Duration, after *round, k kind, fence *fencing) (*round, error) {
 	return c.startLed(ctx, op, key, token, ttl, after, k, fence, -1)
 }
@@ -210,6 +212,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		older = c.fin.newest(c, chainID(key, token, k), r, ttl)
 	}
 	prev := after
+	var leave *round // the client's latest leave of key, for an acquisition that starts a chain
 	if !c.allOrdered {
 		if op != opCommit {
 			r.chain = chainID(key, token, k)
@@ -223,9 +226,11 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		}
 		switch {
 		case op == opAcquire && prev == nil:
-			prev = c.releasing[key]
+			prev, leave = c.releasing[key], c.leaving[key]
 		case op == opRelease:
 			c.releasing[key] = r
+		case op == opLeave:
+			c.leaving[key] = r
 		}
 	}
 	// Every leg counts until it ends: Close gives them their grace, and
@@ -295,7 +300,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		}
 	}
 	for i := range r.legs {
-		r.legs[i].begin(prev)
+		r.legs[i].begin(prev, leave)
 	}
 	return r, nil
 }
@@ -341,6 +346,9 @@ func (r *round) forget() {
 	if !c.allOrdered {
 		if c.releasing[r.key] == r {
 			delete(c.releasing, r.key)
+		}
+		if c.leaving[r.key] == r {
+			delete(c.leaving, r.key)
 		}
 		if r.chain != "" && c.chains[r.chain] == r {
 			delete(c.chains, r.chain)
