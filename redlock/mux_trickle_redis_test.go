@@ -83,6 +83,7 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	reals := redistest.Start(t, 3)
 	ignore := goleak.IgnoreCurrent()
 	proxy, sets := trickleProxy(t, reals[2].Addr())
+	started := time.Now()
 	const timeout = 50 * time.Millisecond
 	c, err := redigo.NewFromAddrs([]string{reals[0].Addr(), reals[1].Addr(), proxy.Addr()},
 		redlock.WithTimeout(timeout), redigo.WithPipelining(true))
@@ -148,8 +149,11 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	if closeTook > 2*time.Second {
 		t.Errorf("Close took %v", closeTook)
 	}
-	if n := proxy.Accepted(); n > 10 {
-		t.Errorf("%d connections to the trickling master in 2.5 s", n)
+	// At most 10 in the 2.5 s the test's loops take, 4 a second: a busy
+	// host stretches the test, not the rate.
+	window := time.Since(started)
+	if n := proxy.Accepted(); n > max(10, int(4*window.Seconds())) {
+		t.Errorf("%d connections to the trickling master in %v", n, window.Round(time.Millisecond))
 	}
 	if gmax > g0+50 {
 		t.Errorf("goroutines grew from %d to %d", g0, gmax)
