@@ -322,18 +322,7 @@ func (mx *mux) dialer(ch chan struct{}) {
 	var failed []*muxReq
 	if err == nil {
 		mx.cur = mc
-		n := 0
-		for _, r := range mx.backlog {
-			if e := mc.enqueue(r); e != nil {
-				break // closed already: its reader puts the rest back behind what it carried
-			}
-			n++
-		}
-		clear(mx.backlog[:n])
-		mx.backlog = mx.backlog[n:]
-		if len(mx.backlog) > 0 && !mc.isClosed() { // the queue is full
-			failed, mx.backlog = mx.backlog, nil
-		}
+		mx.backlog, failed = mc.takeBacklog(mx.backlog)
 	} else {
 		failed, mx.backlog = mx.backlog, nil
 		mx.failAt = time.Now()
@@ -965,6 +954,25 @@ func (mx *mux) Silence() time.Duration {
 		return mx.timeout
 	}
 	return mc.blamed(mx.timeout)
+}
+
+// takeBacklog hands the commands of backlog to mc, in order. Those the
+// queue has no room for are returned as busy; an undo command behind them
+// still has the room kept for it (muxUndo). Once mc is closed the rest stay,
+// in order, for its reader to put back behind what it carried.
+func (mc *muxConn) takeBacklog(backlog []*muxReq) (rest, busy []*muxReq) {
+	for i, r := range backlog {
+		if mc.enqueue(r) == nil {
+			continue
+		}
+		if mc.isClosed() {
+			clear(backlog[:i])
+			return backlog[i:], busy
+		}
+		busy = append(busy, r)
+	}
+	clear(backlog)
+	return nil, busy
 }
 
 // enqueue hands r to the connection: written at once by the caller when
