@@ -10,12 +10,7 @@ import (
 // leave) behind them still has the room kept for it: refused, it would
 // leave what it undoes on the master until its TTL.
 func TestMux_backlogKeepsUndoRoomPastABusyRefusal(t *testing.T) {
-	mc := &muxConn{
-		mx:     &mux{},
-		queue:  make(chan *muxReq, muxQueue+muxUndo),
-		kick:   make(chan struct{}, 1),
-		closed: make(chan struct{}),
-	}
+	mc := backlogConn()
 	for range muxQueue {
 		mc.queue <- &muxReq{}
 	}
@@ -35,17 +30,23 @@ func TestMux_backlogKeepsUndoRoomPastABusyRefusal(t *testing.T) {
 // A connection that closed while taking the backlog leaves the rest in it,
 // in order, for its reader to put back behind what it carried.
 func TestMux_backlogStaysWhenTheConnectionClosed(t *testing.T) {
-	mc := &muxConn{
-		mx:     &mux{},
-		queue:  make(chan *muxReq, muxQueue+muxUndo),
-		kick:   make(chan struct{}, 1),
-		closed: make(chan struct{}),
-	}
+	mc := backlogConn()
 	mc.err = errors.New("connection closed")
 	close(mc.closed)
 	a, b := &muxReq{}, &muxReq{undo: true}
 	rest, busy := mc.takeBacklog([]*muxReq{a, b})
 	if len(busy) != 0 || len(rest) != 2 || rest[0] != a || rest[1] != b {
 		t.Fatalf("closed connection: rest %v, busy %v; want both left in order", rest, busy)
+	}
+}
+
+// backlogConn is a connection with no socket and an empty queue of the
+// real size, for handing a backlog to.
+func backlogConn() *muxConn {
+	return &muxConn{
+		mx:     &mux{},
+		queue:  make(chan *muxReq, muxQueue+muxUndo),
+		kick:   make(chan struct{}, 1),
+		closed: make(chan struct{}),
 	}
 }
