@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,9 +53,9 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 			key := "a27:safety:" + tc.name
 			lead0 := cs[0].leadFor(key)
 			// Every command the masters run on key, for a key left behind.
-			monitors := make([]*a27Monitor, len(servers))
+			monitors := make([]*redistest.Monitor, len(servers))
 			for i, s := range servers {
-				monitors[i] = a27Monitored(t, s, key)
+				monitors[i] = s.Monitor(t)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -175,7 +174,7 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 						t.Errorf("master %d still holds the key (PTTL %v, token %q: %s)", i, ttl, v, whose)
 						if v != "" {
 							for j, m := range monitors {
-								for _, line := range m.with(v) {
+								for _, line := range m.Lines(key, v) {
 									t.Logf("master %d ran: %s", j, line)
 								}
 							}
@@ -283,57 +282,4 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 			}
 		})
 	}
-}
-
-// a27Monitor keeps the commands a master ran on one key (MONITOR).
-type a27Monitor struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-// a27Monitored starts MONITOR on s for key's commands, until the test
-// ends.
-func a27Monitored(t *testing.T, s *redistest.Server, key string) *a27Monitor {
-	t.Helper()
-	c, err := redis.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Send("MONITOR"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	m := &a27Monitor{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			line, err := redis.String(c.Receive())
-			if err != nil {
-				return
-			}
-			if strings.Contains(line, key) {
-				m.mu.Lock()
-				m.lines = append(m.lines, line)
-				m.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
-	return m
-}
-
-// with returns the lines that name token.
-func (m *a27Monitor) with(token string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for _, l := range m.lines {
-		if strings.Contains(l, token) {
-			out = append(out, l)
-		}
-	}
-	return out
 }

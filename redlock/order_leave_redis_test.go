@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,61 +281,6 @@ func TestOrder_nextAcquisitionFollowsTheClientsLeave(t *testing.T) {
 	}
 }
 
-// commandLog is what a master's MONITOR showed it ran for its clients (not
-// the commands of its scripts), in that order, each command as its
-// arguments.
-type commandLog struct {
-	mu   sync.Mutex
-	cmds [][]string
-}
-
-// monitorArg is one argument of a MONITOR line: a quoted string.
-var monitorArg = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
-
-func logCommands(t *testing.T, s *redistest.Server) *commandLog {
-	t.Helper()
-	conn, err := redis.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Do("MONITOR"); err != nil {
-		t.Fatal(err)
-	}
-	l := &commandLog{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			line, err := redis.String(conn.Receive())
-			if err != nil {
-				return
-			}
-			// 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "…" ...
-			_, rest, _ := strings.Cut(line, " [")
-			from, rest, _ := strings.Cut(rest, "] ")
-			if strings.HasSuffix(from, " lua") {
-				continue
-			}
-			var cmd []string
-			for _, m := range monitorArg.FindAllStringSubmatch(rest, -1) {
-				cmd = append(cmd, m[1])
-			}
-			l.mu.Lock()
-			l.cmds = append(l.cmds, cmd)
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done })
-	return l
-}
-
-// first returns the place of the first command that match accepts, or -1.
-func (l *commandLog) first(match func(cmd []string) bool) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.IndexFunc(l.cmds, match)
-}
-
 // Master 2 is stopped before the first attempt: refused by the others, it
 // fails at once, and its leave reaches master 2 only once master 2 has
 // answered the attempt, after it resumes. The other client's hold goes
@@ -371,7 +315,7 @@ func TestOrder_nextAcquisitionWaitsForTheLeaveOnAStoppedMaster(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer raw.Close()
-			ran := logCommands(t, rs.servers[2])
+			ran := rs.servers[2].Monitor(t)
 			rs.pause(t, 2)
 			if _, err := tc.first(ctx, c, key); !errors.Is(err, redlock.ErrNotAcquired) {
 				t.Fatalf("the first attempt, on a held key: %v", err)
@@ -400,8 +344,9 @@ func TestOrder_nextAcquisitionWaitsForTheLeaveOnAStoppedMaster(t *testing.T) {
 			}
 			var leaveAt, nextAt int
 			waitUntil(t, "master 2 ran the leave and the next acquisition", func() bool {
-				leaveAt = ran.first(func(cmd []string) bool { return isLeave(cmd, key) })
-				nextAt = ran.first(func(cmd []string) bool {
+				cmds := ran.Commands()
+				leaveAt = slices.IndexFunc(cmds, func(cmd []string) bool { return isLeave(cmd, key) })
+				nextAt = slices.IndexFunc(cmds, func(cmd []string) bool {
 					return len(cmd) > 0 && (cmd[0] == "EVALSHA" || cmd[0] == "EVAL") && slices.Contains(cmd, l.Token())
 				})
 				return leaveAt >= 0 && nextAt >= 0
