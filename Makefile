@@ -10,7 +10,7 @@ QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
 .PHONY: nemesis-semaphore api api-update
-.PHONY: all test test-redlock test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-redlock test-durations test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -47,6 +47,14 @@ TEST_PARALLEL ?= 4
 REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
 test-redlock: deps
 	ALONE='$(REDLOCK_ALONE)' GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
+
+## test-durations: measure how long each of the redlock package's tests takes (in
+##   REDLOCK_SHARDS processes, as make test runs them) and write
+##   tools/testdurations/redlock.txt, by which testshards.sh balances the shards;
+##   run it again when tests are added or get slower
+test-durations: deps
+	DURATIONS_OUT=$(CURDIR)/tools/testdurations/redlock.txt ALONE='$(REDLOCK_ALONE)' GO=$(GO) \
+	  tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
 
 ## test-root: the root module's other packages, with the race detector
 test-root: deps redis-image

@@ -18,6 +18,7 @@ shift 2
 go=${GO:-go}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+root=$(pwd)
 cd "$dir" || exit 1
 if ! $go test -race -c -o "$work/pkg.test" . >"$work/build.log" 2>&1; then
 	cat "$work/build.log"
@@ -36,12 +37,33 @@ else
 fi
 start=$(date +%s)
 pids=()
+# Shares by measured duration when the package has a durations file
+# (tools/testdurations/<package>.txt, "TestName seconds" per line; `make
+# test-durations` writes it): longest first, each test to the share with
+# the least time so far; a test the file does not name counts as the
+# median. Without the file, round-robin in name order.
+durations=$root/tools/testdurations/$(basename "$dir").txt
+if [ -s "$durations" ]; then
+	median=$(awk '{ print $2 }' "$durations" | sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 1 }')
+	awk -v med="$median" '
+		FNR == NR { d[$1] = $2; next }
+		{ print $1, ($1 in d ? d[$1] : med) }' "$durations" "$work/list" |
+		sort -k2,2gr -k1,1 | awk -v n="$shards" '
+		{
+			best = 0
+			for (i = 1; i < n; i++) if (load[i] + 0 < load[best] + 0) best = i
+			load[best] += $2
+			print best, $1
+		}' >"$work/assigned"
+else
+	awk -v n="$shards" '{ print NR % n, $1 }' "$work/list" >"$work/assigned"
+fi
 for ((i = 0; i < shards; i++)); do
-	names=$(awk -v n="$shards" -v i="$i" 'NR % n == i' "$work/list" | paste -sd'|')
+	names=$(awk -v i="$i" '$1 == i { print $2 }' "$work/assigned" | paste -sd'|')
 	[ -n "$names" ] || continue
 	(
 		s=$(date +%s)
-		"$work/pkg.test" -test.run "^(${names})\$" -test.count=1 "$@" >"$work/out.$i" 2>&1
+		"$work/pkg.test" -test.run "^(${names})\$" -test.count=1 ${DURATIONS_OUT:+-test.v} "$@" >"$work/out.$i" 2>&1
 		rc=$?
 		echo "shard $((i + 1))/$shards of $dir: exit $rc after $(($(date +%s) - s)) s" >>"$work/out.$i"
 		exit $rc
@@ -51,8 +73,18 @@ done
 fail=0
 for p in "${pids[@]}"; do
 	if ! wait "${p%%:*}"; then fail=1; fi
-	cat "$work/out.${p##*:}"
+	if [ -n "${DURATIONS_OUT:-}" ]; then
+		grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS)' "$work/out.${p##*:}"
+	else
+		cat "$work/out.${p##*:}"
+	fi
 done
+if [ -n "${DURATIONS_OUT:-}" ]; then
+	# Top-level tests only (a subtest's line is indented), to 0.1 s.
+	sed -nE 's/^--- (PASS|FAIL|SKIP): ([^ ]+) \(([0-9.]+)s\)$/\2 \3/p' "$work"/out.* |
+		awk '{ printf "%s %.1f\n", $1, $2 }' | sort >"$DURATIONS_OUT"
+	echo "durations of $(wc -l <"$DURATIONS_OUT") tests written to $DURATIONS_OUT"
+fi
 if [ -s "$work/alone" ]; then
 	s=$(date +%s)
 	"$work/pkg.test" -test.run "^($(cat "$work/alone"))\$" -test.count=1 "$@" || fail=1
