@@ -41,7 +41,7 @@ test: deps redis-image
 ## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
 ##   REDLOCK_SHARDS processes at once, each running its share of the tests one after the
 ##   other (and TEST_PARALLEL of those marked t.Parallel at once)
-REDLOCK_SHARDS ?= 2
+REDLOCK_SHARDS ?= 3
 TEST_PARALLEL ?= 4
 ##   The tests that load the CPUs on purpose run alone after the shards (REDLOCK_ALONE).
 REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
