@@ -47,8 +47,8 @@ func (f *fairness) command(r *round, op opKind, dst []any) (*scripts.Script, str
 		// Not announced (see plainKind); the waiter keeps its place in
 		// the queue.
 		return scripts.Release, "", append(dst, key, token, "")
-	default: // opLeave
-		return scripts.Leave, "", append(dst, f.queue, f.deadlines, f.waiter)
+	default: // opLeave, announced when the waiter was first and the key is free
+		return scripts.Leave, "", append(dst, f.queue, f.deadlines, key, f.waiter, wakeChannel(key))
 	}
 }
 

@@ -41,7 +41,7 @@ func TestKind_commandsPerPhase(t *testing.T) {
 		{"fair", fair, nil, opExtend, scripts.Extend, []any{"k", "tok", int64(1000)}},
 		{"fair", fair, nil, opRelease, scripts.FairRelease, []any{"k", "k:q", "k:d", "tok", ch, "W"}},
 		{"fair", fair, nil, opRollback, scripts.Release, []any{"k", "tok", ""}},
-		{"fair", fair, nil, opLeave, scripts.Leave, []any{"k:q", "k:d", "W"}},
+		{"fair", fair, nil, opLeave, scripts.Leave, []any{"k:q", "k:d", "k", "W", ch}},
 		{"read", readKind{}, nil, opAcquire, scripts.RW, []any{"k", "read", "tok", int64(1000), int64(0), ""}},
 		{"read", readKind{}, nil, opExtend, scripts.RW, []any{"k", "extend-read", "tok", int64(1000)}},
 		{"read", readKind{}, nil, opRelease, scripts.RW, []any{"k", "release-read", "tok", ch}},

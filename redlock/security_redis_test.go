@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redigo"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -144,6 +145,37 @@ func TestSecurity_minimalACLIsEnoughForEveryKind(t *testing.T) {
 			m, err := c.AcquireMulti(ctx, []string{"lock:m1", "lock:m2"})
 			step("multi", err)
 			step("multi release", m.Release(ctx))
+			// Two fair waiters behind a holder whose key expires; the
+			// first gives up while it heads the queue, and its leave
+			// announces the free key to the second.
+			_, err = c.TryAcquire(ctx, "lock:f", redlock.WithTTL(700*time.Millisecond))
+			step("holder", err)
+			fair := []redlock.LockOption{redlock.WithFair(), redlock.WithBackoff(time.Minute, time.Minute)}
+			firstCtx, giveUp := context.WithTimeout(ctx, 1200*time.Millisecond)
+			defer giveUp()
+			first := make(chan error, 1)
+			go func() { _, err := c.Acquire(firstCtx, "lock:f", fair...); first <- err }()
+			redistest.Eventually(t, 5*time.Second, "the first fair waiter queued", func() bool {
+				n, err := redis.Int(servers[0].Do("ZCARD", layout.QueueKey("lock:f")))
+				return err == nil && n == 1
+			})
+			second := make(chan error, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "lock:f", fair...)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				second <- err
+			}()
+			if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the first fair waiter: %v, want it to give up", err)
+			}
+			select {
+			case err := <-second:
+				step("second fair waiter", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the second fair waiter was not woken by the first's leave")
+			}
 			// The release script leaves its notice's count out rather
 			// than run PUBSUB without the right: no such refusal is
 			// logged (the identity probe's INFO is, and is expected).

@@ -13,3 +13,10 @@ var PreviousReentrant = New("reentrant", 1, previousReentrantSrc)
 
 //go:embed testdata/reentrant_previous.lua
 var previousReentrantSrc string
+
+// PreviousLeave is leave.lua as the previous version had it (two keys,
+// never announced), for the tests of a rolling upgrade.
+var PreviousLeave = New("leave", 2, previousLeaveSrc)
+
+//go:embed testdata/leave_previous.lua
+var previousLeaveSrc string

@@ -65,8 +65,10 @@ var (
 	// FairRelease is Release for a fair lock: it also takes the holder's
 	// entry out of the queue, whether or not the key was the holder's there.
 	FairRelease = New("fair_release", 3, fairReleaseSrc)
-	// Leave takes a waiter out of a fair lock's queue (KEYS[1], KEYS[2]).
-	Leave = New("leave", 2, leaveSrc)
+	// Leave takes a waiter out of a fair lock's queue (KEYS[1], KEYS[2]),
+	// and announces it when the waiter was first and the lock (KEYS[3]) is
+	// free.
+	Leave = New("leave", 3, leaveSrc)
 
 	// FencedAcquire is SET NX PX on KEYS[1] that, when it succeeds,
 	// returns the fencing counter KEYS[2]; see fenced_acquire.lua.

@@ -1,0 +1,77 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// Fair waiters X (client D) then B (client C) wait behind a plain holder
+// whose key then expires: nothing announces that, and neither client's
+// clock runs, so both sleep on. X gives up while it heads the queue and
+// the key is free: its leave must announce itself, or B, now first, sleeps
+// until its backoff (a minute here) although nothing holds the key.
+func TestFair_headLeavingAFreeKeyWakesTheNext(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			servers := redistest.Start(t, n)
+			h := leadClient(t, servers, true)
+			fd := clock.NewFake(time.Unix(1_700_000_000, 0))
+			fc := clock.NewFake(time.Unix(1_700_000_001, 0)) // B arrives after X
+			d := leadClient(t, servers, true, WithClock(fd))
+			c := leadClient(t, servers, true, WithClock(fc))
+			inD, inC := settledCount(d), settledCount(c)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+
+			const key = "fair:leave"
+			held, err := h.TryAcquire(ctx, key, WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			xctx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			x := fairWaiter(xctx, d, key)
+			waitCount(t, "X waits", inD, 1)
+			b := fairWaiter(ctx, c, key)
+			waitCount(t, "B waits", inC, 1)
+
+			// The holder's key runs out on every master, unannounced.
+			gone := func() bool {
+				for _, s := range servers {
+					if n, err := redis.Int(s.Do("EXISTS", key)); err != nil || n != 0 {
+						return false
+					}
+				}
+				return true
+			}
+			if !redistest.WaitFor(ctx5s(t), gone) {
+				t.Fatal("the holder's key did not expire")
+			}
+			_ = held // never released: it expired
+
+			giveUp()
+			if lx := <-x; lx != nil {
+				t.Fatal("X got the lock after giving up")
+			}
+			select {
+			case lb := <-b:
+				if lb == nil {
+					t.Fatal("B failed")
+				}
+				if err := lb.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("B, first once X left, was not woken: the key stayed free")
+			}
+		})
+	}
+}
