@@ -387,15 +387,20 @@ func TestOrder_waiterOfTheClientGetsTheKeyAfterAnotherOfItGaveUp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				quitter, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				quitter, cancel := context.WithCancel(ctx)
 				gaveUp := make(chan error, 1)
 				go func() {
 					_, err := kc.acquire(quitter, c, key)
 					gaveUp <- err
 				}()
 				// The second waiter comes once the first has left its mark
-				// (intent or queue entry) on master 0.
+				// (intent or queue entry) on master 0; the first gives up
+				// 300 ms later, the second waiting meanwhile. (A give-up
+				// timed from the start could come, on a busy host, before
+				// the mark was seen, and take it away.)
 				waitUntil(t, "the first waiter's mark", func() bool { return kc.marked(t, rs.servers[0].Do, key) })
+				giveUp := time.AfterFunc(300*time.Millisecond, cancel)
+				defer giveUp.Stop()
 				got := make(chan *redlock.Lock, 1)
 				errs := make(chan error, 1)
 				go func() {
