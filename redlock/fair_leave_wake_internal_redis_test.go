@@ -75,3 +75,54 @@ func TestFair_headLeavingAFreeKeyWakesTheNext(t *testing.T) {
 		})
 	}
 }
+
+// A fair holder releases after its key expired (unannounced: nobody was
+// told), with waiter X behind it on a fake clock whose backoff never
+// fires. The release deletes nothing, but it takes the holder's entry out
+// of the queue and so makes X first on a free key: it must announce that,
+// or X sleeps on.
+func TestFair_releaseAfterExpiryWakesTheNext(t *testing.T) {
+	redistest.SkipShort(t)
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			servers := redistest.Start(t, n)
+			h := leadClient(t, servers, true)
+			fd := clock.NewFake(time.Now().Add(time.Hour)) // X arrives after the holder
+			d := leadClient(t, servers, true, WithClock(fd))
+			inD := settledCount(d)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+
+			const key = "fair:expired"
+			held, err := h.TryAcquire(ctx, key, WithFair(), WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := fairWaiter(ctx, d, key)
+			waitCount(t, "X waits", inD, 1)
+			gone := func() bool {
+				for _, s := range servers {
+					if n, err := redis.Int(s.Do("EXISTS", key)); err != nil || n != 0 {
+						return false
+					}
+				}
+				return true
+			}
+			if !redistest.WaitFor(ctx5s(t), gone) {
+				t.Fatal("the holder's key did not expire")
+			}
+			_ = held.Release(ctx) // late: it deletes nothing
+			select {
+			case lx := <-x:
+				if lx == nil {
+					t.Fatal("X failed")
+				}
+				if err := lx.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("X, first once the holder's entry went, was not woken: the key stayed free")
+			}
+		})
+	}
+}

@@ -20,3 +20,11 @@ var PreviousLeave = New("leave", 2, previousLeaveSrc)
 
 //go:embed testdata/leave_previous.lua
 var previousLeaveSrc string
+
+// PreviousFairRelease is fair_release.lua as the previous version had it
+// (announced only when it deleted the key), for the tests of a rolling
+// upgrade.
+var PreviousFairRelease = New("fair_release", 3, previousFairReleaseSrc)
+
+//go:embed testdata/fair_release_previous.lua
+var previousFairReleaseSrc string

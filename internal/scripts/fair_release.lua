@@ -4,6 +4,9 @@
 -- grant the holder the lock (the key was held there for another): left
 -- there, it would head that master's queue until it expired, and the
 -- master would refuse every other waiter meanwhile.
+-- A release that deletes nothing (the hold expired, unannounced) still
+-- announces itself when the key is free and a waiter remains: the waiter
+-- first now may sleep, as nothing told it of the expiry.
 -- KEYS[1] lock; KEYS[2] queue; KEYS[3] deadlines.
 -- ARGV[1] token; ARGV[2] channel ("" for none); ARGV[3] waiter id.
 -- Returns 1 if the key was deleted, 0 if it was absent or held another token.
@@ -15,5 +18,9 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 		redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8))
 	end
 	return 1
+end
+if ARGV[2] ~= "" and redis.call("EXISTS", KEYS[1]) == 0
+	and redis.call("ZRANGE", KEYS[2], 0, 0)[1] then
+	redis.call("PUBLISH", ARGV[2], string.sub(ARGV[1], 1, 8))
 end
 return 0

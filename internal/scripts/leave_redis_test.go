@@ -10,11 +10,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
-// A fair waiter's leave announces itself only when the waiter headed the
-// queue, the lock is free and another waiter is now first: then no
-// release will tell that one. The previous version's leave (two keys,
-// never announced) takes the entry out all the same, beside this
-// version's fair scripts.
+// A fair waiter's leave, and a fair release that deletes nothing,
+// announce themselves only when the lock is free and a waiter remains:
+// the waiter first now may sleep, as nothing told it the key was free.
+// The previous version's leave (two keys, never announced) and release
+// (announced only when it deletes) act on the queue as before, beside
+// this version's fair scripts.
 func TestLeave_firstWaiterAnnouncesAFreeKey(t *testing.T) {
 	srv := redistest.StartOne(t)
 	c := conn(t, srv)
@@ -83,8 +84,8 @@ func TestLeave_firstWaiterAnnouncesAFreeKey(t *testing.T) {
 	if _, err := c.Do("DEL", "lock"); err != nil { // expired, unannounced
 		t.Fatal(err)
 	}
-	if leave(scripts.Leave, "waiter-b") != 1 || notice() != "" {
-		t.Fatal("the second waiter's leave: not queued, or announced")
+	if leave(scripts.Leave, "waiter-b") != 1 || notice() != "waiter-b"[:8] {
+		t.Fatal("the second waiter's leave of a free key: not queued, or not announced (the first may sleep)")
 	}
 	queue("waiter-b")
 	if leave(scripts.Leave, "waiter-a") != 1 {
@@ -119,5 +120,51 @@ func TestLeave_firstWaiterAnnouncesAFreeKey(t *testing.T) {
 	// waiter-b is first now: its next attempt gets the key.
 	if n, err := redis.Int(redigot.Do(scripts.FairAcquire, c, timeout, "lock", "q", "d", "tok-b", 30000, "waiter-b", 2, 30000)); err != nil || n != 1 {
 		t.Fatalf("after the previous version's leave the next waiter got %d, %v", n, err)
+	}
+
+	// A fair release after the holder's key expired deletes nothing, takes
+	// the holder's entry out, and announces the free key to the waiter
+	// left; the previous version's release takes the entry out, silently.
+	release := func(s *scripts.Script, tok, w string) int {
+		t.Helper()
+		n, err := redis.Int(redigot.Do(s, c, timeout, "lock", "q", "d", tok, "ch", w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, s := range []*scripts.Script{scripts.FairRelease, scripts.PreviousFairRelease} {
+		free()
+		queue("holder", "waiter-b") // the holder, first, gets the key
+		if _, err := c.Do("DEL", "lock"); err != nil {
+			t.Fatal(err)
+		}
+		want := "tok-hold"
+		if s == scripts.PreviousFairRelease {
+			want = ""
+		}
+		if release(s, "tok-holder", "holder") != 0 || notice() != want {
+			t.Fatalf("%s release after expiry: deleted something, or announced other than %q", s.Name(), want)
+		}
+		if n, _ := redis.Int(c.Do("ZCARD", "q")); n != 1 {
+			t.Fatalf("%s release after expiry left %d entries, want the waiter's alone", s.Name(), n)
+		}
+	}
+	// Released while another holds the key, or with nobody waiting: silent.
+	free()
+	queue("holder")
+	if _, err := c.Do("SET", "lock", "other", "PX", 30000); err != nil {
+		t.Fatal(err)
+	}
+	if release(scripts.FairRelease, "tok-holder", "holder") != 0 || notice() != "" {
+		t.Fatal("a release of a key another holds announced it")
+	}
+	free()
+	queue("holder")
+	if _, err := c.Do("DEL", "lock"); err != nil {
+		t.Fatal(err)
+	}
+	if release(scripts.FairRelease, "tok-holder", "holder") != 0 || notice() != "" {
+		t.Fatal("a release after expiry with nobody waiting announced it")
 	}
 }
