@@ -44,15 +44,7 @@ func TestFair_headLeavingAFreeKeyWakesTheNext(t *testing.T) {
 			waitCount(t, "B waits", inC, 1)
 
 			// The holder's key runs out on every master, unannounced.
-			gone := func() bool {
-				for _, s := range servers {
-					if n, err := redis.Int(s.Do("EXISTS", key)); err != nil || n != 0 {
-						return false
-					}
-				}
-				return true
-			}
-			if !redistest.WaitFor(ctx5s(t), gone) {
+			if !redistest.WaitFor(ctx5s(t), absentEverywhere(servers, key)) {
 				t.Fatal("the holder's key did not expire")
 			}
 			_ = held // never released: it expired
@@ -100,15 +92,7 @@ func TestFair_releaseAfterExpiryWakesTheNext(t *testing.T) {
 			}
 			x := fairWaiter(ctx, d, key)
 			waitCount(t, "X waits", inD, 1)
-			gone := func() bool {
-				for _, s := range servers {
-					if n, err := redis.Int(s.Do("EXISTS", key)); err != nil || n != 0 {
-						return false
-					}
-				}
-				return true
-			}
-			if !redistest.WaitFor(ctx5s(t), gone) {
+			if !redistest.WaitFor(ctx5s(t), absentEverywhere(servers, key)) {
 				t.Fatal("the holder's key did not expire")
 			}
 			_ = held.Release(ctx) // late: it deletes nothing
@@ -124,5 +108,17 @@ func TestFair_releaseAfterExpiryWakesTheNext(t *testing.T) {
 				t.Fatal("X, first once the holder's entry went, was not woken: the key stayed free")
 			}
 		})
+	}
+}
+
+// absentEverywhere reports, when called, whether no master has key.
+func absentEverywhere(servers []*redistest.Server, key string) func() bool {
+	return func() bool {
+		for _, s := range servers {
+			if n, err := redis.Int(s.Do("EXISTS", key)); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
 	}
 }
