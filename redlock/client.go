@@ -42,6 +42,10 @@ type Client struct {
 	closeMade   func()           // closes what the transports' maker made besides them (clienthook.Made)
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
+	// lastArrival is the latest fair waiter's arrival (µs, fairness): each
+	// is after the one before, so that the masters order one client's fair
+	// waiters as the client does.
+	lastArrival atomic.Int64
 
 	// life ends when Close is called (end): closing, its Done channel,
 	// stops the locks' watchdogs, the waits and Observe, and the reads of

@@ -24,8 +24,25 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 		queue:      layout.QueueKey(key),
 		deadlines:  layout.QueueDeadlinesKey(key),
 		waiter:     c.jit.uuid(),
-		arrival:    c.clock.Now().UnixMicro(),
+		arrival:    c.arrival(),
 		entryTTLms: entry.Milliseconds(),
+	}
+}
+
+// arrival returns a new fair waiter's arrival: the clock's microsecond,
+// or one past the client's previous arrival when that is not before it.
+// The masters order equal arrivals by waiter ID, the client its waiters
+// by arrival: two of one client's waiters in one microsecond would
+// otherwise be ordered one way here and maybe the other way there, and a
+// notice would wake the one that cannot win.
+func (c *Client) arrival() int64 {
+	now := c.clock.Now().UnixMicro()
+	for {
+		last := c.lastArrival.Load()
+		a := max(now, last+1)
+		if c.lastArrival.CompareAndSwap(last, a) {
+			return a
+		}
 	}
 }
 
