@@ -293,6 +293,18 @@ func TestFinish_boundedInNumber(t *testing.T) {
 			}
 			locks = append(locks, l)
 		}
+		// Acquire returns at a quorum: master 2 must hold every lock too
+		// before it stops, for each release there to be left to a retry.
+		waitUntil(t, "every master holds every lock", func() bool {
+			for i := range rs.servers {
+				for _, k := range []string{"a", "b", "c", "d"} {
+					if !rs.db1Exists(t, i, k) {
+						return false
+					}
+				}
+			}
+			return true
+		})
 		pauseMaster(t, rs, 2)
 		for _, l := range locks {
 			if err := l.Release(ctx); err != nil {

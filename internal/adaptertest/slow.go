@@ -40,12 +40,14 @@ func SlowSetProxies(t testing.TB, addrs []string, delay time.Duration) []string 
 // acquisition later than its per-master timeout (SlowSetProxies): its
 // first attempts may fail (it has seen nothing yet), but their late
 // answers must reach it, so that within 5 s it waits for the masters, and
-// the five attempts after that all succeed.
+// the five attempts after that all succeed. Their TTL, 5 s, lets the
+// bound rise to a cap of 500 ms, well past the masters' delay, so that a
+// busy host's scheduling does not take their answers beyond it.
 func SlowMastersAreWaitedFor(t testing.TB, c *redlock.Client) {
 	t.Helper()
 	ctx := context.Background()
 	try := func(key string) error {
-		l, err := c.TryAcquire(ctx, key, redlock.WithTTL(2*time.Second))
+		l, err := c.TryAcquire(ctx, key, redlock.WithTTL(5*time.Second))
 		if err != nil {
 			return err
 		}
