@@ -64,7 +64,7 @@ func (f *fairness) command(r *round, op opKind, dst []any) (*scripts.Script, str
 		// Not announced (see plainKind); the waiter keeps its place in
 		// the queue.
 		return scripts.Release, "", append(dst, key, token, "")
-	default: // opLeave, announced when the waiter was first and the key is free
+	default: // opLeave, announced when the key is free and a waiter remains (leave.lua)
 		return scripts.Leave, "", append(dst, f.queue, f.deadlines, key, f.waiter, wakeChannel(key))
 	}
 }
