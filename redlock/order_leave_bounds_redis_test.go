@@ -394,11 +394,23 @@ func TestOrder_waiterOfTheClientGetsTheKeyAfterAnotherOfItGaveUp(t *testing.T) {
 					gaveUp <- err
 				}()
 				// The second waiter comes once the first has left its mark
-				// (intent or queue entry) on master 0; the first gives up
+				// (intent or queue entry) on a master; the first gives up
 				// 300 ms later, the second waiting meanwhile. (A give-up
 				// timed from the start could come, on a busy host, before
 				// the mark was seen, and take it away.)
-				waitUntil(t, "the first waiter's mark", func() bool { return kc.marked(t, rs.servers[0].Do, key) })
+				waitUntil(t, "the first waiter's mark", func() bool {
+					select {
+					case err := <-gaveUp:
+						t.Fatalf("run %d: the first waiter returned before it left a mark: %v", run, err)
+					default:
+					}
+					for _, s := range rs.servers {
+						if kc.marked(t, s.Do, key) {
+							return true
+						}
+					}
+					return false
+				})
 				giveUp := time.AfterFunc(300*time.Millisecond, cancel)
 				defer giveUp.Stop()
 				got := make(chan *redlock.Lock, 1)
