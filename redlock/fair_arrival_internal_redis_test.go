@@ -37,21 +37,7 @@ func TestFair_sameMicrosecondWaitersOfAClientAreWokenInTheMastersOrder(t *testin
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, w := range []struct {
-			name string
-			ch   <-chan *Lock
-		}{{"B", b}, {"E", e}} {
-			select {
-			case l := <-w.ch:
-				if l == nil {
-					t.Fatalf("key %d: %s failed", k, w.name)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("key %d: %s was not woken in 5 s", k, w.name)
-			}
-		}
+		getsIt(ctx, t, fmt.Sprintf("key %d: B", k), b)
+		getsIt(ctx, t, fmt.Sprintf("key %d: E", k), e)
 	}
 }

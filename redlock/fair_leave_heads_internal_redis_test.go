@@ -191,17 +191,7 @@ func TestFair_headLeavingWhileAMasterIsStoppedWakesTheNext(t *testing.T) {
 			if err := lb.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case le := <-e:
-				if le == nil {
-					t.Fatal("E failed")
-				}
-				if err := le.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("E did not get the key after B's release")
-			}
+			getsIt(ctx, t, "E, after B's release,", e)
 			leftover.None(t, servers, key)
 		})
 	}

@@ -53,17 +53,7 @@ func TestFair_headLeavingAFreeKeyWakesTheNext(t *testing.T) {
 			if lx := <-x; lx != nil {
 				t.Fatal("X got the lock after giving up")
 			}
-			select {
-			case lb := <-b:
-				if lb == nil {
-					t.Fatal("B failed")
-				}
-				if err := lb.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("B, first once X left, was not woken: the key stayed free")
-			}
+			getsIt(ctx, t, "B, first once X left on a free key,", b)
 		})
 	}
 }
@@ -96,17 +86,7 @@ func TestFair_releaseAfterExpiryWakesTheNext(t *testing.T) {
 				t.Fatal("the holder's key did not expire")
 			}
 			_ = held.Release(ctx) // late: it deletes nothing
-			select {
-			case lx := <-x:
-				if lx == nil {
-					t.Fatal("X failed")
-				}
-				if err := lx.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("X, first once the holder's entry went, was not woken: the key stayed free")
-			}
+			getsIt(ctx, t, "X, first once the holder's entry went from a free key,", x)
 		})
 	}
 }

@@ -41,6 +41,23 @@ func fairWaiter(ctx context.Context, c *Client, key string) <-chan *Lock {
 	return got
 }
 
+// getsIt waits up to 5 s for the lock of a waiter started by fairWaiter
+// (what names it in a failure), and releases it.
+func getsIt(ctx context.Context, t *testing.T, what string, got <-chan *Lock) {
+	t.Helper()
+	select {
+	case l := <-got:
+		if l == nil {
+			t.Fatalf("%s failed", what)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s was not woken in 5 s", what)
+	}
+}
+
 // Waiter X in client D, then B and E in client C, all fair. The holder's
 // release wakes X and B; B is refused (X heads the queue) and must keep
 // its place in C's local queue: when X releases, B heads the key's queue,
