@@ -93,7 +93,7 @@ func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nd, err := runMaster(p, network, repo, tag, labels, cfg)
+			nd, err := runMaster(t, p, network, repo, tag, labels, cfg)
 			if nd != nil {
 				t.Cleanup(func() { _ = p.Purge(nd.res) })
 				nodes[i] = nd
@@ -116,13 +116,13 @@ func startDocker(t testing.TB, n int, cfg *config) ([]node, error) {
 // the container, which is removed, and another port is drawn. A container
 // that exits before it answers PING is removed and made again too; when
 // every try fails, the error gives each one's container state and logs.
-func runMaster(p *dockertest.Pool, network *dockertest.Network, repo, tag string, labels map[string]string, cfg *config) (*dockerNode, error) {
+func runMaster(t testing.TB, p *dockertest.Pool, network *dockertest.Network, repo, tag string, labels map[string]string, cfg *config) (*dockerNode, error) {
 	base := append([]string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
 		"--port", "6379", "--dir", "/data"}, cfg.redisArgs()...)
 	var errs []error
 	lastLogs := "\x00" // no try yet
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		port, err := freePort()
+		port, err := freePort(t)
 		if err != nil {
 			return nil, err
 		}

@@ -65,11 +65,11 @@ func TestStart_dockerRetriesAPortTakenBeforeItIsBound(t *testing.T) {
 	defer l.Close()
 	taken := l.Addr().(*net.TCPAddr).Port
 	var draws atomic.Int32
-	t.Cleanup(cluster.SetFreePort(func() (int, error) {
+	t.Cleanup(cluster.SetFreePort(func(tb testing.TB) (int, error) {
 		if draws.Add(1) == 1 {
 			return taken, nil
 		}
-		return redistest.FreePort()
+		return redistest.FreePort(tb)
 	}))
 	c := cluster.Start(t, 1, cluster.WithBackend(cluster.Docker))
 	m := c.Masters[0]

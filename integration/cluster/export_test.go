@@ -1,10 +1,14 @@
 package cluster
 
-import dc "github.com/ory/dockertest/v3/docker"
+import (
+	"testing"
+
+	dc "github.com/ory/dockertest/v3/docker"
+)
 
 // SetFreePort makes the Docker backend draw its host ports from f until
 // the returned restore is called.
-func SetFreePort(f func() (int, error)) (restore func()) {
+func SetFreePort(f func(testing.TB) (int, error)) (restore func()) {
 	old := freePort
 	freePort = f
 	return func() { freePort = old }

@@ -149,7 +149,7 @@ func startRedisCluster(t testing.TB, index, s int, cfg config) (*RedisCluster, e
 	switch cfg.backend {
 	case Process:
 		for i := 0; i < total; i++ {
-			bus, err := redistest.FreePort()
+			bus, err := redistest.FreePort(t)
 			if err != nil {
 				return nil, fmt.Errorf("cluster: no free port: %w", err)
 			}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -158,7 +159,7 @@ func StartOne(t testing.TB, opts ...Option) *Server {
 	t.Cleanup(func() { s.stop(syscall.SIGKILL) })
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := FreePort()
+		port, err := FreePort(t)
 		if err != nil {
 			t.Fatalf("redistest: no free port: %v", err)
 		}
@@ -421,46 +422,111 @@ func (s *Server) stop(sig syscall.Signal) {
 	<-exited
 }
 
-// given holds the ports FreePort returned in this process: a server that
-// was stopped keeps its port for its restart, and tests that run in
-// parallel (t.Parallel) must not get it meanwhile.
+// given holds the ports FreePort has reserved in this process and not yet
+// given back.
 var given struct {
 	sync.Mutex
 	ports map[int]bool
 }
 
-// FreePort returns a TCP port that is free on 127.0.0.1 now and that it
-// has not returned before in this process.
-func FreePort() (int, error) {
-	var held []net.Listener // ports returned before: kept open while drawing another
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
+// FreePort returns a TCP port of 127.0.0.1 that is free now and stays
+// reserved for t until t's cleanup, so that a server stopped in the middle
+// of a test finds its port again when it restarts.
+//
+// The port comes from below (or above) the kernel's ephemeral range, which
+// outgoing connections and listeners on port 0 draw from: while a server
+// is down, neither can take its port. The test processes of one run (go
+// test runs packages side by side) share the rest of the range through a
+// lock file per port in the temporary directory, held while the port is
+// reserved; the kernel lets go of it if the process dies. When the
+// ephemeral range leaves no room, the port is drawn from it, reserved the
+// same way.
+func FreePort(t testing.TB) (int, error) {
+	dir := filepath.Join(os.TempDir(), "quorumlock-ports")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("redistest: the ports' lock files: %w", err)
+	}
+	first, last := reservedSpan()
 	given.Lock()
 	defer given.Unlock()
 	if given.ports == nil {
 		given.ports = map[int]bool{}
 	}
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for try := 0; try < 10000; try++ {
+		port, err := candidatePort(first, last)
 		if err != nil {
 			return 0, err
 		}
-		addr, ok := l.Addr().(*net.TCPAddr)
-		if !ok {
-			l.Close()
-			return 0, errors.New("not a TCP address")
+		if given.ports[port] {
+			continue
 		}
-		if given.ports[addr.Port] && len(held) < 64 {
-			held = append(held, l)
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return 0, fmt.Errorf("redistest: the lock file of port %d: %w", port, err)
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close() // another process holds it
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			f.Close() // in use outside the test processes
 			continue
 		}
 		l.Close()
-		given.ports[addr.Port] = true
-		return addr.Port, nil
+		given.ports[port] = true
+		t.Cleanup(func() {
+			given.Lock()
+			delete(given.ports, port)
+			given.Unlock()
+			f.Close()
+		})
+		return port, nil
 	}
+	return 0, fmt.Errorf("redistest: no free port in %d-%d", first, last)
+}
+
+// reservedSpan is the span FreePort draws from: the ports between 10000
+// and the ephemeral range, or above it, whichever holds at least 2048;
+// 0, 0 when neither does, or the range cannot be read.
+func reservedSpan() (first, last int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0
+	case lo-1-10000 >= 2048:
+		return 10000, lo - 1
+	case 65535-(hi+1) >= 2048:
+		return hi + 1, 65535
+	}
+	return 0, 0
+}
+
+// candidatePort picks a port in first..last at random, or, when the span
+// is empty, one the kernel hands out for port 0.
+func candidatePort(first, last int) (int, error) {
+	if first > 0 {
+		return first + rand.IntN(last-first+1), nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, errors.New("redistest: not a TCP address")
+	}
+	return addr.Port, nil
 }
 
 // WaitFor polls cond every few milliseconds until it holds or ctx ends, for
