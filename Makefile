@@ -10,7 +10,7 @@ QUORUMLOCK_REDIS_IMAGE ?= $(REDIS_IMAGE)
 export QUORUMLOCK_REDIS_IMAGE
 
 .PHONY: nemesis-semaphore api api-update
-.PHONY: all test test-redlock test-durations test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
+.PHONY: all test test-redlock test-durations test-root test-integration test-goredis test-rueidis test-valkey test-otel test-oldest test-sim test-static release-prepare release-check unit short integration sim mutants mutants-sim mutants-clock race lint vet fmt tidy bench bench-peers bench-peers-quick bench-deps demo deps redis-image clean-containers fuzz soak
 
 all: lint test
 
@@ -36,7 +36,7 @@ redis-image: deps
 TEST_JOBS ?= 3
 test: deps redis-image
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
-	  test-redlock test-integration test-root test-sim test-goredis test-rueidis test-valkey test-otel
+	  test-redlock test-integration test-root test-sim test-static test-goredis test-rueidis test-valkey test-otel
 
 ## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
 ##   REDLOCK_SHARDS processes at once, each running its share of the tests one after the
@@ -56,9 +56,17 @@ test-durations: deps
 	DURATIONS_OUT=$(CURDIR)/tools/testdurations/redlock.txt ALONE='$(REDLOCK_ALONE)' GO=$(GO) \
 	  tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
 
-## test-root: the root module's other packages, with the race detector
+## test-root: the root module's other packages, with the race detector (but the
+##   redlock package, and STATIC_PKGS: test-static)
+STATIC_PKGS := github.com/quorumlock/quorumlock/internal/docs github.com/quorumlock/quorumlock/internal/testrules
 test-root: deps redis-image
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx github.com/quorumlock/quorumlock/redlock)
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx -e github.com/quorumlock/quorumlock/redlock $(addprefix -e ,$(STATIC_PKGS)))
+
+## test-static: the checks that read and compile the code (doc snippets, the test rules):
+##   CPU-bound and waiting on no timer, so at the lowest CPU priority, beside the suites
+##   that do wait on timers
+test-static: deps
+	nice -n 19 $(GO) test -race -count=1 -timeout 20m $(STATIC_PKGS)
 
 ## test-integration: the integration module's suites in their make test form (short
 ##   nemesis and clock runs; `make integration` for the long ones)
@@ -66,9 +74,10 @@ test-integration: deps redis-image
 	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
 
 ## test-sim: the simulator's module (sim/): a short seeded simulation and the differential
-##   test of the simulated master against a real redis-server
+##   test of the simulated master against a real redis-server; CPU-bound on a virtual
+##   clock, so at the lowest CPU priority
 test-sim: deps
-	cd sim && $(GO) test -race -count=1 -timeout 10m ./...
+	cd sim && nice -n 19 $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
 ##   (the conformance suite and the Cluster members' cases through goredis.New are in
