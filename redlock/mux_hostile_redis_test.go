@@ -61,6 +61,13 @@ func TestHostile_strayReplyNeverGrantsAHeldKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The stray reply granted the lock before the proxy forwarded the
+		// SET; on a busy host the SET may still be on its way, and a
+		// release sent again on a fresh connection could overtake it.
+		waitUntil(t, "the SET on the master", func() bool {
+			n, err := redis.Int(real.Do("EXISTS", "free"))
+			return err == nil && n == 1
+		})
 		// The release reads the SET's "OK", which no release returns: the
 		// connection is out of step and fails. The release, a
 		// token-checked script, may be sent again on a fresh connection
