@@ -140,7 +140,9 @@ func TestGuardConn_holdsBackBigValuesUntilComplete(t *testing.T) {
 // the guard with the default limits, unchanged.
 func TestGuardConn_acceptsWhatRealRedisSends(t *testing.T) {
 	srv := redistest.StartOne(t)
-	p := srv.Pool()
+	// Replies of a mebibyte and more, read under -race on a busy host:
+	// the default 1 s read timeout is not this test's subject.
+	p := srv.Pool(pool.WithReadTimeout(15*time.Second), pool.WithWriteTimeout(15*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := p.GetContext(ctx)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
@@ -236,6 +237,25 @@ func TestStatus_showsHoldersPerMaster(t *testing.T) {
 	defer r1.Release(ctx)
 	defer rl.Release(ctx)
 	defer rl.Release(ctx)
+	// Each call returns at a quorum; the table names every master, so
+	// wait, bounded, until the last SET of each has run on all three.
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if !redistest.WaitFor(waitCtx, func() bool {
+		for _, s := range servers {
+			for _, k := range []string{"job", "nested", "doc"} {
+				if n, err := redis.Int(s.Do("EXISTS", k)); err != nil || n != 1 {
+					return false
+				}
+			}
+			if n, err := redis.Int(s.Do("HGET", "nested", "owner-1")); err != nil || n != 2 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("not within 10s: every master holding job, nested (twice) and doc")
+	}
 
 	code, out, errOut := redlockRun(t, masters, "status", "job", "nested", "doc", "free")
 	if code != 0 {
