@@ -63,10 +63,10 @@ test-root: deps redis-image
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx -e github.com/quorumlock/quorumlock/redlock $(addprefix -e ,$(STATIC_PKGS)))
 
 ## test-static: the checks that read and compile the code (doc snippets, the test rules):
-##   CPU-bound and waiting on no timer, so at the lowest CPU priority, beside the suites
+##   CPU-bound and waiting on no timer, so at a low CPU priority, beside the suites
 ##   that do wait on timers
 test-static: deps
-	nice -n 19 $(GO) test -race -count=1 -timeout 20m $(STATIC_PKGS)
+	nice -n 10 $(GO) test -race -count=1 -timeout 20m $(STATIC_PKGS)
 
 ## test-integration: the integration module's suites in their make test form (short
 ##   nemesis and clock runs; `make integration` for the long ones)
@@ -75,9 +75,9 @@ test-integration: deps redis-image
 
 ## test-sim: the simulator's module (sim/): a short seeded simulation and the differential
 ##   test of the simulated master against a real redis-server; CPU-bound on a virtual
-##   clock, so at the lowest CPU priority
+##   clock, so at a low CPU priority
 test-sim: deps
-	cd sim && nice -n 19 $(GO) test -race -count=1 -timeout 10m ./...
+	cd sim && nice -n 10 $(GO) test -race -count=1 -timeout 20m ./...
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
 ##   (the conformance suite and the Cluster members' cases through goredis.New are in
