@@ -266,7 +266,12 @@ func (s *Server) ours(c redis.Conn) error {
 
 // dial connects to the server, over TLS for a TLS server.
 func (s *Server) dial(timeout time.Duration) (redis.Conn, error) {
-	opts := []redis.DialOption{redis.DialConnectTimeout(timeout), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout)}
+	return s.dialConnect(timeout, timeout)
+}
+
+// dialConnect is dial with a connect timeout of its own.
+func (s *Server) dialConnect(connect, timeout time.Duration) (redis.Conn, error) {
+	opts := []redis.DialOption{redis.DialConnectTimeout(connect), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout)}
 	if s.tls != nil {
 		opts = append(opts, redis.DialUseTLS(true), redis.DialTLSConfig(s.tls))
 	}
@@ -292,7 +297,10 @@ func (s *Server) Pool(opts ...pool.Option) *pool.RedisPool {
 // error, which it returns.
 func (s *Server) Do(cmd string, args ...any) (any, error) {
 	s.t.Helper()
-	c, err := s.dial(2 * time.Second)
+	// The connect may take up to 10 s: a server whose accept queue
+	// hundreds of a test's clients filled drops the SYN, and the kernel
+	// sends it again after 1 and 3 s. Reads and writes keep 2 s.
+	c, err := s.dialConnect(10*time.Second, 2*time.Second)
 	if err != nil {
 		s.t.Fatalf("redistest: dial %s: %v", s.Addr(), err)
 	}

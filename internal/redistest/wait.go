@@ -31,19 +31,25 @@ func Within(d time.Duration, cond func() bool) bool {
 }
 
 // HoldEverywhere puts token at key, for ttl, on each of servers that does
-// not hold it yet, and fails t where one holds another value. A call that
-// returns at a quorum (Acquire) may leave a master whose SET was still on
-// its way, or timed out; a test that then reads, restarts or pauses every
-// master needs the key on all of them.
+// not hold it yet. A call that returns at a quorum (Acquire) may leave a
+// master whose SET was still on its way, or timed out; a test that then
+// reads, restarts or pauses every master needs the key on all of them.
+// A master may still hold an earlier failed attempt's token there, until
+// that attempt's rollback runs: HoldEverywhere waits for it, and fails t
+// where another value stays for 10 s.
 func HoldEverywhere(t testing.TB, servers []*Server, key, token string, ttl time.Duration) {
 	t.Helper()
 	for i, s := range servers {
-		v, err := redis.String(s.Do("SET", key, token, "PX", ttl.Milliseconds(), "NX", "GET"))
-		if err != nil && !errors.Is(err, redis.ErrNil) {
-			t.Fatalf("SET on server %d: %v", i, err)
-		}
-		if err == nil && v != token {
-			t.Fatalf("server %d holds %q at %s, not %q", i, v, key, token)
+		var v string
+		var err error
+		if !Within(10*time.Second, func() bool {
+			v, err = redis.String(s.Do("SET", key, token, "PX", ttl.Milliseconds(), "NX", "GET"))
+			return errors.Is(err, redis.ErrNil) || (err == nil && v == token)
+		}) {
+			if err != nil {
+				t.Fatalf("SET on server %d: %v", i, err)
+			}
+			t.Fatalf("server %d holds %q at %s, not %q, for 10s", i, v, key, token)
 		}
 	}
 }
