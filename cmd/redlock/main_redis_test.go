@@ -239,9 +239,7 @@ func TestStatus_showsHoldersPerMaster(t *testing.T) {
 	defer rl.Release(ctx)
 	// Each call returns at a quorum; the table names every master, so
 	// wait, bounded, until the last SET of each has run on all three.
-	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if !redistest.WaitFor(waitCtx, func() bool {
+	redistest.Eventually(t, 10*time.Second, "every master holding job, nested (twice) and doc", func() bool {
 		for _, s := range servers {
 			for _, k := range []string{"job", "nested", "doc"} {
 				if n, err := redis.Int(s.Do("EXISTS", k)); err != nil || n != 1 {
@@ -253,9 +251,7 @@ func TestStatus_showsHoldersPerMaster(t *testing.T) {
 			}
 		}
 		return true
-	}) {
-		t.Fatal("not within 10s: every master holding job, nested (twice) and doc")
-	}
+	})
 
 	code, out, errOut := redlockRun(t, masters, "status", "job", "nested", "doc", "free")
 	if code != 0 {

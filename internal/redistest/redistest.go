@@ -498,18 +498,9 @@ func FreePort(t testing.TB) (int, error) {
 // and the ephemeral range, or above it, whichever holds at least 2048;
 // 0, 0 when neither does, or the range cannot be read.
 func reservedSpan() (first, last int) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0
-	}
-	lo, err1 := strconv.Atoi(f[0])
-	hi, err2 := strconv.Atoi(f[1])
+	lo, hi, ok := ephemeralRange()
 	switch {
-	case err1 != nil || err2 != nil:
+	case !ok:
 		return 0, 0
 	case lo-1-10000 >= 2048:
 		return 10000, lo - 1
@@ -517,6 +508,20 @@ func reservedSpan() (first, last int) {
 		return hi + 1, 65535
 	}
 	return 0, 0
+}
+
+// ephemeralRange is the kernel's range of ports for outgoing connections
+// and listeners on port 0; ok is false when it cannot be read.
+func ephemeralRange() (lo, hi int, ok bool) {
+	var a, z int
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscan(string(b), &a, &z); err != nil {
+		return 0, 0, false
+	}
+	return a, z, true
 }
 
 // candidatePort picks a port in first..last at random, or, when the span
