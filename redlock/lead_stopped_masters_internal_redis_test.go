@@ -186,6 +186,28 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 	}
 }
 
+// sentTo reports whether a round of c on key runs whose command to
+// master i was handed to that master's transport and is not answered.
+func sentTo(c *Client, key string, i int) bool {
+	c.mu.Lock()
+	var rs []*round
+	for r := c.live; r != nil; r = r.liveNext {
+		if r.key == key {
+			rs = append(rs, r)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range rs {
+		r.mu.Lock()
+		sent := r.legs[i].state == legSent
+		r.mu.Unlock()
+		if sent {
+			return true
+		}
+	}
+	return false
+}
+
 // The caller's ctx ends while a led attempt waits for its stopped lead;
 // the lead then grants late: its grant is rolled back, no other master
 // is ever asked, and Close returns.
@@ -203,7 +225,9 @@ func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 			paused(t, servers[lead])
 			ctx, cancel := context.WithCancel(context.Background())
 			done := ledAttemptGo(ctx, c, key, lead)
-			time.Sleep(100 * time.Millisecond)
+			redistest.Eventually(t, 10*time.Second, "the led attempt's SET sent to its stopped lead", func() bool {
+				return sentTo(c, key, lead) || len(done) > 0 // an attempt that ended early says why below
+			})
 			cancel()
 			select {
 			case err := <-done:
@@ -225,7 +249,7 @@ func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 			if !redistest.WaitFor(ctx5s(t), func() bool { return !exists(t, servers[lead], key) }) {
 				t.Fatal("the lead's late grant was not rolled back")
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the subject: a spell in which a late SET would show on another master
 			onlyLeadAsked(t, servers, lead, before, key)
 			closed := make(chan struct{})
 			go func() { c.Close(); close(closed) }()
@@ -252,7 +276,9 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 			before := allSetCalls(t, servers)
 			paused(t, servers[lead])
 			done := ledAttemptGo(context.Background(), c, key, lead)
-			time.Sleep(100 * time.Millisecond)
+			redistest.Eventually(t, 10*time.Second, "the led attempt's SET sent to its stopped lead", func() bool {
+				return sentTo(c, key, lead) || len(done) > 0 // an attempt that ended early says why below
+			})
 			closed := make(chan struct{})
 			go func() { c.Close(); close(closed) }()
 			select {
@@ -272,6 +298,7 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 			if err := servers[lead].Resume(); err != nil {
 				t.Fatal(err)
 			}
+			// the subject: a spell for the resumed lead to run what it read; no other master may be asked
 			time.Sleep(300 * time.Millisecond)
 			onlyLeadAsked(t, servers, lead, before, key)
 			if exists(t, servers[lead], key) {
