@@ -149,7 +149,9 @@ func TestObserve_lossMaxHold(t *testing.T) {
 	if !errors.Is(l.Err(), redlock.ErrMaxHold) {
 		t.Fatalf("Err %v", l.Err())
 	}
-	time.Sleep(200 * time.Millisecond) // no second report
+	// Lost closes before the loss is reported.
+	waitFor(t, func() bool { _, _, _, loss, _ := rec.snapshot(); return len(loss) > 0 })
+	time.Sleep(200 * time.Millisecond) // the subject: a spell in which a second report would come
 	_, ext, _, loss, _ := rec.snapshot()
 	if len(loss) != 1 || loss[0].Cause != observe.LossMaxHold || loss[0].Held < 400*time.Millisecond ||
 		loss[0].Held > 2*time.Second || loss[0].Key != "k" {
@@ -531,7 +533,7 @@ func TestObserve_closeWithObserver(t *testing.T) {
 		_, err := c.Acquire(context.Background(), "a", redlock.WithWait(10*time.Second))
 		waiting <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, func() bool { _, n, _ := c.Sizes(); return n == 1 }) // refused, it waits
 	c.Close()
 	if err := <-waiting; !errors.Is(err, redlock.ErrClosed) {
 		t.Errorf("a waiting Acquire after Close: %v", err)

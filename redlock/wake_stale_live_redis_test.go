@@ -208,12 +208,13 @@ func TestWake_staleLiveAfterUnsubscribe(t *testing.T) {
 		// (500 ms); one that takes the stale "live" makes its second
 		// attempt at once and then sleeps on its timer.
 		waitUntil(t, "the waiter registered", func() bool { _, n, _ := w.Sizes(); return n == 1 })
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the subject: the spell in which a waiter taking the stale "live" makes its second attempt
 		early := cmdCalls(t, rs, 0, "set")-sets >= 2
 		t.Logf("second attempt made before the release: %v", early)
 		if err := lk.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		// the subject: the relay opens a while after the release
 		time.Sleep(20 * time.Millisecond)
 		g.hold(false, false) // about 100 ms after the registration
 		select {
