@@ -315,12 +315,23 @@ func TestElection_goroutinesBounded(t *testing.T) {
 		}
 		return fewest
 	}
+	// waiting waits until n candidates wait between their attempts (in
+	// redlock's pause) and the release notices are read from every master
+	// (a subscription's reader each): what the client starts for waiters
+	// runs by then.
+	waiting := func(n int) {
+		t.Helper()
+		redistest.Eventually(t, 10*time.Second, fmt.Sprintf("%d candidates waiting, a subscription read on each master", n), func() bool {
+			return redistest.Goroutines("", "election.(*Election).Campaign(", "redlock.(*Client).pause(") >= n &&
+				redistest.Goroutines("", "redigot.(*redigoSub).read(") >= len(rs.servers)
+		})
+	}
 	start(1)
-	time.Sleep(500 * time.Millisecond)
+	waiting(1)
 	base := settled()
 	const more = 20
 	start(more)
-	time.Sleep(500 * time.Millisecond)
+	waiting(1 + more)
 	if grown := settled() - base; grown > 2*more+4 {
 		t.Fatalf("%d candidates and %d observers more: %d goroutines more", more, more, grown)
 	}

@@ -523,7 +523,7 @@ func testAutoExtend(t *testing.T, ms *masterSet, c *redlock.Client) {
 		t.Fatal(err)
 	}
 	first := l.Until()
-	time.Sleep(2500 * time.Millisecond) // past the TTL it was taken with
+	time.Sleep(2500 * time.Millisecond) // the subject: the TTL it was taken with passes
 	select {
 	case <-l.Lost():
 		t.Fatalf("lost while auto-extended: %v", l.Err())

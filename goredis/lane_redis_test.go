@@ -656,8 +656,9 @@ func TestLane_resentOnceWhenTheMasterClosesTheConnection(t *testing.T) {
 // delivers the reply (the Client waits on as long as the master is not
 // silent, transport.Silencer). Before, it failed at its deadline, sent, and
 // the master was counted down. A master that stops answering then (SIGSTOP
-// during the second script) is down once its batch has been silent for
-// the 200 ms: at about 350 ms; the command fails at its limit (1.2 s).
+// once the command is sent, behind the second script) is down once its
+// batch has been silent for the 200 ms: at about 350 ms; the command
+// fails at its limit (1.2 s).
 func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 	const budget = 200 * time.Millisecond
 	for _, hang := range []bool{false, true} {
@@ -681,7 +682,11 @@ func TestLane_sentLateBehindASlowBatch(t *testing.T) {
 			}()
 			var down time.Duration
 			if hang {
-				time.Sleep(200 * time.Millisecond) // the SET sent, the second script running
+				waitFor(t, "the SET sent, behind the second script", func() bool {
+					l.mu.Lock()
+					defer l.mu.Unlock()
+					return late.sent
+				})
 				s.stop()
 				defer s.cont()
 				down = untilDown(t, l).Sub(start)

@@ -102,7 +102,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 			// waits on and reads the grant after the timeout. (On a
 			// process that runs on time the lane settles the SET at its
 			// deadline, and no grant is read late.)
-			time.Sleep(25 * time.Millisecond)
+			time.Sleep(25 * time.Millisecond) // the subject: the stall's moment, after the SET's hand-off, before its deadline
 			for _, l := range lanes {
 				l.mu.Lock()
 				l.stallLocked(100*time.Millisecond, time.Now())

@@ -132,7 +132,7 @@ func TestRelease_slowMastersStillConfirmIt(t *testing.T) {
 	resumed := make(chan struct{})
 	go func() {
 		defer close(resumed)
-		time.Sleep(300 * time.Millisecond) // how long the masters are slow
+		time.Sleep(300 * time.Millisecond) // the subject: how long the masters are slow
 		for _, s := range ms.servers {
 			s.cont()
 		}

@@ -218,7 +218,7 @@ func TestFencedUpdate_porcupine(t *testing.T) {
 					stalls.Add(1)
 					stall = func() {
 						// Paused past the validity, until a successor read.
-						time.Sleep(time.Until(l.Until()))
+						time.Sleep(time.Until(l.Until())) // the subject: the lock's validity passes
 						h.waitSuccessorRead(l.Fence(), 2*time.Second)
 					}
 				}

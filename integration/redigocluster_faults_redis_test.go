@@ -149,7 +149,7 @@ func TestClusterMember_kindsExcludeDuringSlotMigration(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the subject: the contenders run on a spell after the last migration
 	stopContenders()
 	for k, name := range []string{"fenced", "write"} {
 		t.Logf("%s: %d granted, %d overlaps, %d fences backwards", name, granted[k].Load(), overlaps[k].Load(), backwards[k].Load())

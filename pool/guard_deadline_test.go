@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // The guard sets deadlines on the socket lazily (at its next read or
@@ -25,6 +27,19 @@ func TestGuardDeadline_setBeforeAReadBoundsIt(t *testing.T) {
 		done <- err
 	}()
 	endsAtDeadline(t, done, "a read with a deadline 20 ms away")
+}
+
+// enteredPipe returns, as waiter does, a guard over a pipe and the pipe's
+// other end, and the enteredConn between them, whose channels say (up to
+// four unreceived each) when a read or write of the pipe begins: the
+// guard counts it as under way by then, so a deadline asked for after
+// that is asked for during it.
+func enteredPipe(t *testing.T) (net.Conn, *enteredConn, net.Conn) {
+	t.Helper()
+	client, master := net.Pipe()
+	t.Cleanup(func() { client.Close(); master.Close() })
+	ec := &enteredConn{Conn: client, entered: make(chan struct{}, 4), reads: make(chan struct{}, 4)}
+	return pool.GuardConn(ec, pool.Limits{}), ec, master
 }
 
 // endsAtDeadline waits up to 5 s for what is ended (a read or write) to
@@ -52,14 +67,14 @@ func TestGuardDeadline_setDuringAReadEndsIt(t *testing.T) {
 		{"SetDeadline", net.Conn.SetDeadline},
 	} {
 		t.Run(set.name, func(t *testing.T) {
-			g, _, _ := waiter(t)
+			g, ec, _ := enteredPipe(t)
 			_ = g.SetReadDeadline(time.Time{})
 			done := make(chan error, 1)
 			go func() {
 				_, err := g.Read(make([]byte, 16))
 				done <- err
 			}()
-			time.Sleep(20 * time.Millisecond) // the read waits
+			waitFor(t, ec.reads, "the read of the pipe") // the guard counts it under way
 			if err := set.f(g, time.Now()); err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +85,7 @@ func TestGuardDeadline_setDuringAReadEndsIt(t *testing.T) {
 
 // A write deadline bounds the next write; a later one replaces it.
 func TestGuardDeadline_writeDeadline(t *testing.T) {
-	g, _, master := waiter(t)
+	g, ec, master := enteredPipe(t)
 	if err := g.SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -94,13 +109,15 @@ func TestGuardDeadline_writeDeadline(t *testing.T) {
 	}
 	// A write that waits (nobody reads the pipe) ends at a deadline set
 	// meanwhile.
+	<-ec.entered // the two writes above
+	<-ec.entered
 	_ = g.SetWriteDeadline(time.Time{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.Write([]byte("PING\r\n"))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, ec.entered, "the write to the pipe") // the guard counts it under way
 	_ = g.SetWriteDeadline(time.Now())
 	endsAtDeadline(t, done, "a write, by a deadline set during it")
 }
@@ -115,7 +132,7 @@ func TestGuardDeadline_readAfterWaitReadableRunsUnderTheReadersDeadline(t *testi
 		t.Fatalf("WaitReadable: %v, want os.ErrDeadlineExceeded", err)
 	}
 	go func() {
-		time.Sleep(50 * time.Millisecond) // past the wait's deadline
+		time.Sleep(50 * time.Millisecond) // the subject: the read waits a spell, past the wait's deadline
 		master.Write([]byte("+OK\r\n"))
 	}()
 	b := make([]byte, 16)

@@ -186,7 +186,9 @@ func TestGuard_pubsubReaderAndWriter(t *testing.T) {
 					}
 				}
 			}()
-			time.Sleep(20 * time.Millisecond) // the reader blocks, no deadline
+			redistest.Eventually(t, 10*time.Second, "the reader blocked in its read, no deadline", func() bool {
+				return redistest.Goroutines("IO wait", "TestGuard_pubsubReaderAndWriter.", "ReceiveWithTimeout(") > 0
+			})
 			if err := psc.Subscribe("guarded"); err != nil {
 				t.Fatal(err)
 			}

@@ -64,9 +64,9 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("writer A did not finish")
 	}
-	// The subject: B's write has reached the socket and waits there (were
-	// it not there yet, the deadline below would stop it as it got there).
-	time.Sleep(100 * time.Millisecond)
+	// B's write reaches the socket and waits there (were it not there
+	// yet, the deadline below would stop it as it got there).
+	time.Sleep(100 * time.Millisecond) // the subject: a spell in which B must not end
 	select {
 	case err := <-bDone:
 		t.Fatalf("writer B ended early: %v", err)
@@ -85,11 +85,20 @@ func TestGuard_deadlineDuringASecondWriterReachesIt(t *testing.T) {
 	}
 }
 
-// enteredConn says on entered each time a Write begins (the guard has
-// counted it as writing by then).
+// enteredConn says on entered each time a Write begins, and on reads
+// (unless nil) each time a Read does (the guard has counted it as
+// writing or reading by then).
 type enteredConn struct {
 	net.Conn
 	entered chan struct{}
+	reads   chan struct{}
+}
+
+func (c *enteredConn) Read(p []byte) (int, error) {
+	if c.reads != nil {
+		c.reads <- struct{}{}
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *enteredConn) Write(p []byte) (int, error) {

@@ -252,7 +252,9 @@ func TestReplyPeeker_seesAReplyWaitingUnread(t *testing.T) {
 		_, err := redis.ReceiveWithTimeout(c, 5*time.Second)
 		read <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the reader is blocked by now
+	redistest.Eventually(t, 10*time.Second, "the reader blocked in its read", func() bool {
+		return redistest.Goroutines("IO wait", "TestReplyPeeker_seesAReplyWaitingUnread.", "ReceiveWithTimeout(") > 0
+	})
 	done := make(chan bool, 1)
 	go func() { done <- peek.ReplyWaiting() }()
 	select {

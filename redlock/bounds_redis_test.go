@@ -126,7 +126,7 @@ func TestWake_waitersLeaveNothingBehind(t *testing.T) {
 		var gorWaiting int
 		waitUntil(t, "the goroutine count settles", func() bool {
 			_, a := heapAndGoroutines()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the subject: a spell in which the count must not change
 			_, b := heapAndGoroutines()
 			gorWaiting = b
 			return a == b

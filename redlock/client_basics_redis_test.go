@@ -486,7 +486,7 @@ func TestClient_expiredLockIsLostNotRetaken(t *testing.T) {
 		if err := l.Extend(ctx, 5*time.Second); !errors.Is(err, redlock.ErrLockLost) {
 			t.Fatalf("Extend of an expired lock: %v, want ErrLockLost", err)
 		}
-		time.Sleep(100 * time.Millisecond) // past the TTL on every master
+		time.Sleep(100 * time.Millisecond) // the subject: the TTL passes on every master
 		if vals := rs.values(t, "k"); count(vals, "") != 3 {
 			t.Errorf("an expired lock was re-created: %v", vals)
 		}

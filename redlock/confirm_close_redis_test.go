@@ -71,7 +71,7 @@ func TestConfirm_closeWithAConfirmationQueued(t *testing.T) {
 			t.Errorf("%d retries pending after Close", n)
 		}
 		goleak.VerifyNone(t, ignore)
-		time.Sleep(2500 * time.Millisecond) // past the confirmation's due time
+		time.Sleep(2500 * time.Millisecond) // the subject: the confirmation's due time passes
 		if n := rollbacks.Load(); n != 1 {
 			t.Errorf("%d rollbacks reached the master, want 1: the confirmation went out after Close", n)
 		}

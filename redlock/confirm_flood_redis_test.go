@@ -104,7 +104,7 @@ func TestConfirm_floodAfterAStoppedMaster(t *testing.T) {
 			t.Fatalf("10 s after SIGCONT: %d keys left on the woken master %v, %d retries pending", len(left()), left(), redlock.Finishing(c))
 		}
 		freed := time.Since(woke)
-		time.Sleep(300 * time.Millisecond) // any straggling confirmation
+		time.Sleep(300 * time.Millisecond) // the subject: a spell for any straggling confirmation to show
 		scripts := scriptCalls(ss[2]) - scripts0
 		t.Logf("%d failed attempts: at most %d retries pending while stopped; keys freed and queue drained %v after SIGCONT; %d SETs and %d scripts run on the woken master; %d log lines of too many outstanding retries",
 			n, maxPending, freed.Round(time.Millisecond), ss[2].Calls("set")-sets0, scripts, strings.Count(logs.String(), "too many outstanding"))

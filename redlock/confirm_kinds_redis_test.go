@@ -255,9 +255,16 @@ func TestConfirm_everyKindTakesBackOnlyTheLateGrant(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatalf("the held acquisition never ran (%d rollbacks)", rollbacks.Load())
 			}
-			// The confirmation is due 20 ms after the first rollback's
-			// answer; leave the rest of the attempt (a leave) time too.
-			time.Sleep(400 * time.Millisecond)
+			// The confirmation (a second rollback, due 20 ms after the
+			// first one's answer) is answered, and the rest of the
+			// attempt (a leave) has ended.
+			if !redistest.Within(10*time.Second, func() bool {
+				releasing, _, _ := c.Sizes()
+				return rollbacks.Load() >= 2 && redlock.Finishing(c) == 0 && releasing == 0
+			}) {
+				releasing, _, _ := c.Sizes()
+				t.Errorf("not within 10s: %d rollbacks, %d retries pending, %d rounds running", rollbacks.Load(), redlock.Finishing(c), releasing)
+			}
 			dump := dumpKeys(t, s)
 			mu.Lock()
 			t.Logf("late acquisition: %s; %d rollbacks; keys %v; on the master: %s", late, rollbacks.Load(), ks, dump)

@@ -133,6 +133,7 @@ func ExampleLock_Lost() {
 		log.Fatal(err)
 	}
 	go func() {
+		// the subject: a spell as the leader
 		time.Sleep(20 * time.Millisecond)
 		lock.Release(ctx) // stepping down; a lost quorum would close Lost too
 	}()

@@ -259,7 +259,7 @@ func TestFair_failedTryWithAPausedMasterLeavesNoEntry(t *testing.T) {
 			rs.servers[2].Resume()
 			t.Fatalf("fair TryAcquire on a held key: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the subject: master 2 stays stopped for a spell
 		if err := rs.servers[2].Resume(); err != nil {
 			t.Fatal(err)
 		}

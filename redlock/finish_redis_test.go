@@ -110,7 +110,13 @@ func TestRelease_missedByAMasterIsFinished(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release with a quorum: %v", err)
 		}
-		time.Sleep(3 * realTimeout) // every command to master 2 has failed or waits
+		// Pooled, the release gets no connection and fails; pipelined,
+		// both commands wait on master 2's connection.
+		if path.pipelined {
+			time.Sleep(3 * realTimeout) // the subject: master 2 stays frozen past the commands' deadlines
+		} else {
+			waitUntil(t, "master 2's release failed and waits for a retry", func() bool { return redlock.Finishing(c) == 1 })
+		}
 		resume()
 		rs.freedWithin(t, 2, "job", 5*time.Second)
 	})
@@ -138,7 +144,13 @@ func TestFinish_rollbackMissedByAMasterIsFinished(t *testing.T) {
 		if _, err := c.TryAcquire(ctx, "job", redlock.WithTTL(30*time.Second)); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire against another holder: %v", err)
 		}
-		time.Sleep(3 * realTimeout) // the SET and the rollback on master 2 have timed out
+		// Pooled, the SET times out and its rollback gets no connection;
+		// pipelined, both wait on master 2's connection.
+		if path.pipelined {
+			time.Sleep(3 * realTimeout) // the subject: master 2 stays frozen past the SET's and the rollback's deadlines
+		} else {
+			waitUntil(t, "master 2's rollback failed and waits for a retry", func() bool { return redlock.Finishing(c) == 1 })
+		}
 		resume()
 		rs.freedWithin(t, 2, "job", 5*time.Second)
 	})
@@ -168,7 +180,7 @@ func TestRelease_afterStallBrokenConnectionIsFinished(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release with a quorum: %v", err)
 	}
-	time.Sleep(500 * time.Millisecond) // the redial for the release gave up
+	waitUntil(t, "the redial for the release gave up: it waits for a retry", func() bool { return redlock.Finishing(c) == 1 })
 	resume()
 	rs.freedWithin(t, 2, "job", 5*time.Second)
 }
@@ -215,7 +227,7 @@ func TestFinish_neverDeletesTheOwnersNextHold(t *testing.T) {
 			v, _ := redis.String(rs.db1(t, 2, "HGET", "lock", "owner-a"), nil)
 			return v != ""
 		})
-		time.Sleep(4 * time.Second) // two retries' worth
+		time.Sleep(4 * time.Second) // the subject: two retries' worth of time, in which none may come
 		if v, _ := redis.String(rs.db1(t, 2, "HGET", "lock", "owner-a"), nil); v == "" {
 			t.Fatal("a retry of the owner's old release deleted its new hold on master 2")
 		}
@@ -339,7 +351,7 @@ func TestFinish_rollbackOfAnUnsentAcquisitionIsNotRetried(t *testing.T) {
 		if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire against another holder: %v", err)
 		}
-		time.Sleep(2 * realTimeout) // the rollbacks have failed
+		time.Sleep(2 * realTimeout) // the subject: the rollbacks' bound passes; a retry would be queued by then
 		if n := redlock.Finishing(c); n != 0 {
 			t.Errorf("%d rollbacks of a SET that never left wait for a retry", n)
 		}

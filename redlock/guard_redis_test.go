@@ -92,7 +92,12 @@ func lockAndWake(t *testing.T, c *redlock.Client, key string) {
 		}
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter subscribes
+	// Its first attempt refused, the waiter registers, which subscribes
+	// it on every master (or it has returned: its error is read below).
+	waitUntil(t, "the waiter registered", func() bool {
+		_, waited, _ := c.Sizes()
+		return waited == 1 || len(got) > 0
+	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -214,6 +214,7 @@ func TestMux_frozenMasterStaysDownUnderLoad(t *testing.T) {
 				return d
 			}
 			cycle("k0") // freezes the master
+			// the subject: the frozen master's silence passes the per-master timeout
 			time.Sleep(300 * time.Millisecond)
 			stop := load.start(t)
 			var ds []time.Duration
@@ -222,7 +223,21 @@ func TestMux_frozenMasterStaysDownUnderLoad(t *testing.T) {
 			}
 			stop()
 			close(thaw)
-			time.Sleep(200 * time.Millisecond)
+			// The proxy reads what the frozen connection holds, up to its
+			// last command, k40's release (or all of it, once it ended).
+			conn := fm.LockConn(0)
+			if !redistest.Within(10*time.Second, func() bool {
+				select {
+				case <-conn.Gone():
+					return true
+				default:
+				}
+				return slices.ContainsFunc(conn.Commands(), func(s string) bool {
+					return strings.HasPrefix(s, "EVALSHA ") && strings.HasSuffix(s, " k40")
+				})
+			}) {
+				t.Logf("load %s: k40's release never reached the thawed master's connection", load)
+			}
 			var sets int
 			for _, s := range fm.LockConn(0).Commands() {
 				if strings.HasPrefix(s, "SET ") {

@@ -48,6 +48,7 @@ func TestMux_frozenMasterGetsNoAcquisitionsOnceDown(t *testing.T) {
 		l.Release(ctx)
 	}
 	cycle("k0") // its SET freezes the master; its release waits behind it
+	// the subject: the frozen master's silence passes the per-master timeout
 	time.Sleep(300 * time.Millisecond)
 	for i := 1; i <= 20; i++ {
 		cycle(fmt.Sprintf("k%d", i))

@@ -89,7 +89,7 @@ func TestClient_identityProbeIsBounded(t *testing.T) {
 			t.Errorf("the first call took %v with a hung master, want the probe's timeout (%v) and a round", first, timeout)
 		}
 		probed := redlock.IdentityProbed(c, 2)
-		time.Sleep(1100 * time.Millisecond) // the hung master is due for a background probe
+		time.Sleep(1100 * time.Millisecond) // the subject: a probe's spacing (1 s) passes; the hung master is due again
 		start = time.Now()
 		l, err = c.TryAcquire(ctx, "probe-k")
 		if err != nil {

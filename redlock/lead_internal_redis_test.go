@@ -568,6 +568,7 @@ func TestLead_rollbackWaitsForTheSETToBeHandedOver(t *testing.T) {
 	}
 	st := &stallingSend{Transport: c.masters[b].t, key: key, stall: 300 * time.Millisecond, hit: make(chan struct{}, 1), sent: make(chan struct{}, 1)}
 	c.masters[b].t = st
+	setsB := setCalls(t, servers[b])
 	ctx, cancel := context.WithCancel(context.Background())
 	done := ledAttemptGo(ctx, c, key, lead)
 	select {
@@ -584,7 +585,9 @@ func TestLead_rollbackWaitsForTheSETToBeHandedOver(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stalled SET was never handed over")
 	}
-	time.Sleep(100 * time.Millisecond) // it ran, and what follows it
+	// It runs on master b; what follows it there (the rollback) is
+	// waited for below.
+	redistest.Eventually(t, 10*time.Second, "the stalled SET ran on master b", func() bool { return setCalls(t, servers[b]) > setsB })
 	for _, i := range []int{lead, b} {
 		if !servers[i].WaitAbsent(key, 3*time.Second) {
 			v, _ := redis.String(servers[i].Do("GET", key))

@@ -203,6 +203,8 @@ func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 			paused(t, servers[lead])
 			ctx, cancel := context.WithCancel(context.Background())
 			done := ledAttemptGo(ctx, c, key, lead)
+			// The SET's bytes reach the stopped lead's socket: nothing
+			// shows that while the process is stopped.
 			time.Sleep(100 * time.Millisecond)
 			cancel()
 			select {
@@ -225,7 +227,7 @@ func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 			if !redistest.WaitFor(ctx5s(t), func() bool { return !exists(t, servers[lead], key) }) {
 				t.Fatal("the lead's late grant was not rolled back")
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the subject: a spell in which a late SET would show on another master
 			onlyLeadAsked(t, servers, lead, before, key)
 			closed := make(chan struct{})
 			go func() { c.Close(); close(closed) }()
@@ -252,6 +254,8 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 			before := allSetCalls(t, servers)
 			paused(t, servers[lead])
 			done := ledAttemptGo(context.Background(), c, key, lead)
+			// The SET's bytes reach the stopped lead's socket: nothing
+			// shows that while the process is stopped.
 			time.Sleep(100 * time.Millisecond)
 			closed := make(chan struct{})
 			go func() { c.Close(); close(closed) }()
@@ -272,6 +276,7 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 			if err := servers[lead].Resume(); err != nil {
 				t.Fatal(err)
 			}
+			// the subject: a spell for the resumed lead to run what it read; no other master may be asked
 			time.Sleep(300 * time.Millisecond)
 			onlyLeadAsked(t, servers, lead, before, key)
 			if exists(t, servers[lead], key) {

@@ -345,7 +345,7 @@ func TestHostile_ownBreakIsNotResent(t *testing.T) {
 			t.Fatalf("master %d: the stalled connection was not broken", i)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // a re-send would come now
+	time.Sleep(200 * time.Millisecond) // the subject: a spell in which a re-send would come
 	for i, fm := range fms {
 		seen := map[string]int{}
 		for _, s := range fm.Seen() {

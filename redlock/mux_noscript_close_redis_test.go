@@ -59,7 +59,8 @@ func TestNoScript_fallbackDoesNotOvertakeTheRollback(t *testing.T) {
 			forEachPath(t, func(t *testing.T, path connPath) {
 				rs := startReal(t, 1)
 				srv := rs.servers[0]
-				c := rs.client(t, path, redlock.WithTimeout(300*time.Millisecond))
+				rec := &recorder{}
+				c := rs.client(t, path, redlock.WithTimeout(300*time.Millisecond), redlock.WithObserver(rec))
 				ctx := ctxT(t)
 				// Dial and load the scripts.
 				l, err := c.TryAcquire(ctx, "warm", tc.opts...)
@@ -91,8 +92,20 @@ func TestNoScript_fallbackDoesNotOvertakeTheRollback(t *testing.T) {
 				if err := srv.Resume(); err != nil {
 					t.Fatal(err)
 				}
-				// Close waits for what is in flight (a grace of one timeout).
-				time.Sleep(300 * time.Millisecond)
+				// The master answers the acquisition before the rollback: once
+				// the client has read the rollback's answer, it has read the
+				// acquisition's, and what that submitted is in flight, which
+				// Close waits for (a grace of one timeout).
+				waitUntil(t, "the client read the rollback's answer", func() bool {
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					for _, a := range rec.answers {
+						if a.Op == "rollback" {
+							return true
+						}
+					}
+					return false
+				})
 				c.Close()
 				if v, _ := redis.String(srv.Do("GET", "k")); v != "" {
 					pttl, _ := redis.Int64(srv.Do("PTTL", "k"))
@@ -158,13 +171,13 @@ func TestNoScript_scriptFlushUnderLoadRecovers(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the subject: the load runs a while before the flush
 		for _, s := range rs.servers {
 			if _, err := s.Do("SCRIPT", "FLUSH"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // the subject: the load goes on past the flush
 		close(stop)
 		wg.Wait()
 		total := 0
@@ -415,7 +428,7 @@ func TestMux_masterStopsReadingThenResumes(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // the subject: the master stops reading for a spell, within the 3 s stall bound
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +510,7 @@ func TestResend_prefixAnsweredThenReset(t *testing.T) {
 						lockLoop(ctx, c, &h, fmt.Sprintf("r%d", g%8), ttl, stop)
 					}()
 				}
-				time.Sleep(1500 * time.Millisecond)
+				time.Sleep(1500 * time.Millisecond) // the subject: a spell of load across the resets
 				close(stop)
 				wg.Wait()
 				t.Logf("connections the fake master accepted: %d", fm.Accepted())
@@ -569,7 +582,7 @@ func TestMuxDial_deathDuringAndRightAfterDial(t *testing.T) {
 	// The first dial fails: its backlog fails with it, and for the redial
 	// delay (1 s here) so does every call.
 	t.Logf("first wave (dial dies): %d of 16 granted", wave("a"))
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // the subject: the redial delay (1 s) passes
 	// The second dial works and its connection dies at the first command
 	// without running it: the backlog is re-sent, in order, on a third.
 	if n := wave("b"); n != 16 {
@@ -624,6 +637,7 @@ func TestMux_sameShapeStrayIsOneFalseVote(t *testing.T) {
 			}
 			return true
 		})
+		mon := reals[0].Monitor(t)
 		contender := addrClient(t, path, addrs, redlock.WithTimeout(realTimeout))
 		// Dial first, so that the SET is not the first command.
 		if l, err := contender.TryAcquire(ctx, "other"); err != nil {
@@ -640,7 +654,16 @@ func TestMux_sameShapeStrayIsOneFalseVote(t *testing.T) {
 		// The attempt may have failed on the honest masters before the
 		// hostile one read its SET.
 		waitUntil(t, "the stray reply is injected", injected.Load)
-		time.Sleep(200 * time.Millisecond) // the rollback, and the replies after the stray
+		// The rollback (the release script on s) runs behind the SET.
+		waitUntil(t, "master 0 ran the contender's rollback", func() bool {
+			for _, cmd := range mon.Commands() {
+				if len(cmd) > 3 && strings.HasPrefix(strings.ToUpper(cmd[0]), "EVAL") && cmd[3] == "s" {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(200 * time.Millisecond) // the subject: a spell in which the replies after the stray must not change the key
 		tok := a.Token()
 		for _, s := range reals {
 			if v, _ := redis.String(s.Do("GET", "s")); v != tok {

@@ -280,7 +280,7 @@ func TestRelease_slowMastersStillConfirmIt(t *testing.T) {
 		resumed := make(chan struct{})
 		go func() {
 			defer close(resumed)
-			time.Sleep(300 * time.Millisecond) // how long the masters are slow
+			time.Sleep(300 * time.Millisecond) // the subject: the masters are slow for 300 ms
 			for _, s := range rs.servers {
 				_ = s.Resume()
 			}

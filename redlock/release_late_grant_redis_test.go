@@ -349,9 +349,12 @@ func TestRelease_ctxAndCloseEndItWhileMastersAreStopped(t *testing.T) {
 						defer cancel()
 						done := make(chan error, 1)
 						go func() { done <- l.Release(rctx) }()
-						// Let the release send its commands: it is then waiting
-						// on the stopped masters for up to its longer wait.
-						time.Sleep(100 * time.Millisecond)
+						// The release has sent its commands once it waits in
+						// its round (on the stopped masters, for up to its
+						// longer wait).
+						if !waitForProbeWaiter(10 * time.Second) {
+							t.Fatal("the release does not wait in its round within 10 s")
+						}
 						start := time.Now()
 						var closed chan struct{}
 						if how == "ctx" {

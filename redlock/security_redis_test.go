@@ -50,7 +50,18 @@ func TestSecurity_TLSMasters(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(50 * time.Millisecond)
+		waitUntil(t, "the waiter subscribed on every master", func() bool {
+			for _, s := range servers {
+				vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", "quorumlock:released:k"))
+				if err != nil || len(vals) != 2 {
+					return false
+				}
+				if n, _ := redis.Int(vals[1], nil); n != 1 {
+					return false
+				}
+			}
+			return true
+		})
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -49,7 +49,17 @@ func handoverRatesOf(t *testing.T, servers []*redistest.Server, key string, stop
 		time.Sleep(d) // the subject: the hand-over rate over a window
 		return float64(got.Load()-from) / time.Since(start).Seconds()
 	}
-	time.Sleep(100 * time.Millisecond) // subscriptions and leads settle
+	redistest.Eventually(t, 10*time.Second, "every contender has key's channel live on every master", func() bool {
+		for _, c := range cs {
+			c.waker.mu.Lock()
+			live := c.waker.liveLocked(key)
+			c.waker.mu.Unlock()
+			if live < len(servers) {
+				return false
+			}
+		}
+		return true
+	})
 	up = count(window)
 	paused(t, servers[stopped])
 	time.Sleep(settle) // the subject: the master stopped for a spell before the rate is read

@@ -140,7 +140,7 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 	case <-running:
 	case <-read:
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the subject: the child runs its rounds a while before the stop
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -189,7 +189,7 @@ func testUserPools(t *testing.T, shape userPoolShape, pipelining bool) {
 		if holders[k][kind].Add(1) != 1 {
 			t.Errorf("two exclusive holders of shared key %d (%s) at once", k, [2]string{"fair", "write"}[kind])
 		}
-		time.Sleep(100 * time.Microsecond) // a window an overlapping holder would fall into
+		time.Sleep(100 * time.Microsecond) // the subject: a hold long enough for an overlapping holder to show
 		return func() { holders[k][kind].Add(-1) }
 	}
 	wait := []redlock.LockOption{redlock.WithWait(time.Minute), redlock.WithTTL(10 * time.Second)}

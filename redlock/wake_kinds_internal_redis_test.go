@@ -245,7 +245,7 @@ func TestWake_hostileNoticesIgnored(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // the subject: a spell in which the junk notices must not end the waiter
 			select {
 			case err := <-got:
 				t.Fatalf("the waiter ended on junk notices: %v", err)

@@ -210,7 +210,7 @@ func TestWake_masterRestartThenReleaseWakes(t *testing.T) {
 				t.Fatalf("the key did not survive the restart: %q", vals)
 			}
 			waitUntil(t, "the waiter's subscriber revived on the restarted master", chk(1))
-			time.Sleep(1200 * time.Millisecond) // the waiter is on its fallback poll again
+			time.Sleep(1200 * time.Millisecond) // the subject: the waiter's backoff (at most 250 ms) runs out: it is on its fallback poll again
 			released := time.Now()
 			if err := l.Release(context.Background()); err != nil {
 				t.Fatal(err)

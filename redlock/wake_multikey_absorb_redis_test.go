@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ type absorb struct {
 	fake  *clock.Fake    // w's clock, whose backoff never fires; nil on a real clock
 	k     *redlock.Lock  // the holder's lock on k
 	multi *bgAcquisition // the multi-key waiter
+	// settled counts the pauses w's waiters began after their latest
+	// attempt (redlock.SetSettled).
+	settled atomic.Int64
 }
 
 // startAbsorb sets up the absorption on n masters, w on a fake clock
@@ -52,6 +56,7 @@ func startAbsorb(t *testing.T, path connPath, n int, realClock bool) *absorb {
 		a.fake = clock.NewFake(time.Unix(1_700_000_000, 0))
 		a.w = a.rs.client(t, path, redlock.WithClock(a.fake))
 	}
+	redlock.SetSettled(a.w, func() { a.settled.Add(1) })
 	holder := a.rs.client(t, path)
 	ctx := ctxT(t)
 	var err error
@@ -208,14 +213,17 @@ func TestWake_multiKeyWaiterAbsorbsNoticeInWindow(t *testing.T) {
 func TestWake_multiKeyAbsorbRealClock(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		a := startAbsorb(t, path, 1, true)
+		// The plain waiter shares w's subscriptions (NUMSUB does not tell
+		// when it registers): it has registered once it begins a pause
+		// after its refused attempt (SetBeforeWait runs before it
+		// registers).
+		var registered atomic.Int64 // the count of settled pauses that shows it
+		redlock.SetBeforeWait(a.w, func() { registered.Store(a.settled.Load() + 1) })
 		plain := a.plainWaiter(t, redlock.WithTTL(30*time.Second), redlock.WithBackoff(3*time.Second, 3*time.Second))
-		// The plain waiter has registered when k has a second subscriber
-		// in w... it shares w's connection: wait for its first refusal
-		// instead, then a little for its registration.
-		waitUntil(t, "the plain waiter was refused", func() bool {
-			return cmdCalls(t, a.rs, 0, "set") >= 3 // holder's k, l and the plain waiter's SET
+		waitUntil(t, "the plain waiter was refused and waits", func() bool {
+			n := registered.Load()
+			return n > 0 && a.settled.Load() >= n
 		})
-		time.Sleep(100 * time.Millisecond)
 		released := time.Now()
 		if err := a.k.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -288,7 +296,7 @@ func TestWake_readerBehindIntentAbsorbsNotice(t *testing.T) {
 		if err := r1.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the writer is woken and refused (r2 is in)
+		time.Sleep(200 * time.Millisecond) // the subject: a spell in which a notice of r1's release would wake the writer, refused (r2 is in)
 		if err := r2.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

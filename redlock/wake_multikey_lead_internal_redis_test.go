@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ type a29Multi struct {
 	other     int
 	got       <-chan error
 	scriptsAt func(i int) int
+	settled   *atomic.Int64 // the waiter's pauses begun after its latest attempt
+	pauses    int64         // settled's count when the waiter last slept
 }
 
 func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
@@ -35,7 +38,7 @@ func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 	m := &a29Multi{servers: servers, holder: leadClient(t, servers, pipelined, WithTimeout(realTimeoutIn)),
 		fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	m.w = leadClient(t, servers, pipelined, WithClock(m.fake), WithTimeout(realTimeoutIn))
-	settled := settledCount(m.w)
+	m.settled = settledCount(m.w)
 	m.b = "{a29:" + name + "}b"
 	for i := 0; m.a == ""; i++ {
 		if k := fmt.Sprintf("{a29:%s}a%d", name, i); m.w.leadFor(k) != m.w.leadFor(m.b) {
@@ -69,22 +72,28 @@ func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 		}
 		got <- err
 	}()
-	a27Waiting(t, servers, m.fake, m.a, settled)
-	a27Waiting(t, servers, m.fake, m.b, settled)
+	a27Waiting(t, servers, m.fake, m.a, m.settled)
+	a27Waiting(t, servers, m.fake, m.b, m.settled)
+	m.pauses = m.settled.Load()
 	return m
 }
 
-// settle waits until the waiter is asleep again after the attempts the
-// notices woke (real time: the waiter's led delays are under a
-// millisecond), and checks that it has not got the lock.
+// settle waits until the waiter, woken by the notices of the releases
+// just run, has made its attempt and is asleep again (real time: the
+// waiter's led delays are under a millisecond), and checks that it has
+// not got the lock.
 func (m *a29Multi) settle(t *testing.T) {
 	t.Helper()
-	time.Sleep(200 * time.Millisecond)
+	if !redistest.Within(10*time.Second, func() bool { return m.settled.Load() > m.pauses || len(m.got) > 0 }) {
+		t.Fatal("the notices did not wake the waiter to an attempt within 10 s")
+	}
+	time.Sleep(200 * time.Millisecond) // the subject: a spell in which the waiter, woken by the other notices too, must not get the lock
 	select {
 	case err := <-m.got:
 		t.Fatalf("the waiter ended early: %v", err)
 	default:
 	}
+	m.pauses = m.settled.Load()
 }
 
 func (m *a29Multi) wantLock(t *testing.T, why string) {

@@ -302,7 +302,7 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 			}
 			return true
 		})
-		time.Sleep(2 * time.Second) // the backoffs climb to their maximum
+		time.Sleep(2 * time.Second) // the subject: the waiters' backoffs climb to their maximum
 		const window = 4 * time.Second
 		before, cpu := cmdCalls(t, rs, 0, "set"), cpuTime()
 		time.Sleep(window) // the subject: the window between refusal and subscription
@@ -340,6 +340,8 @@ func TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 		}
 		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
 		w := rs.client(t, path, redlock.WithClock(fake))
+		var pauses atomic.Int64 // pauses begun by w's waiters after their latest attempt
+		redlock.SetSettled(w, func() { pauses.Add(1) })
 		// The first waiter can never win: it also needs "blocked".
 		ctx1, giveUp := context.WithCancel(ctx)
 		first := make(chan struct{})
@@ -349,7 +351,7 @@ func TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 		}()
 		defer func() { giveUp(); <-first }()
 		waitUntil(t, "the first waiter waits", func() bool {
-			return numSub(t, rs, 0, "quorumlock:released:k") == 1 && fake.Pending() >= 1
+			return numSub(t, rs, 0, "quorumlock:released:k") == 1 && fake.Pending() >= 1 && pauses.Load() >= 1
 		})
 		got := make(chan error, 1)
 		go func() {
@@ -359,12 +361,14 @@ func TestWake_wokenWaiterThatGivesUpPassesTheNoticeOn(t *testing.T) {
 			}
 			got <- err
 		}()
-		waitUntil(t, "the second waiter waits", func() bool { return fake.Pending() >= 2 })
-		// The release wakes the first waiter, which fails on "blocked".
+		waitUntil(t, "the second waiter waits", func() bool { return fake.Pending() >= 2 && pauses.Load() >= 2 })
+		// The release wakes the first waiter, which fails on "blocked"
+		// and pauses again.
+		before := pauses.Load()
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitUntil(t, "the first waiter, woken, was refused and waits again", func() bool { return pauses.Load() > before })
 		giveUp()
 		select {
 		case err := <-got:

@@ -44,7 +44,7 @@ func TestWire_runsAnInstantsEventsInKeyOrderEachSettled(t *testing.T) {
 			if !cancel() {
 				t.Fatal("cancel: the event had run already")
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // the subject: the bubble's clock passes the events' instant
 			synctest.Wait()
 			want := []uint64{1, 101, 3, 103, 5, 105, 7, 107, 9, 109}
 			mu.Lock()
@@ -79,7 +79,7 @@ func TestWire_racingReplyStartsBesideTheInstantsTimer(t *testing.T) {
 			default:
 			}
 		})
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // the subject: the bubble's clock passes the instant
 		synctest.Wait()
 		if !settledSawTimer {
 			t.Fatal("the settled event ran before the racing one")

@@ -38,7 +38,7 @@ func TestSchedule_frozenSlotCommittedByAnotherWhenReplicasStartBetweenTimers(t *
 		if !at.After(now) {
 			at = at.Add(period)
 		}
-		time.Sleep(time.Until(at)) // until an instant of the schedule, not for a guessed time
+		time.Sleep(time.Until(at)) // the subject: an instant of the schedule, not a guessed time
 	})
 	if res.Firsts["c"] == res.Firsts["a"] {
 		t.Skipf("the replicas started after the third timer fired (first slots %v): the case was not reached", res.Firsts)

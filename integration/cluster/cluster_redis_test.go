@@ -171,7 +171,7 @@ func TestMaster_clockFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	m0, w0 := time.Now(), serverTime()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the subject: a span over which the clock's rate is measured
 	m1, w1 := time.Now(), serverTime()
 	if r := float64(w1.Sub(w0)) / float64(m1.Sub(m0)); r < 1.9 || r > 2.1 {
 		t.Fatalf("measured rate %.3f on %v, want 2", r, m)

@@ -48,7 +48,7 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 	}
 	paused(t, s)
 	first := pooledSend(p, "pooled:down:1", true, timeout)
-	time.Sleep(2 * timeout)
+	time.Sleep(2 * timeout) // the subject: the master silent past the per-master timeout
 	sent := time.Now()
 	o := <-pooledSend(p, "pooled:down:2", true, timeout)
 	var ns *transport.NotSentError
@@ -71,7 +71,7 @@ func TestPooled_acquisitionToADownMasterFailsUnsent(t *testing.T) {
 	<-release
 	// Every command in flight has ended, their master silent until the
 	// end: after an idle spell, two acquisitions sent together both go.
-	time.Sleep(3 * timeout)
+	time.Sleep(3 * timeout) // the subject: an idle spell, nothing in flight
 	a, b := pooledSend(p, "pooled:down:4", true, timeout), pooledSend(p, "pooled:down:5", true, timeout)
 	for _, ch := range []<-chan pooledOutcome{a, b} {
 		if o := <-ch; o.err != nil || !o.info.Sent {

@@ -174,7 +174,9 @@ func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { done <- sub.Set(context.Background(), chans) }()
-	time.Sleep(100 * time.Millisecond)
+	redistest.Eventually(t, 10*time.Second, "the Set blocked on its write", func() bool {
+		return redistest.Goroutines("IO wait", "TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx.", "redigot.(*redigoSub).Set(") > 0
+	})
 	closeWithin(t, "with a Set blocked", sub)
 	select {
 	case err := <-done:

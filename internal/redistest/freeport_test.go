@@ -38,7 +38,13 @@ func TestFreePort_reservedAgainstOtherProcessesUntilTheTestEnds(t *testing.T) {
 // open file, as another process would find it).
 func lockedElsewhere(t *testing.T, port int) bool {
 	t.Helper()
-	f, err := os.Open(filepath.Join(os.TempDir(), "quorumlock-ports", strconv.Itoa(port)))
+	given.Lock()
+	dir, err := portsDir()
+	given.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, strconv.Itoa(port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,4 +54,21 @@ func lockedElsewhere(t *testing.T, port int) bool {
 	}
 	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return false
+}
+
+// The ports' lock directory is open to every user of the machine, as the
+// temporary directory is: anyone may add a lock file, none may remove
+// another's.
+func TestFreePort_lockDirectorySharedByEveryUser(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	if _, err := FreePort(t); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(os.TempDir(), "quorumlock-ports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := os.ModeDir | os.ModeSticky | 0o777; fi.Mode() != want {
+		t.Errorf("mode %v, want %v", fi.Mode(), want)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -450,13 +451,13 @@ var given struct {
 // ephemeral range leaves no room, the port is drawn from it, reserved the
 // same way.
 func FreePort(t testing.TB) (int, error) {
-	dir := filepath.Join(os.TempDir(), "quorumlock-ports")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("redistest: the ports' lock files: %w", err)
-	}
-	first, last := reservedSpan()
 	given.Lock()
 	defer given.Unlock()
+	dir, err := portsDir()
+	if err != nil {
+		return 0, err
+	}
+	first, last := reservedSpan()
 	if given.ports == nil {
 		given.ports = map[int]bool{}
 	}
@@ -468,7 +469,9 @@ func FreePort(t testing.TB) (int, error) {
 		if given.ports[port] {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o644)
+		// Read-only: another user's test run may have made the file, and
+		// flock needs no write access.
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDONLY, 0o644)
 		if err != nil {
 			return 0, fmt.Errorf("redistest: the lock file of port %d: %w", port, err)
 		}
@@ -491,7 +494,35 @@ func FreePort(t testing.TB) (int, error) {
 		})
 		return port, nil
 	}
+	if first == 0 {
+		return 0, errors.New("redistest: no free port: the kernel's ephemeral range leaves no room outside it, and port 0 gave none free")
+	}
 	return 0, fmt.Errorf("redistest: no free port in %d-%d", first, last)
+}
+
+// portsDir is the directory of the ports' lock files: one for every user
+// of the machine (world-writable and sticky, as the temporary directory
+// is), so that test runs of different users skip each other's ports; or,
+// when another user made it and it is closed to this one, one of this
+// user's own. Called with given locked.
+func portsDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "quorumlock-ports")
+	if err := os.Mkdir(dir, 0o777); err == nil {
+		// Mkdir's mode passes through the umask; the sticky bit does not.
+		if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+			return "", fmt.Errorf("redistest: the ports' lock files: %w", err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("redistest: the ports' lock files: %w", err)
+	}
+	if syscall.Access(dir, 0o2|0o1) == nil { // W_OK|X_OK
+		return dir, nil
+	}
+	own := fmt.Sprintf("%s-%d", dir, os.Getuid())
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		return "", fmt.Errorf("redistest: the ports' lock files: %w", err)
+	}
+	return own, nil
 }
 
 // reservedSpan is the span FreePort draws from: the ports between 10000

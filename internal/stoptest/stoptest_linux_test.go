@@ -25,7 +25,8 @@ const orphanEnv = "QUORUMLOCK_STOPTEST_ORPHAN"
 func TestCommand_childDiesWithItsParent(t *testing.T) {
 	switch os.Getenv(orphanEnv) {
 	case "child":
-		time.Sleep(time.Minute) // stopped before it gets here; killed, not woken
+		// Stopped before it gets here; killed, not woken.
+		time.Sleep(time.Minute) // the subject: a child that lives on unless killed
 		return
 	case "parent":
 		child := command(Child{Test: "TestCommand_childDiesWithItsParent", Env: orphanEnv + "=child"}, nil)

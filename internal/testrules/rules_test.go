@@ -8,7 +8,13 @@
 //     *_redis_test.go, so that the tier a file
 //     belongs to shows in its name;
 //   - no test function is named after an attack round or a review rather
-//     than the behaviour it checks.
+//     than the behaviour it checks;
+//   - a test waits for a condition with a bound, not with time.Sleep
+//     (docs/testing.md, "Shared checks"): a time.Sleep of a test file is
+//     in a for or range statement (a poll's or a pace's interval), or says
+//     "the subject: ..." on its line or the line above, where time passing
+//     is the point; the few that wait for what nothing shows are listed,
+//     each with why (sleepsAllowed).
 //
 // The check reads the source only (go/parser): a function starts Redis if
 // it calls a starter, directly or through functions of its own package
@@ -129,12 +135,12 @@ func skippedDir(name string) bool {
 		strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
 }
 
-// read parses every Go file under root (testdata, hidden directories and
-// build outputs excluded) and returns its functions and their calls.
-func read(t *testing.T, root string) *tree {
+// goFiles returns the Go files under root (testdata, hidden directories
+// and build outputs excluded) and the module path of each directory
+// (relative to root, slash-separated) that holds a go.mod.
+func goFiles(t *testing.T, root string) (files []string, modules map[string]string) {
 	t.Helper()
-	modules := map[string]string{} // directory (relative) -> module path
-	var files []string
+	modules = map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -158,6 +164,14 @@ func read(t *testing.T, root string) *tree {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return files, modules
+}
+
+// read parses every Go file under root (see goFiles) and returns its
+// functions and their calls.
+func read(t *testing.T, root string) *tree {
+	t.Helper()
+	files, modules := goFiles(t, root)
 	importPath := func(relDir string) string {
 		for d := relDir; ; d = path.Dir(d) {
 			if m, ok := modules[d]; ok {
@@ -321,6 +335,175 @@ func TestNames_testsNamedForBehaviourNotRound(t *testing.T) {
 	}
 }
 
+// subjectLabel says, in a comment on a time.Sleep's line or the line
+// above, that the sleep's subject is time passing.
+const subjectLabel = "the subject:"
+
+// sleepsAllowed are the time.Sleep calls of tests that wait for a
+// condition which nothing shows without a change to the code under test,
+// each with why: the file, the top-level function the call is in and its
+// argument as written.
+var sleepsAllowed = []struct{ file, fn, arg, why string }{
+	{"goredis/lane_redis_test.go", "TestLane_sentLateBehindASlowBatch", "25 * time.Millisecond",
+		"the side's script must reach the master while the lane's script runs, and a master running a script answers nobody; where it did not, the test fails rather than passing unchecked"},
+	{"goredis/late_grant_validity_redis_test.go", "TestLateGrant_readThroughTheWaitDoesNotOverstateValidity", "15 * time.Millisecond",
+		"the second busy scripts must reach each master behind the lanes' PING, while the first script runs, which answers nobody; the test counts the rounds where the case occurred, and fails where none did"},
+	{"redlock/extend_validity_redis_test.go", "TestLockExtend_lateAnswerSettlesInFlight", "200 * time.Millisecond",
+		"the client reads the late PEXPIRE answers the proxy lets through; nothing outside the lock shows they were read"},
+	{"redlock/lead_passed_over_internal_redis_test.go", "TestWake_leadPassedOverBeforeItsNotice", "100 * time.Millisecond",
+		"every woken attempt over and no wake-up pending: two notices may merge into one wake-up, and the waiter's pending state is not shown"},
+	{"redlock/lead_stopped_masters_internal_redis_test.go", "TestLead_attemptCancelledWhileLeadStopped", "100 * time.Millisecond",
+		"the SET's bytes reach the stopped lead's socket; nothing shows that while the process is stopped"},
+	{"redlock/lead_stopped_masters_internal_redis_test.go", "TestLead_closeDuringLedRound", "100 * time.Millisecond",
+		"the SET's bytes reach the stopped lead's socket; nothing shows that while the process is stopped"},
+	{"redlock/mux_noscript_close_redis_test.go", "TestNoScript_fallbackDoesNotOvertakeTheRollback", "100 * time.Millisecond",
+		"the rollback's bytes reach the frozen master's socket; nothing shows that while the process is stopped"},
+	{"redlock/order_redis_test.go", "TestReentrant_lateRollbackKeepsNextAttempt", "50 * time.Millisecond",
+		"attempt 2's command reaches the stopped master's socket; nothing shows that while the process is stopped"},
+	{"redlock/readown_split_reply_redis_test.go", "TestReadOwn_splitReplyCancelEndsTheWait", "100 * time.Millisecond",
+		"the caller takes the reply's first byte inside the guarded connection, which shows nothing of it; a cancel before it is handled too, so the sleep only makes the split case likely"},
+	{"redlock/release_late_grant_redis_test.go", "TestRelease_nilMeansOthersCanTakeItAfterAMasterStoppedMidAcquisition", "100 * time.Millisecond",
+		"the release's command reaches the stopped master's socket before it resumes; nothing shows that while the process is stopped"},
+	{"redlock/wake_multikey_absorb_redis_test.go", "releaseInWindow", "300 * time.Millisecond",
+		"every master's notice reaches the client; nothing counts notices received, and a settled pause shows only the first retry"},
+}
+
+// sleep is a time.Sleep call in a test file.
+type sleep struct {
+	file string // relative to the root, slash-separated
+	line int
+	fn   string // the top-level function it is in ("" outside one)
+	arg  string // its argument, as written
+}
+
+// fixedSleeps parses every _test.go file under root (see goFiles) and
+// returns its time.Sleep calls that are neither in a for or range
+// statement of their own function (the nearest function literal or
+// declaration around them) nor labelled with subjectLabel on their line
+// or the line above.
+func fixedSleeps(t *testing.T, root string) []sleep {
+	t.Helper()
+	files, _ := goFiles(t, root)
+	var out []sleep
+	fset := token.NewFileSet()
+	for _, p := range files {
+		if !strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), "Sleep(") {
+			continue // most files: no parse, no comments to keep
+		}
+		f, err := parser.ParseFile(fset, p, src, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeName := ""
+		for _, is := range f.Imports {
+			if ip, _ := strconv.Unquote(is.Path.Value); ip == "time" {
+				timeName = "time"
+				if is.Name != nil {
+					timeName = is.Name.Name
+				}
+			}
+		}
+		if timeName == "" || timeName == "_" {
+			continue
+		}
+		labelled := map[int]bool{} // lines a comment with the label is on
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if strings.Contains(c.Text, subjectLabel) {
+					for l := fset.Position(c.Pos()).Line; l <= fset.Position(c.End()).Line; l++ {
+						labelled[l] = true
+					}
+				}
+			}
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		for _, d := range f.Decls {
+			fn := ""
+			if fd, ok := d.(*ast.FuncDecl); ok {
+				fn = fd.Name.Name
+			}
+			var stack []ast.Node
+			ast.Inspect(d, func(n ast.Node) bool {
+				if n == nil {
+					stack = stack[:len(stack)-1]
+					return true
+				}
+				stack = append(stack, n)
+				call, ok := n.(*ast.CallExpr)
+				if !ok || len(call.Args) != 1 || !isSelector(call.Fun, timeName, "Sleep") {
+					return true
+				}
+				line := fset.Position(call.Pos()).Line
+				if labelled[line] || labelled[line-1] || inLoop(stack[:len(stack)-1]) {
+					return true
+				}
+				arg := call.Args[0]
+				out = append(out, sleep{file: rel, line: line, fn: fn,
+					arg: string(src[fset.Position(arg.Pos()).Offset:fset.Position(arg.End()).Offset])})
+				return true
+			})
+		}
+	}
+	return out
+}
+
+// isSelector reports whether e is x.sel.
+func isSelector(e ast.Expr, x, sel string) bool {
+	s, ok := e.(*ast.SelectorExpr)
+	if !ok || s.Sel.Name != sel {
+		return false
+	}
+	id, ok := s.X.(*ast.Ident)
+	return ok && id.Name == x
+}
+
+// inLoop reports whether, among the nodes around a call (the outermost
+// first), a for or range statement comes after (inside) the innermost
+// function: the call is in a loop of its own function.
+func inLoop(around []ast.Node) bool {
+	for i := len(around) - 1; i >= 0; i-- {
+		switch around[i].(type) {
+		case *ast.ForStmt, *ast.RangeStmt:
+			return true
+		case *ast.FuncLit, *ast.FuncDecl:
+			return false
+		}
+	}
+	return false
+}
+
+// A test waits for a condition with a bound, not a fixed time: a
+// time.Sleep of a test file is in a loop of its function, labelled "the
+// subject: ..." where time passing is the point, or allowed (sleepsAllowed).
+func TestWaits_sleepOnlyWhereTimeIsTheSubject(t *testing.T) {
+	used := make([]bool, len(sleepsAllowed))
+	for _, s := range fixedSleeps(t, findRoot(t)) {
+		allowed := false
+		for i, a := range sleepsAllowed {
+			if a.file == s.file && a.fn == s.fn && a.arg == s.arg {
+				allowed, used[i] = true, true
+			}
+		}
+		if !allowed {
+			t.Errorf(`%s:%d: time.Sleep waits for a fixed time: wait for the condition with a bound, or say "the subject: ..." where time passing is the point (docs/testing.md, "Shared checks")`,
+				s.file, s.line)
+		}
+	}
+	for i, a := range sleepsAllowed {
+		if !used[i] {
+			t.Errorf("%s: no unlabelled time.Sleep(%s) in %s, which sleepsAllowed lists: remove the entry", a.file, a.arg, a.fn)
+		}
+	}
+}
+
 // plantedTree copies testdata/planted into a temporary module of its own
 // (its go.mod written here, not kept in the repository, where go mod tidy
 // would ask it to require the packages its files name) and returns its
@@ -376,5 +559,30 @@ func TestNames_checkFindsPlantedFiles(t *testing.T) {
 	}
 	if strings.Join(rounds, ",") != "TestAttack3_planted,TestRedis_Attack4_planted" {
 		t.Errorf("named after rounds: %v, want TestAttack3_planted and TestRedis_Attack4_planted", rounds)
+	}
+}
+
+// The sleep rule finds what it is for, in the planted tree: each
+// time.Sleep of testdata/planted/sleeps_test.go marked "// flagged" (a bare
+// one, one in a function literal inside a loop) and no other (one
+// labelled on its line, one labelled on the line above, one in a for and
+// one in a range statement).
+func TestWaits_checkFindsPlantedSleeps(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "planted", "sleeps_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i, line := range strings.Split(string(src), "\n") {
+		if strings.HasSuffix(line, "// flagged") {
+			want = append(want, "sleeps_test.go:"+strconv.Itoa(i+1))
+		}
+	}
+	var got []string
+	for _, s := range fixedSleeps(t, plantedTree(t)) {
+		got = append(got, s.file+":"+strconv.Itoa(s.line))
+	}
+	if len(want) != 2 || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("flagged %v, want %v (two)", got, want)
 	}
 }
