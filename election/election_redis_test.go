@@ -78,7 +78,7 @@ func TestElection_CampaignResignLeaderObserve(t *testing.T) {
 						got, err := watcher.Leader(ctx)
 						return err == nil && got.Value == ld.Value() && got.Term == ld.Term() && got.TTL > 0
 					})
-					time.Sleep(3 * ttl / 10) // several of the observer's readings
+					time.Sleep(3 * ttl / 10) // the subject: a leadership as long as several of the observer's readings (TTL/10 apart), each of which it must catch
 					resigned = time.Now()
 					if err := ld.Resign(ctx); err != nil {
 						t.Fatal(err)
@@ -310,7 +310,7 @@ func TestElection_goroutinesBounded(t *testing.T) {
 	settled := func() int {
 		fewest := runtime.NumGoroutine()
 		for range 20 {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the subject: the samples spread over a second
 			fewest = min(fewest, runtime.NumGoroutine())
 		}
 		return fewest

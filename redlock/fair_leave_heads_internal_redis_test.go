@@ -240,7 +240,7 @@ func TestFair_waitersGivingUpAtRandomKeepExclusionAndLeaveNothing(t *testing.T) 
 					overlaps.Add(1)
 				}
 				got.Add(1)
-				time.Sleep(time.Millisecond) // the work under the lock
+				time.Sleep(time.Millisecond) // the subject: the work under the lock
 				holders.Add(-1)
 				if err := l.Release(ctx); err != nil {
 					errs <- fmt.Errorf("waiter %d release: %w", i, err)
