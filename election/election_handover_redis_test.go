@@ -81,7 +81,7 @@ func TestLeader_withFrozenMinorityMaster(t *testing.T) {
 					mu.Lock()
 					terms[v] = ld.Term()
 					mu.Unlock()
-					time.Sleep(250 * time.Millisecond) // long enough for a reader with a frozen master to see it
+					time.Sleep(250 * time.Millisecond) // the subject: a hold long enough for a reader with a frozen master to see it
 					if err := ld.Resign(ctx); err != nil {
 						t.Logf("%s resign: %v", v, err) // a release not confirmed by the frozen master is no fault here
 					}

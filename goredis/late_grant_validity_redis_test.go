@@ -89,7 +89,7 @@ func TestLateGrant_readThroughTheWaitDoesNotOverstateValidity(t *testing.T) {
 			r, _ := cmd(time.Second, "PING")
 			l.send(r)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // the subject: the schedule's phase: the acquisition starts 2 ms after the PINGs, and the stall below is timed from it
 		go func() {
 			time.Sleep(15 * time.Millisecond)
 			for _, sc := range side2 {

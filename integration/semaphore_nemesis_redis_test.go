@@ -125,7 +125,7 @@ func runSemaphore(ctx context.Context, t testing.TB, c *cluster.Cluster, clients
 				if granted.Add(1) >= grants {
 					cancel()
 				}
-				time.Sleep(hold) // the work
+				time.Sleep(hold) // the subject: the work under the permit
 				end := time.Now()
 				if u := p.Until(); u.Before(end) {
 					end = u

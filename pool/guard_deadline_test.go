@@ -109,8 +109,8 @@ func TestGuardDeadline_writeDeadline(t *testing.T) {
 	}
 	// A write that waits (nobody reads the pipe) ends at a deadline set
 	// meanwhile.
-	<-ec.entered // the two writes above
-	<-ec.entered
+	waitFor(t, ec.entered, "the first write above")
+	waitFor(t, ec.entered, "the second write above")
 	_ = g.SetWriteDeadline(time.Time{})
 	done := make(chan error, 1)
 	go func() {

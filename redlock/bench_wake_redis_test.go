@@ -99,7 +99,7 @@ func BenchmarkFairHandoffToHead(b *testing.B) {
 		}
 		x = acquire(d, key)
 		queued(key, 2)
-		time.Sleep(time.Millisecond) // as above
+		time.Sleep(time.Millisecond) // the subject: the holder holds a moment with X queued, as above
 		at = release(held)
 		lx = <-x
 		lone = append(lone, time.Since(at))

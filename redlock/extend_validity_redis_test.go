@@ -721,7 +721,7 @@ func TestLock_storm(t *testing.T) {
 				}
 				l2, err := other.TryAcquire(ctx, "k", redlock.WithTTL(time.Second))
 				if err != nil {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // the subject: the other client's pace between tries
 					continue
 				}
 				takenAt := time.Now()

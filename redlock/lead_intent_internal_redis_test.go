@@ -101,7 +101,7 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 	var waits []time.Duration
 	var worst time.Duration
 	for range writes {
-		time.Sleep(20 * time.Millisecond) // the readers settle in again
+		time.Sleep(20 * time.Millisecond) // the subject: the writer's pace: a spell of readers alone between its writes
 		before := reads.Load()
 		start := time.Now()
 		l, err := w.AcquireWrite(ctx, key, WithTTL(5*time.Second), WithBackoff(bmin, bmax), WithWait(4*intent))

@@ -209,7 +209,7 @@ func TestMuxDial_backlogOnceInOrderAcrossTheDialRetries(t *testing.T) {
 		mx.Send(&Command{Name: "EVAL", Args: []any{"redis.call('RPUSH', KEYS[1], ARGV[1]) return 1", 1, "hung:list", i}, Reply: transport.ReplyFlag,
 			Done: func(_ any, err error, _ SendInfo) { errs[i] = err; wg.Done() }})
 		if i%20 == 0 {
-			time.Sleep(5 * time.Millisecond) // across the dials
+			time.Sleep(5 * time.Millisecond) // the subject: the sends' pace, spread across the dials
 		}
 	}
 	wg.Wait()

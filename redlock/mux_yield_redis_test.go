@@ -153,10 +153,11 @@ func TestMux_yieldMixedKindsUnderKillsAndCancels(t *testing.T) {
 								errs <- fmt.Errorf("reentrant %d, cycle %d: %d holds still counted after 10 s of releases", g, i, re.Count())
 								return
 							}
-							if err := re.Release(ctx); err != nil {
-								unconfirmed.Add(1)
-								time.Sleep(5 * time.Millisecond) // between tries while masters are known down
+							if err := re.Release(ctx); err == nil {
+								continue
 							}
+							unconfirmed.Add(1)
+							time.Sleep(5 * time.Millisecond) // between tries while masters are known down
 						}
 					}
 					if err != nil {

@@ -250,7 +250,7 @@ func TestReadOwn_mixedKindsUnderDisruption(t *testing.T) {
 				_, _ = s.Do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 			case 2:
 				if s.Pause() == nil {
-					time.Sleep(30 * time.Millisecond)
+					time.Sleep(30 * time.Millisecond) // the subject: the master frozen for a spell, shorter than the per-master timeout
 					_ = s.Resume()
 				}
 			}

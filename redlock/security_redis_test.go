@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +118,8 @@ func TestSecurity_minimalACLIsEnoughForEveryKind(t *testing.T) {
 			servers := redistest.Start(t, n)
 			urls := aclUser(t, servers, "locker", minimalACL)
 			c := addrClient(t, path, urls)
+			var settled atomic.Int64 // pauses begun by c's waiters after their latest attempt
+			redlock.SetSettled(c, func() { settled.Add(1) })
 			ctx := ctxT(t)
 			step := func(what string, err error) {
 				t.Helper()
@@ -130,6 +133,7 @@ func TestSecurity_minimalACLIsEnoughForEveryKind(t *testing.T) {
 				step("extend", l.Extend(ctx, 5*time.Second))
 				// A second acquirer waits (pub/sub) and is woken.
 				got := make(chan error, 1)
+				before := settled.Load()
 				go func() {
 					l2, err := c.Acquire(ctx, "lock:a", append(o, redlock.WithWait(10*time.Second))...)
 					if err == nil {
@@ -137,7 +141,10 @@ func TestSecurity_minimalACLIsEnoughForEveryKind(t *testing.T) {
 					}
 					got <- err
 				}()
-				time.Sleep(30 * time.Millisecond)
+				// It waits for the release: refused, it began a pause with
+				// its latest attempt over (redlock.SetSettled); or it
+				// returned, which the step below reports.
+				waitUntil(t, "the second acquirer waits", func() bool { return settled.Load() > before || len(got) > 0 })
 				step("release", l.Release(ctx))
 				step("waiter", <-got)
 			}

@@ -151,11 +151,11 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 		call := time.Now()
 		l, err := c.TryAcquire(ctx, a25cKey, redlock.WithTTL(a25cTTL))
 		if err != nil {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the subject: this process's pace between tries
 			continue
 		}
 		h := a25cHold{Who: "parent", Call: call.UnixNano(), Ret: time.Now().UnixNano(), Until: l.Until().UnixNano()}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the subject: a hold
 		h.Rel = time.Now().UnixNano()
 		h.ReleaseOK = l.Release(ctx) == nil
 		mine = append(mine, h)
@@ -249,7 +249,7 @@ func a25cStoppedChild(t *testing.T, spec string) {
 					continue
 				}
 				h := a25cHold{Who: "child", Call: call.UnixNano(), Ret: ret.UnixNano(), Until: l.Until().UnixNano()}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // the subject: a hold
 				h.Rel = time.Now().UnixNano()
 				h.ReleaseOK = l.Release(ctx) == nil
 				b, _ := json.Marshal(h)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,9 +471,12 @@ func TestWake_cancelAsNoticeArrives(t *testing.T) {
 			rs := startReal(t, n)
 			holder := rs.client(t, path)
 			w := rs.client(t, path)
+			var settled atomic.Int64 // pauses begun by w's waiters after their latest attempt
+			redlock.SetSettled(w, func() { settled.Add(1) })
 			const ttl = 30 * time.Second
 			for round := 0; round < 3; round++ {
 				ctx := ctxT(t)
+				before := settled.Load()
 				lk, err := holder.Acquire(ctx, "k", redlock.WithTTL(ttl))
 				if err != nil {
 					t.Fatal(err)
@@ -487,7 +491,21 @@ func TestWake_cancelAsNoticeArrives(t *testing.T) {
 				go func() { l, err := w.Acquire(actx, "k", redlock.WithTTL(ttl)); ra <- res{l, err, time.Now()} }()
 				time.Sleep(20 * time.Millisecond) // the subject: a waits before b arrives
 				go func() { l, err := w.Acquire(ctx, "k", redlock.WithTTL(ttl)); rb <- res{l, err, time.Now()} }()
-				time.Sleep(800 * time.Millisecond) // both on the fallback poll
+				// Both on the fallback poll: each began a pause with its
+				// latest attempt over and its backoff timer set
+				// (redlock.SetSettled), w subscribed on every master; or
+				// one returned, which the checks below report.
+				waitUntil(t, "a and b on the fallback poll", func() bool {
+					if len(ra) > 0 || len(rb) > 0 {
+						return true
+					}
+					for i := range rs.servers {
+						if numSub(t, rs, i, "quorumlock:released:k") < 1 {
+							return false
+						}
+					}
+					return settled.Load()-before >= 2
+				})
 				go func() {
 					time.Sleep(time.Duration(round) * 150 * time.Microsecond) // the subject: the cancel lands at a different moment each round
 					acancel()

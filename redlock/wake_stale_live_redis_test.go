@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,6 +211,9 @@ func staleLiveCase(t *testing.T, path connPath) bool {
 	}
 	g.hold(true, true) // the waiter's SUBSCRIBE held too
 	sets := cmdCalls(t, rs, 0, "set")
+	// When the waiter registers: its recheck's poll runs from then.
+	var registering atomic.Int64
+	redlock.SetBeforeWait(w, func() { registering.Store(time.Now().UnixNano()) })
 	got := make(chan error, 1)
 	go func() {
 		l, err := w.Acquire(ctx, "k", redlock.WithTTL(time.Minute))
@@ -223,16 +227,16 @@ func staleLiveCase(t *testing.T, path connPath) bool {
 	// (500 ms); one that takes the stale "live" makes its second
 	// attempt at once and then sleeps on its timer.
 	waitUntil(t, "the waiter registered", func() bool { _, n, _ := w.Sizes(); return n == 1 })
-	registered := time.Now()
+	registered := time.Unix(0, registering.Load())
 	time.Sleep(50 * time.Millisecond) // the subject: the spell in which a waiter taking the stale "live" makes its second attempt
 	early := cmdCalls(t, rs, 0, "set")-sets >= 2
 	t.Logf("second attempt made before the release: %v", early)
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Past 400 ms, the poll (500 ms from the registration, which
-	// came before registered) may have ended before the release.
-	late := time.Since(registered) > 400*time.Millisecond
+	// Past 450 ms, the poll (500 ms, from just after registered) may
+	// have ended before the release.
+	late := time.Since(registered) > 450*time.Millisecond
 	// the subject: the relay opens a while after the release
 	time.Sleep(20 * time.Millisecond)
 	g.hold(false, false) // about 100 ms after the registration

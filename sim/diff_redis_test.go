@@ -558,7 +558,7 @@ func TestSimMaster_agreesWithRedisOnRandomCommands(t *testing.T) {
 		d.run(args)
 		if i%50 == 0 {
 			d.state(fmt.Sprintf("command %d", i))
-			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // the subject: a random spell, in which short TTLs run out
 		}
 	}
 	d.state("the last command")

@@ -16,6 +16,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/quorumlock/quorumlock/integration/cluster"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 // The redlock command's status and doctor on quorum members that are Redis
@@ -460,19 +461,14 @@ func TestRedlockCLI_execOnClusterMembers(t *testing.T) {
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	held := false
-	for i := 0; i < 200 && !held; i++ {
-		n := 0
+	held := redistest.Within(10*time.Second, func() bool {
 		for _, v := range holders() {
-			if v != "" {
-				n++
+			if v == "" {
+				return false
 			}
 		}
-		held = n == len(rcs)
-		if !held {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+		return true
+	})
 	if !held {
 		t.Fatalf("the lock is not on every member's owner while exec runs: %q (stderr %s)", holders(), errOut.String())
 	}

@@ -247,7 +247,7 @@ func closedClient(t *testing.T, c *cluster.Cluster, newClient NewClient) {
 	if _, err := watcher.Inspect(ctx, k); !errors.Is(err, redlock.ErrClosed) {
 		t.Errorf("Inspect on a closed client: %v, want ErrClosed", err)
 	}
-	must(t, first.Resign(ctx))
+	doneWith(t, first.Resign(ctx))
 	second, err := ce.Campaign(ctx, "after-close")
 	must(t, err)
 	for {

@@ -200,7 +200,7 @@ func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.
 			p := newPooled(s.Addr(), lender, nil, time.Second, stall.New(clock.Real()))
 			for i := range 3 {
 				sub, heard := heardSub(t, p, "a30:rt")
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // the subject: an idle spell of five read timeouts, in which the subscription must not break
 				select {
 				case <-sub.Done():
 					t.Fatal("an idle subscription broke on the pool's read timeout")

@@ -469,9 +469,10 @@ func FreePort(t testing.TB) (int, error) {
 		if given.ports[port] {
 			continue
 		}
-		// Read-only: another user's test run may have made the file, and
-		// flock needs no write access.
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDONLY, 0o644)
+		f, err := openLockFile(filepath.Join(dir, strconv.Itoa(port)))
+		if errors.Is(err, fs.ErrPermission) {
+			continue // another user's file this one may not open
+		}
 		if err != nil {
 			return 0, fmt.Errorf("redistest: the lock file of port %d: %w", port, err)
 		}
@@ -500,6 +501,24 @@ func FreePort(t testing.TB) (int, error) {
 	return 0, fmt.Errorf("redistest: no free port in %d-%d", first, last)
 }
 
+// openLockFile opens a port's lock file, making it if it is missing.
+// Read-only, since flock needs no write access; and without O_CREATE on
+// a file that exists, which a sticky directory refuses for another
+// user's file where the kernel protects such files (fs.protected_regular).
+func openLockFile(name string) (*os.File, error) {
+	for {
+		f, err := os.Open(name)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return f, err
+		}
+		f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+		// Made by another process meanwhile: open it.
+	}
+}
+
 // portsDir is the directory of the ports' lock files: one for every user
 // of the machine (world-writable and sticky, as the temporary directory
 // is), so that test runs of different users skip each other's ports; or,
@@ -514,6 +533,10 @@ func portsDir() (string, error) {
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("redistest: the ports' lock files: %w", err)
+	} else {
+		// Made by an earlier version, or by this user with another
+		// umask: open it to everyone where this user may (its owner).
+		_ = os.Chmod(dir, 0o777|os.ModeSticky)
 	}
 	if syscall.Access(dir, 0o2|0o1) == nil { // W_OK|X_OK
 		return dir, nil

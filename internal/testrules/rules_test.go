@@ -11,10 +11,12 @@
 //     than the behaviour it checks;
 //   - a test waits for a condition with a bound, not with time.Sleep
 //     (docs/testing.md, "Shared checks"): a time.Sleep of a test file is
-//     in a for or range statement (a poll's or a pace's interval), or says
-//     "the subject: ..." on its line or the line above, where time passing
-//     is the point; the few that wait for what nothing shows are listed,
-//     each with why (sleepsAllowed).
+//     a poll's or a pace's interval (the last statement of the body of
+//     the innermost for or range statement of its own function, or that
+//     for statement's post statement), or says "the subject: ..." in a
+//     comment on its line or on a comment-only line directly above, where
+//     time passing is the point; the few that wait for what nothing shows
+//     are listed, one entry a call, each with why (sleepsAllowed).
 //
 // The check reads the source only (go/parser): a function starts Redis if
 // it calls a starter, directly or through functions of its own package
@@ -24,6 +26,7 @@ package testrules_test
 
 import (
 	"bufio"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -335,17 +338,22 @@ func TestNames_testsNamedForBehaviourNotRound(t *testing.T) {
 	}
 }
 
-// subjectLabel says, in a comment on a time.Sleep's line or the line
-// above, that the sleep's subject is time passing.
+// subjectLabel says, in a comment on a time.Sleep's line or on a line
+// of only that comment directly above, that the sleep's subject is time
+// passing.
 const subjectLabel = "the subject:"
 
 // sleepsAllowed are the time.Sleep calls of tests that wait for a
 // condition which nothing shows without a change to the code under test,
 // each with why: the file, the top-level function the call is in and its
-// argument as written.
-var sleepsAllowed = []struct{ file, fn, arg, why string }{
+// argument as written, which together name exactly one call.
+var sleepsAllowed = []allowedSleep{
+	{"goredis/hung_masters_redis_test.go", "TestTryAcquire_firstRoundOnNewlyHungMastersFailsAtTheTimeout", "20 * time.Millisecond",
+		"the warm-up's last answers (its Release returns at a quorum) are read before two masters stop, so that the timed round is the first to meet them hung, none known down yet; nothing outside the client shows an answer read"},
 	{"goredis/lane_redis_test.go", "TestLane_sentLateBehindASlowBatch", "25 * time.Millisecond",
 		"the side's script must reach the master while the lane's script runs, and a master running a script answers nobody; where it did not, the test fails rather than passing unchecked"},
+	{"goredis/late_grant_validity_redis_test.go", "TestLateGrant_readThroughTheWaitDoesNotOverstateValidity", "2 * time.Millisecond",
+		"the first busy scripts must be running on each master before the lanes' PINGs reach it, so that each PING waits behind one; a master running a script answers nobody, and this process shows only that the EVAL was sent; the test counts the rounds where the case occurred, and fails where none did"},
 	{"goredis/late_grant_validity_redis_test.go", "TestLateGrant_readThroughTheWaitDoesNotOverstateValidity", "15 * time.Millisecond",
 		"the second busy scripts must reach each master behind the lanes' PING, while the first script runs, which answers nobody; the test counts the rounds where the case occurred, and fails where none did"},
 	{"redlock/extend_validity_redis_test.go", "TestLockExtend_lateAnswerSettlesInFlight", "200 * time.Millisecond",
@@ -356,6 +364,8 @@ var sleepsAllowed = []struct{ file, fn, arg, why string }{
 		"the SET's bytes reach the stopped lead's socket; nothing shows that while the process is stopped"},
 	{"redlock/lead_stopped_masters_internal_redis_test.go", "TestLead_closeDuringLedRound", "100 * time.Millisecond",
 		"the SET's bytes reach the stopped lead's socket; nothing shows that while the process is stopped"},
+	{"redlock/mux_hostile_redis_test.go", "TestHostile_droppedConnectionIsResentInOrder", "300 * time.Millisecond",
+		"the big command's write must block on the fake master's full socket before the release is sent, so that the release stays queued behind the write; every master's connection writes the same 16 MiB command, and nothing shows which write is the one that blocks"},
 	{"redlock/mux_noscript_close_redis_test.go", "TestNoScript_fallbackDoesNotOvertakeTheRollback", "100 * time.Millisecond",
 		"the rollback's bytes reach the frozen master's socket; nothing shows that while the process is stopped"},
 	{"redlock/order_redis_test.go", "TestReentrant_lateRollbackKeepsNextAttempt", "50 * time.Millisecond",
@@ -368,6 +378,11 @@ var sleepsAllowed = []struct{ file, fn, arg, why string }{
 		"every master's notice reaches the client; nothing counts notices received, and a settled pause shows only the first retry"},
 }
 
+// allowedSleep names a time.Sleep call that waits for what nothing shows:
+// its file, the top-level function it is in, its argument as written, and
+// why it stays.
+type allowedSleep struct{ file, fn, arg, why string }
+
 // sleep is a time.Sleep call in a test file.
 type sleep struct {
 	file string // relative to the root, slash-separated
@@ -377,10 +392,10 @@ type sleep struct {
 }
 
 // fixedSleeps parses every _test.go file under root (see goFiles) and
-// returns its time.Sleep calls that are neither in a for or range
-// statement of their own function (the nearest function literal or
-// declaration around them) nor labelled with subjectLabel on their line
-// or the line above.
+// returns its time.Sleep calls that are neither a loop's interval (see
+// loopInterval) nor labelled with subjectLabel in a comment on their line
+// or on a comment-only line directly above (a trailing comment of the
+// line above labels nothing).
 func fixedSleeps(t *testing.T, root string) []sleep {
 	t.Helper()
 	files, _ := goFiles(t, root)
@@ -414,11 +429,19 @@ func fixedSleeps(t *testing.T, root string) []sleep {
 			continue
 		}
 		labelled := map[int]bool{} // lines a comment with the label is on
+		whole := map[int]bool{}    // lines that are only such a comment
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
-				if strings.Contains(c.Text, subjectLabel) {
-					for l := fset.Position(c.Pos()).Line; l <= fset.Position(c.End()).Line; l++ {
-						labelled[l] = true
+				if !strings.Contains(c.Text, subjectLabel) {
+					continue
+				}
+				start, end := fset.Position(c.Pos()), fset.Position(c.End())
+				for l := start.Line; l <= end.Line; l++ {
+					labelled[l] = true
+				}
+				if blankBefore(src, start.Offset) && blankAfter(src, end.Offset) {
+					for l := start.Line; l <= end.Line; l++ {
+						whole[l] = true
 					}
 				}
 			}
@@ -442,7 +465,7 @@ func fixedSleeps(t *testing.T, root string) []sleep {
 					return true
 				}
 				line := fset.Position(call.Pos()).Line
-				if labelled[line] || labelled[line-1] || inLoop(stack[:len(stack)-1]) {
+				if labelled[line] || whole[line-1] || loopInterval(stack[:len(stack)-1], call) {
 					return true
 				}
 				arg := call.Args[0]
@@ -465,41 +488,119 @@ func isSelector(e ast.Expr, x, sel string) bool {
 	return ok && id.Name == x
 }
 
-// inLoop reports whether, among the nodes around a call (the outermost
-// first), a for or range statement comes after (inside) the innermost
-// function: the call is in a loop of its own function.
-func inLoop(around []ast.Node) bool {
-	for i := len(around) - 1; i >= 0; i-- {
-		switch around[i].(type) {
-		case *ast.ForStmt, *ast.RangeStmt:
-			return true
-		case *ast.FuncLit, *ast.FuncDecl:
-			return false
+// loopInterval reports whether call, with the nodes around it (the
+// outermost first), is a poll's or a pace's interval: the whole of a
+// statement that is the last of the body of the innermost for or range
+// statement of its own function (no function literal or declaration
+// between them), or that for statement's post statement. A sleep
+// elsewhere in a loop's body waits, mid-iteration, for something.
+func loopInterval(around []ast.Node, call *ast.CallExpr) bool {
+	if len(around) < 3 {
+		return false
+	}
+	stmt, ok := around[len(around)-1].(*ast.ExprStmt)
+	if !ok || stmt.X != call {
+		return false
+	}
+	switch parent := around[len(around)-2].(type) {
+	case *ast.ForStmt:
+		return parent.Post == ast.Stmt(stmt)
+	case *ast.BlockStmt:
+		var body *ast.BlockStmt
+		switch loop := around[len(around)-3].(type) {
+		case *ast.ForStmt:
+			body = loop.Body
+		case *ast.RangeStmt:
+			body = loop.Body
 		}
+		return body == parent && parent.List[len(parent.List)-1] == ast.Stmt(stmt)
 	}
 	return false
 }
 
-// A test waits for a condition with a bound, not a fixed time: a
-// time.Sleep of a test file is in a loop of its function, labelled "the
-// subject: ..." where time passing is the point, or allowed (sleepsAllowed).
-func TestWaits_sleepOnlyWhereTimeIsTheSubject(t *testing.T) {
-	used := make([]bool, len(sleepsAllowed))
-	for _, s := range fixedSleeps(t, findRoot(t)) {
-		allowed := false
-		for i, a := range sleepsAllowed {
-			if a.file == s.file && a.fn == s.fn && a.arg == s.arg {
-				allowed, used[i] = true, true
-			}
-		}
-		if !allowed {
-			t.Errorf(`%s:%d: time.Sleep waits for a fixed time: wait for the condition with a bound, or say "the subject: ..." where time passing is the point (docs/testing.md, "Shared checks")`,
-				s.file, s.line)
+// blankBefore reports whether only spaces and tabs come before offset on
+// its line of src.
+func blankBefore(src []byte, offset int) bool {
+	for i := offset - 1; i >= 0 && src[i] != '\n'; i-- {
+		if src[i] != ' ' && src[i] != '\t' {
+			return false
 		}
 	}
-	for i, a := range sleepsAllowed {
-		if !used[i] {
-			t.Errorf("%s: no unlabelled time.Sleep(%s) in %s, which sleepsAllowed lists: remove the entry", a.file, a.arg, a.fn)
+	return true
+}
+
+// blankAfter reports whether only spaces, tabs and a carriage return come
+// after offset on its line of src.
+func blankAfter(src []byte, offset int) bool {
+	for i := offset; i < len(src) && src[i] != '\n'; i++ {
+		if src[i] != ' ' && src[i] != '\t' && src[i] != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// A test waits for a condition with a bound, not a fixed time: a
+// time.Sleep of a test file is a loop's interval, labelled "the subject:
+// ..." where time passing is the point, or allowed (sleepsAllowed, one
+// entry a call).
+func TestWaits_sleepOnlyWhereTimeIsTheSubject(t *testing.T) {
+	for _, p := range sleepProblems(fixedSleeps(t, findRoot(t)), sleepsAllowed) {
+		t.Error(p)
+	}
+}
+
+// sleepProblems reports each of found that allowed does not name, and
+// each entry of allowed that names no call or more than one.
+func sleepProblems(found []sleep, allowed []allowedSleep) []string {
+	var out []string
+	used := make([]int, len(allowed))
+	for _, s := range found {
+		ok := false
+		for i, a := range allowed {
+			if a.file == s.file && a.fn == s.fn && a.arg == s.arg {
+				ok = true
+				used[i]++
+			}
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf(`%s:%d: time.Sleep waits for a fixed time: wait for the condition with a bound, or say "the subject: ..." where time passing is the point (docs/testing.md, "Shared checks")`,
+				s.file, s.line))
+		}
+	}
+	for i, a := range allowed {
+		switch {
+		case used[i] == 0:
+			out = append(out, fmt.Sprintf("%s: no unlabelled time.Sleep(%s) in %s, which sleepsAllowed lists: remove the entry", a.file, a.arg, a.fn))
+		case used[i] > 1:
+			out = append(out, fmt.Sprintf("%s: the sleepsAllowed entry for time.Sleep(%s) in %s matches %d calls: an entry names one call, so label, mend or tell apart the others", a.file, a.arg, a.fn, used[i]))
+		}
+	}
+	return out
+}
+
+// An entry of sleepsAllowed names one call: one that matches two calls
+// is reported, as are one that matches none and a call none names.
+func TestWaits_allowedEntryNamesOneCall(t *testing.T) {
+	found := []sleep{
+		{file: "a_test.go", line: 10, fn: "TestA", arg: "time.Second"},
+		{file: "a_test.go", line: 20, fn: "TestA", arg: "time.Second"},
+		{file: "a_test.go", line: 30, fn: "TestA", arg: "time.Minute"},
+		{file: "b_test.go", line: 5, fn: "TestB", arg: "time.Second"},
+	}
+	allowed := []allowedSleep{
+		{"a_test.go", "TestA", "time.Second", "twice"},
+		{"a_test.go", "TestA", "time.Minute", "once"},
+		{"a_test.go", "TestA", "time.Hour", "never"},
+	}
+	got := sleepProblems(found, allowed)
+	want := []string{"b_test.go:5: time.Sleep waits", "time.Sleep(time.Second) in TestA matches 2 calls", "no unlabelled time.Sleep(time.Hour) in TestA"}
+	if len(got) != len(want) {
+		t.Fatalf("reported %q, want %d reports", got, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("report %d: %q, want it to say %q", i, got[i], w)
 		}
 	}
 }
@@ -564,9 +665,12 @@ func TestNames_checkFindsPlantedFiles(t *testing.T) {
 
 // The sleep rule finds what it is for, in the planted tree: each
 // time.Sleep of testdata/planted/sleeps_test.go marked "// flagged" (a bare
-// one, one in a function literal inside a loop) and no other (one
-// labelled on its line, one labelled on the line above, one in a for and
-// one in a range statement).
+// one, one below a line whose trailing comment has the label, one in an
+// if statement inside a loop, one in a loop's body before another
+// statement, one in a function literal inside a loop) and no other (one
+// labelled on its line, one labelled on a comment-only line above, the
+// last statement of a for and of a range statement's body, a for
+// statement's post statement).
 func TestWaits_checkFindsPlantedSleeps(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join("testdata", "planted", "sleeps_test.go"))
 	if err != nil {
@@ -582,7 +686,7 @@ func TestWaits_checkFindsPlantedSleeps(t *testing.T) {
 	for _, s := range fixedSleeps(t, plantedTree(t)) {
 		got = append(got, s.file+":"+strconv.Itoa(s.line))
 	}
-	if len(want) != 2 || strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("flagged %v, want %v (two)", got, want)
+	if len(want) != 5 || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("flagged %v, want %v (five)", got, want)
 	}
 }
