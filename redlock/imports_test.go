@@ -24,6 +24,7 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/event":      "the one-shot event legs wait for each other with",
 	"github.com/quorumlock/quorumlock/internal/legstate":   "a leg's states and their transitions",
 	"github.com/quorumlock/quorumlock/internal/inspect":    "the reads of one master for Inspect and InspectHolder",
+	"github.com/quorumlock/quorumlock/internal/health":     "each master's state for the logs and the observer",
 	"github.com/quorumlock/quorumlock/internal/wake":       "whom a release's notice wakes",
 	"github.com/quorumlock/quorumlock/internal/clienthook": "the hook package redigo makes its Clients through",
 	"github.com/quorumlock/quorumlock/internal/testhook":   "test-only settings that other modules' tests reach",
