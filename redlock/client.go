@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/observe"
 )
@@ -38,7 +39,7 @@ type Client struct {
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
 	obs         observe.Observer // nil: none (observe.go)
-	health      []masterHealth   // each master's state; nil without logger and observer
+	health      *health.Masters  // each master's state; nil without logger and observer
 	closeMade   func()           // closes what the transports' maker made besides them (clienthook.Made)
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
@@ -161,7 +162,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.someOrdered = c.someOrdered || ordered
 	}
 	if c.logger != nil || c.obs != nil {
-		c.health = make([]masterHealth, len(ts))
+		c.health = health.New(c.addrs, c.logger, c.obs)
 	}
 	if len(ts) == 1 {
 		// One master cannot be counted twice: nothing to identify, and

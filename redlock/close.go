@@ -121,7 +121,7 @@ func (c *Client) abandon() {
 	for _, r := range rounds {
 		r.mu.Lock()
 		for i := range r.legs {
-			if l := &r.legs[i]; l.state.sentOnce() && !l.completed.Load() {
+			if l := &r.legs[i]; l.state.SentOnce() && !l.completed.Load() {
 				pending = append(pending, l)
 			}
 			if r.rbq != nil {
