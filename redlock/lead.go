@@ -37,7 +37,9 @@ const leadQuiet = time.Second
 // leadFor returns the master a woken waiter's attempt on key asks first,
 // or -1 for none (one master, or none answered lately without failing):
 // the key's pilot (wake.Pilot) among the masters that did not fail a
-// command within max(leadQuiet, 20 × the per-master timeout).
+// command within max(leadQuiet, 20 × the per-master timeout). It takes
+// the identity's mutex (ident.Identity.Known) until every run_id is
+// known, and waker.notify calls it with waker.mu held: that order.
 func (c *Client) leadFor(key string) int {
 	quiet := int64(max(leadQuiet, 20*c.timeout))
 	now := time.Now().UnixNano()
