@@ -187,25 +187,25 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	}
 	t := c.collect(ctx, r)
 	// dup: the round counted its grants by the masters' identities
-	// (countGate), and the masters were found to include one server twice
+	// (ident.Gate), and the masters were found to include one server twice
 	// meanwhile, or Close stopped the probe (which then identified
 	// nothing more): the attempt fails with that error. A round that failed while the
 	// first probe ran waits for it (it started before the round, so that
-	// is within the round's budget and probeGrace) to tell the duplicate
+	// is within the round's budget and ident.ProbeGrace) to tell the duplicate
 	// on this call; one that succeeded waited already.
 	var dup error
 	if t.gate != nil {
-		t.uncounted = t.gate.uncounted(t.votes)
+		t.uncounted = t.gate.Uncounted(t.granted)
 		if t.ctxErr == nil {
 			dup = c.identified(ctx)
-		} else if d := c.ident.dup.Load(); d != nil {
-			dup = d.err
+		} else {
+			dup = c.ident.Dup()
 		}
-		if dup == nil && c.ident.stopped.Load() {
+		if dup == nil && c.ident.Stopped() {
 			dup = c.closedErr("acquire", key)
 		}
 		if t.lost > 0 {
-			c.reprobeGranted(t.votes)
+			c.reprobeGranted(t.granted)
 		}
 	}
 	if t.ok(c.quorum) {

@@ -14,6 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
 	"github.com/quorumlock/quorumlock/internal/health"
+	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/observe"
 )
@@ -73,7 +74,11 @@ type Client struct {
 	allOrdered  bool
 	someOrdered bool     // at least one master's transport is Ordered
 	fin         finisher // retries of releases and rollbacks that masters missed
-	ident       identity // the masters' run_ids: two addresses of one server are refused
+	// ident holds the masters' run_ids: two addresses of one server are
+	// refused. Its mutex comes after waker.mu (notify works out a pilot
+	// with leadFor, which reads ident.Known) and before mu (its probe's
+	// identHost.AddWorker).
+	ident ident.Identity
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -164,11 +169,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	if c.logger != nil || c.obs != nil {
 		c.health = health.New(c.addrs, c.logger, c.obs)
 	}
-	if len(ts) == 1 {
-		// One master cannot be counted twice: nothing to identify, and
-		// its grants count from the first round.
-		c.ident.settled.Store(true)
-	}
+	c.ident.Init(identHost{c}, ident.Config{Addrs: c.addrs, Timeout: c.timeout, Closing: c.closing, Stalls: c.stalls, Invalid: ErrInvalid})
 	c.waker = newWaker(c)
 	c.fin.init(len(ts), c.jit)
 	return c, nil
@@ -257,7 +258,7 @@ func (c *Client) callStart() time.Time {
 
 // check rejects a Client New did not make and a nil context, and, at
 // first contact and from then on, masters that are one server under two
-// addresses (identity.go).
+// addresses (internal/ident).
 func (c *Client) check(ctx context.Context) error {
 	if err := c.valid(); err != nil {
 		return err

@@ -98,12 +98,7 @@ const MaxLinger = maxLinger
 // IdentityProbed reports when the identity probe of master i last
 // started (zero: never).
 func IdentityProbed(c *Client, i int) time.Time {
-	c.ident.mu.Lock()
-	defer c.ident.mu.Unlock()
-	if c.ident.tried == nil {
-		return time.Time{}
-	}
-	return c.ident.tried[i]
+	return c.ident.Tried(i)
 }
 
 // LeadFor returns the master a woken waiter of key asks first (lead.go),

@@ -135,7 +135,7 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 		return err
 	}
 	// A call that talks to the masters: the identity check at first
-	// contact (identity.go), and from then on the duplicate-master error.
+	// contact (internal/ident), and from then on the duplicate-master error.
 	if err := r.c.identify(); err != nil {
 		return err
 	}

@@ -53,6 +53,8 @@ const subscriberRestartDelay = time.Second
 type waker struct {
 	c *Client
 
+	// mu comes before the identity's mutex (ident.Identity), which
+	// notify takes through leadFor (Known) with mu held.
 	mu sync.Mutex
 	// keys are the waiters by key, and the keys that linger; its
 	// generation counts the keys' births and notices heard: a waiter
