@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/finish"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/observe"
 )
@@ -54,10 +55,12 @@ type Client struct {
 	end     context.CancelFunc
 	closing <-chan struct{}
 
-	// mu guards the fields below, up to live. Lock order: finisher.gate,
-	// then finisher.mu, then mu (which guards finisher.owners). round.mu
-	// is never taken with mu held, nor mu with it (abandon and forget
-	// take them one after the other); a Lock's op comes before round.mu,
+	// mu guards the fields below, up to live. Lock order: the finisher's
+	// gate, then its mu (it calls addWorker under it: finish.Finisher),
+	// then mu (which guards the finisher's owners: Finisher.Newest, called
+	// under mu, takes no lock of the finisher). round.mu is never taken
+	// with mu held, nor mu with it (abandon and forget take them one
+	// after the other); a Lock's op comes before round.mu,
 	// and a transport's own lock after it (Silence, in leg.expire). An
 	// event's mu is a leaf: what waits for it runs outside it.
 	mu        sync.Mutex
@@ -70,9 +73,9 @@ type Client struct {
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
-	someOrdered bool     // at least one master's transport is Ordered
-	fin         finisher // retries of releases and rollbacks that masters missed
-	ident       identity // the masters' run_ids: two addresses of one server are refused
+	someOrdered bool            // at least one master's transport is Ordered
+	fin         finish.Finisher // retries of releases and rollbacks that masters missed
+	ident       identity        // the masters' run_ids: two addresses of one server are refused
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -169,7 +172,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.ident.settled.Store(true)
 	}
 	c.waker = newWaker(c)
-	c.fin.init(len(ts), c.jit)
+	c.initFinisher()
 	return c, nil
 }
 
