@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/finish"
 	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/stall"
@@ -56,10 +57,12 @@ type Client struct {
 	end     context.CancelFunc
 	closing <-chan struct{}
 
-	// mu guards the fields below, up to live. Lock order: finisher.gate,
-	// then finisher.mu, then mu (which guards finisher.owners). round.mu
-	// is never taken with mu held, nor mu with it (abandon and forget
-	// take them one after the other); a Lock's op comes before round.mu,
+	// mu guards the fields below, up to live. Lock order: the finisher's
+	// gate, then its mu (it calls addWorker under it: finish.Finisher),
+	// then mu (which guards the finisher's owners: Finisher.Newest, called
+	// under mu, takes no lock of the finisher). round.mu is never taken
+	// with mu held, nor mu with it (abandon and forget take them one
+	// after the other); a Lock's op comes before round.mu,
 	// and a transport's own lock after it (Silence, in leg.expire). An
 	// event's mu is a leaf: what waits for it runs outside it.
 	mu        sync.Mutex
@@ -72,8 +75,8 @@ type Client struct {
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
-	someOrdered bool     // at least one master's transport is Ordered
-	fin         finisher // retries of releases and rollbacks that masters missed
+	someOrdered bool            // at least one master's transport is Ordered
+	fin         finish.Finisher // retries of releases and rollbacks that masters missed
 	// ident holds the masters' run_ids: two addresses of one server are
 	// refused. Its mutex comes after waker.mu (notify works out a pilot
 	// with leadFor, which reads ident.Known) and before mu (its probe's
@@ -171,7 +174,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	}
 	c.ident.Init(identHost{c}, ident.Config{Addrs: c.addrs, Timeout: c.timeout, Closing: c.closing, Stalls: c.stalls, Invalid: ErrInvalid})
 	c.waker = newWaker(c)
-	c.fin.init(len(ts), c.jit)
+	c.initFinisher()
 	return c, nil
 }
 

@@ -132,8 +132,11 @@ func (c *Client) abandon() {
 		}
 		r.mu.Unlock()
 	}
-	pending = c.fin.unanswered(pending)
+	retries := c.fin.Unanswered()
 	for _, p := range pending {
 		p.complete(nil, errAbandoned, SendInfo{Sent: true})
+	}
+	for _, q := range retries {
+		q.Complete(nil, errAbandoned, SendInfo{Sent: true})
 	}
 }

@@ -44,9 +44,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 // Finishing reports how many retries of releases and rollbacks that a
 // master missed are pending.
 func Finishing(c *Client) int {
-	c.fin.mu.Lock()
-	defer c.fin.mu.Unlock()
-	return c.fin.outstanding
+	return c.fin.Outstanding()
 }
 
 // ReleaseWait is how long c's releases wait for a master.
@@ -54,16 +52,12 @@ func ReleaseWait(c *Client) time.Duration { return c.releaseWait() }
 
 // SetFinishBackoff sets the backoff between such retries.
 func SetFinishBackoff(c *Client, min, max time.Duration) {
-	c.fin.mu.Lock()
-	c.fin.min, c.fin.max = min, max
-	c.fin.mu.Unlock()
+	c.fin.SetBackoff(min, max)
 }
 
 // SetFinishLimit sets how many such retries may be pending.
 func SetFinishLimit(c *Client, n int) {
-	c.fin.mu.Lock()
-	c.fin.limit = n
-	c.fin.mu.Unlock()
+	c.fin.SetLimit(n)
 }
 
 // FinishOwners reports how many reentrant owners' newest rounds the
@@ -71,7 +65,7 @@ func SetFinishLimit(c *Client, n int) {
 func FinishOwners(c *Client) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fin.owners)
+	return c.fin.Owners()
 }
 
 // SetSettled sets a hook that runs as a waiter of c begins a pause with

@@ -25,6 +25,7 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/legstate":   "a leg's states and their transitions",
 	"github.com/quorumlock/quorumlock/internal/inspect":    "the reads of one master for Inspect and InspectHolder",
 	"github.com/quorumlock/quorumlock/internal/health":     "each master's state for the logs and the observer",
+	"github.com/quorumlock/quorumlock/internal/finish":     "the retries of releases and rollbacks a master missed",
 	"github.com/quorumlock/quorumlock/internal/wake":       "whom a release's notice wakes",
 	"github.com/quorumlock/quorumlock/internal/ident":      "the masters' run_ids: one vote per distinct server",
 	"github.com/quorumlock/quorumlock/internal/clienthook": "the hook package redigo makes its Clients through",

@@ -51,7 +51,7 @@ func (l *leg) to(e legstate.Event) bool {
 // commit: once its acquisition was answered there), the leg of the leave
 // it follows too (leave, an acquisition that starts a chain) has ended and
 // a retry of a superseded round still in flight there has ended
-// (finish.go), or gives up one per-master timeout after the round's
+// (internal/finish), or gives up one per-master timeout after the round's
 // deadline.
 func (l *leg) begin(prev, leave *round) {
 	r := l.r
@@ -68,7 +68,7 @@ func (l *leg) begin(prev, leave *round) {
 		if leave != nil {
 			waits = append(waits, &leave.legs[l.i].done)
 		}
-		if e := r.fin.waitAfter(l.i); e != nil {
+		if e := r.fin.WaitAfter(l.i); e != nil {
 			waits = append(waits, e)
 		}
 	}

@@ -17,10 +17,11 @@ import (
 
 // Reentrant locks: one Redis hash per key holding the owner, its hold
 // count and the hold's id (internal/scripts/reentrant.lua). The owner is
-// the token of every hold, so its rounds supersede each other (finish.go)
-// and none may run late; the hold id, new for every attempt at a first
-// hold, keeps a command of an older hold that a master runs late anyway
-// from ending or changing a newer one (docs/design.md, "Reentrant holds").
+// the token of every hold, so its rounds supersede each other
+// (internal/finish) and none may run late; the hold id, new for every
+// attempt at a first hold, keeps a command of an older hold that a
+// master runs late anyway from ending or changing a newer one
+// (docs/design.md, "Reentrant holds").
 
 // Reentrant is a reentrant lock on one key for one owner: the owner may
 // take it again while holding it, and must release it as many times. Go
