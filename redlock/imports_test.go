@@ -23,6 +23,7 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/stall":      "the Client's process-stall detector",
 	"github.com/quorumlock/quorumlock/internal/event":      "the one-shot event legs wait for each other with",
 	"github.com/quorumlock/quorumlock/internal/wake":       "whom a release's notice wakes",
+	"github.com/quorumlock/quorumlock/internal/waker":      "the waiters and the subscriptions that wake them",
 	"github.com/quorumlock/quorumlock/internal/clienthook": "the hook package redigo makes its Clients through",
 	"github.com/quorumlock/quorumlock/internal/testhook":   "test-only settings that other modules' tests reach",
 	"github.com/google/uuid":                               "tokens",

@@ -37,7 +37,10 @@ const leadQuiet = time.Second
 // leadFor returns the master a woken waiter's attempt on key asks first,
 // or -1 for none (one master, or none answered lately without failing):
 // the key's pilot (wake.Pilot) among the masters that did not fail a
-// command within max(leadQuiet, 20 × the per-master timeout).
+// command within max(leadQuiet, 20 × the per-master timeout). The waker
+// calls it with its lock held (waker.Waker.Notify): the lock order is the
+// waker's lock, then ident.mu (identity.known); nothing that holds
+// ident.mu calls into the waker.
 func (c *Client) leadFor(key string) int {
 	quiet := int64(max(leadQuiet, 20*c.timeout))
 	now := time.Now().UnixNano()
