@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/stall"
+	"github.com/quorumlock/quorumlock/internal/waker"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -60,18 +61,20 @@ type Client struct {
 	// mu guards the fields below, up to live. Lock order: the finisher's
 	// gate, then its mu (it calls addWorker under it: finish.Finisher),
 	// then mu (which guards the finisher's owners: Finisher.Newest, called
-	// under mu, takes no lock of the finisher). round.mu is never taken
-	// with mu held, nor mu with it (abandon and forget take them one
-	// after the other); a Lock's op comes before round.mu,
-	// and a transport's own lock after it (Silence, in leg.expire). An
-	// event's mu is a leaf: what waits for it runs outside it.
+	// under mu, takes no lock of the finisher). The waker's lock comes
+	// before mu (addWorker, as it starts a subscriber: waker.Waker).
+	// round.mu is never taken with mu held, nor mu with it (abandon and
+	// forget take them one after the other); a Lock's op comes before
+	// round.mu, and a transport's own lock after it (Silence, in
+	// leg.expire). An event's mu is a leaf: what waits for it runs
+	// outside it.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
 	leaving   map[string]*round // per key, the newest leave whose legs still run (idem)
 	chains    map[string]*round // per key and holder (chainID), its newest round whose legs still run (idem)
 	workers   sync.WaitGroup    // every leg of a round, retry, watchdog and subscriber still running
-	waker     *waker
+	waker     *waker.Waker
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
@@ -91,9 +94,6 @@ type Client struct {
 	// beforeWait, when set (tests), runs after a failed attempt, before
 	// the waiter registers for release notices.
 	beforeWait func()
-	// settled, when set (tests), runs as a waiter begins a pause with no
-	// re-check pending: its latest attempt is over.
-	settled func()
 }
 
 type master struct {

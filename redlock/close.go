@@ -25,7 +25,7 @@ func (c *Client) Close() error {
 		c.end()
 	}
 	c.mu.Unlock()
-	c.waker.close()
+	c.waker.Close()
 	idle := make(chan struct{})
 	go func() {
 		c.workers.Wait()

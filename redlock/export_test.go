@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redigot"
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // BackoffFloor is the shortest delay bound WithBackoff accepts.
@@ -35,9 +36,7 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 			muxConns += mx.LiveConns()
 		}
 	}
-	c.waker.mu.Lock()
-	waitedKeys, _ = c.waker.keys.Counts()
-	c.waker.mu.Unlock()
+	waitedKeys, _ = c.waker.Counts()
 	return releasing, waitedKeys, muxConns
 }
 
@@ -71,7 +70,7 @@ func FinishOwners(c *Client) int {
 // SetSettled sets a hook that runs as a waiter of c begins a pause with
 // no re-check pending: its latest attempt is over, and its backoff timer
 // is set. Set it while no waiter of c runs.
-func SetSettled(c *Client, f func()) { c.settled = f }
+func SetSettled(c *Client, f func()) { c.waker.SetSettled(f) }
 
 // SetBeforeWait sets a hook that runs in Acquire after an attempt failed
 // and before the waiter registers for release notices (the window a
@@ -80,14 +79,12 @@ func SetBeforeWait(c *Client, f func()) { c.beforeWait = f }
 
 // Lingering reports how many keys without waiters stay subscribed.
 func Lingering(c *Client) int {
-	c.waker.mu.Lock()
-	defer c.waker.mu.Unlock()
-	_, lingering := c.waker.keys.Counts()
+	_, lingering := c.waker.Counts()
 	return lingering
 }
 
 // MaxLinger is how many keys may linger per client.
-const MaxLinger = maxLinger
+const MaxLinger = waker.MaxLinger
 
 // IdentityProbed reports when the identity probe of master i last
 // started (zero: never).

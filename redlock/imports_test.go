@@ -28,6 +28,7 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/finish":     "the retries of releases and rollbacks a master missed",
 	"github.com/quorumlock/quorumlock/internal/wake":       "whom a release's notice wakes",
 	"github.com/quorumlock/quorumlock/internal/ident":      "the masters' run_ids: one vote per distinct server",
+	"github.com/quorumlock/quorumlock/internal/waker":      "the waiters and the subscriptions that wake them",
 	"github.com/quorumlock/quorumlock/internal/clienthook": "the hook package redigo makes its Clients through",
 	"github.com/quorumlock/quorumlock/internal/testhook":   "test-only settings that other modules' tests reach",
 	"github.com/google/uuid":                               "tokens",

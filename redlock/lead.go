@@ -39,7 +39,9 @@ const leadQuiet = time.Second
 // the key's pilot (wake.Pilot) among the masters that did not fail a
 // command within max(leadQuiet, 20 × the per-master timeout). It takes
 // the identity's mutex (ident.Identity.Known) until every run_id is
-// known, and waker.notify calls it with waker.mu held: that order.
+// known, and the waker calls it with its lock held (waker.Waker.Notify):
+// the lock order is the waker's lock, then the identity's; nothing that
+// holds the identity's mutex calls into the waker.
 func (c *Client) leadFor(key string) int {
 	quiet := int64(max(leadQuiet, 20*c.timeout))
 	now := time.Now().UnixNano()
