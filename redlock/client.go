@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/observe"
 )
@@ -33,7 +34,7 @@ type Client struct {
 	peaks       []peak // per master, its decaying peak round trip (bound.go)
 	driftFactor float64
 	clock       clock.Clock
-	jit         *jitter       // its random delays (nil: math/rand/v2's global source)
+	jit         *jitter.Rand  // its random delays (nil: math/rand/v2's global source)
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
@@ -59,7 +60,8 @@ type Client struct {
 	// is never taken with mu held, nor mu with it (abandon and forget
 	// take them one after the other); a Lock's op comes before round.mu,
 	// and a transport's own lock after it (Silence, in leg.expire). An
-	// event's mu is a leaf: what waits for it runs outside it.
+	// event's mu is a leaf: what waits for it runs outside it. So is the
+	// lock of jit (jitter.Rand), taken under finisher.mu and waker.mu.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
@@ -132,7 +134,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
-		jit:          newJitter(cfg.jitter),
+		jit:          jitter.New(cfg.jitter),
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,

@@ -3,6 +3,8 @@ package redlock
 import (
 	"slices"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/jitter"
 )
 
 // Expired locks found at once.
@@ -70,11 +72,11 @@ func (r *round) freeIn(quorum int, now time.Time) (d time.Duration, ok bool) {
 // replies, freeIn): in plus a random spread of at most wakeSpread (waiters
 // of other clients learned the same moment, drawn from j), but never
 // below floor, and only when that is sooner than delay.
-func hinted(j *jitter, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
+func hinted(j *jitter.Rand, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
 	if !ok {
 		return delay, false
 	}
-	h := max(in+j.n(wakeSpread), floor)
+	h := max(in+j.N(wakeSpread), floor)
 	if h >= delay {
 		return delay, false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/redigot"
 )
 
@@ -19,7 +20,7 @@ var WithClock = withClock
 
 // Backoff exposes the retry delay for tests.
 func Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
-	return backoff(nil, floor, ceiling, attempt)
+	return jitter.Backoff(nil, floor, ceiling, attempt)
 }
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for

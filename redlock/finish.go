@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/event"
+	"github.com/quorumlock/quorumlock/internal/jitter"
 )
 
 // Finishing releases and rollbacks that a master did not confirm.
@@ -84,7 +85,7 @@ type finisher struct {
 	wake        chan struct{} // size 1: the queue's head changed
 	limit       int
 	min, max    time.Duration
-	jit         *jitter // the client's
+	jit         *jitter.Rand // the client's
 
 	// owners maps each reentrant owner's chain (chainID) to its newest
 	// round, until that round's retries could no longer run. Under
@@ -121,7 +122,7 @@ type finEntry struct {
 	confirm bool
 }
 
-func (f *finisher) init(masters int, jit *jitter) {
+func (f *finisher) init(masters int, jit *jitter.Rand) {
 	f.jit = jit
 	f.wake = make(chan struct{}, 1)
 	f.limit = finishLimit
@@ -207,7 +208,7 @@ func (f *finisher) add(c *Client, r *round, i int, op opKind, err error, confirm
 		if !confirm {
 			// The master just failed: its first retry goes alone.
 			f.masters[i].down = true
-			due = now.Add(backoff(f.jit, f.min, f.max, 0))
+			due = now.Add(jitter.Backoff(f.jit, f.min, f.max, 0))
 		}
 		f.queueLocked(c, e, due, &a)
 	}
@@ -267,7 +268,7 @@ func (f *finisher) ended(c *Client, e *finEntry, err error, dropped, again bool)
 		m.down, m.fails = false, 0
 	default:
 		e.err = err
-		m.next = at.Add(backoff(f.jit, f.min, f.max, m.fails))
+		m.next = at.Add(jitter.Backoff(f.jit, f.min, f.max, m.fails))
 		m.down = true
 		m.fails++
 		// The held ones compete with it for the next try, so that one

@@ -129,7 +129,7 @@ func (c *Client) spread(ctx context.Context, k kind) {
 	if len(c.masters) == 1 || k.queued() {
 		return
 	}
-	j := time.NewTimer(c.jit.n(wakeSpread))
+	j := time.NewTimer(c.jit.N(wakeSpread))
 	defer j.Stop()
 	select {
 	case <-j.C:
@@ -150,7 +150,7 @@ const leadAge = time.Millisecond
 // of the key a waiter heard (waited 0) waits the longest.
 func (c *Client) leadDelay(ctx context.Context, waited time.Duration) {
 	d := time.Duration(float64(wakeSpread) * float64(leadAge) / float64(leadAge+max(waited, 0)))
-	j := time.NewTimer(d/2 + c.jit.n(d-d/2+1))
+	j := time.NewTimer(d/2 + c.jit.N(d-d/2+1))
 	defer j.Stop()
 	select {
 	case <-j.C:

@@ -81,7 +81,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 // grant or at an error other than a refusal.
 func (s *Semaphore) pass(ctx context.Context, lc *lockConfig, tries *int) (*Permit, []error) {
 	n := len(s.slots)
-	start := s.c.jit.intN(n)
+	start := s.c.jit.IntN(n)
 	var errs []error
 	for j := 0; j < n; j++ {
 		i := (start + j) % n
@@ -207,7 +207,7 @@ func (s *Semaphore) wokenSlot(wt *waiting) int {
 	w := wt.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	i := w.keys.TakeOne(wt.ws, s.c.jit.intN(len(wt.ws)))
+	i := w.keys.TakeOne(wt.ws, s.c.jit.IntN(len(wt.ws)))
 	if i >= 0 {
 		wt.tryingLocked(wt.ws[i])
 	}

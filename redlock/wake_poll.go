@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/jitter"
 )
 
 // Fallback poll.
@@ -40,7 +42,7 @@ func fallbackPoll(ttl, backoffMax time.Duration) time.Duration {
 // a writer's intent) keeps the backoff: its attempts refresh the mark,
 // which would expire otherwise.
 func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error) time.Duration {
-	d := backoff(wg.w.c.jit, lc.backoffMin, lc.backoffMax, attempt)
+	d := jitter.Backoff(wg.w.c.jit, lc.backoffMin, lc.backoffMax, attempt)
 	if leaves || attempt < 30 && lc.backoffMin<<attempt < lc.backoffMax && lc.backoffMin<<attempt > 0 {
 		return d
 	}
@@ -58,5 +60,5 @@ func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error)
 		}
 	}
 	p := fallbackPoll(lc.ttl, lc.backoffMax)
-	return p/2 + wg.w.c.jit.n(p-p/2+1)
+	return p/2 + wg.w.c.jit.N(p-p/2+1)
 }
