@@ -31,7 +31,7 @@ type Client struct {
 	quorum   int
 
 	timeout     time.Duration
-	peaks       []peak // per master, its decaying peak round trip (bound.go)
+	bound       *stall.Bound // how long its rounds wait for a master (the adaptive bound)
 	driftFactor float64
 	clock       clock.Clock
 	jit         *jitter.Rand  // its random delays (nil: math/rand/v2's global source)
@@ -128,7 +128,6 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
 		masters:      make([]master, len(ts)),
 		failedAt:     make([]atomic.Int64, len(ts)),
-		peaks:        make([]peak, len(ts)),
 		addrs:        make([]string, len(ts)),
 		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,
@@ -162,6 +161,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
 	}
+	c.bound = stall.NewBound(c.clock, c.stalls, len(ts), c.quorum, c.timeout, c.someOrdered)
 	if c.logger != nil || c.obs != nil {
 		c.health = make([]masterHealth, len(ts))
 	}

@@ -51,7 +51,7 @@ func Finishing(c *Client) int {
 }
 
 // ReleaseWait is how long c's releases wait for a master.
-func ReleaseWait(c *Client) time.Duration { return c.releaseWait() }
+func ReleaseWait(c *Client) time.Duration { return c.bound.ReleaseWait() }
 
 // SetFinishBackoff sets the backoff between such retries.
 func SetFinishBackoff(c *Client, min, max time.Duration) {

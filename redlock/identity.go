@@ -382,7 +382,7 @@ type probeCompleter struct {
 	ch   chan<- int
 	done atomic.Bool
 	// c and sent: the probe's answer, read late too, is a round trip
-	// for the adaptive bound (noteAnswer), the first a Client sees.
+	// for the adaptive bound (stall.Bound.Note), the first a Client sees.
 	c    *Client
 	sent time.Time
 }
@@ -393,7 +393,7 @@ func (p *probeCompleter) complete(reply any, err error, _ SendInfo) {
 	}
 	var rpe ReplyError
 	if err == nil || errors.As(err, &rpe) {
-		p.c.noteAnswer(p.i, p.sent, time.Now())
+		p.c.bound.Note(p.i, p.sent, time.Now())
 	}
 	p.c.probeAnswered(p.i, probeAnswerResult(reply, err))
 	p.ch <- p.i // buffered, one per command: never blocks
