@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/finish"
 	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/ident"
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/internal/waker"
 	"github.com/quorumlock/quorumlock/observe"
@@ -34,10 +35,10 @@ type Client struct {
 	quorum   int
 
 	timeout     time.Duration
-	peaks       []peak // per master, its decaying peak round trip (bound.go)
+	bound       *stall.Bound // how long its rounds wait for a master (the adaptive bound)
 	driftFactor float64
 	clock       clock.Clock
-	jit         *jitter       // its random delays (nil: math/rand/v2's global source)
+	jit         *jitter.Rand  // its random delays (nil: math/rand/v2's global source)
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
@@ -67,7 +68,8 @@ type Client struct {
 	// forget take them one after the other); a Lock's op comes before
 	// round.mu, and a transport's own lock after it (Silence, in
 	// leg.expire). An event's mu is a leaf: what waits for it runs
-	// outside it.
+	// outside it. So is the lock of jit (jitter.Rand), taken under the
+	// finisher's mu and the waker's.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
@@ -135,13 +137,12 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
 		masters:      make([]master, len(ts)),
 		failedAt:     make([]atomic.Int64, len(ts)),
-		peaks:        make([]peak, len(ts)),
 		addrs:        make([]string, len(ts)),
 		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
-		jit:          newJitter(cfg.jitter),
+		jit:          jitter.New(cfg.jitter),
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,
@@ -169,6 +170,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
 	}
+	c.bound = stall.NewBound(c.clock, c.stalls, len(ts), c.quorum, c.timeout, c.someOrdered)
 	if c.logger != nil || c.obs != nil {
 		c.health = health.New(c.addrs, c.logger, c.obs)
 	}

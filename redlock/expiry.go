@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
@@ -72,11 +73,11 @@ func (r *round) freeIn(quorum int, now time.Time) (d time.Duration, ok bool) {
 // replies, freeIn): in plus a random spread of at most waker.WakeSpread
 // (waiters of other clients learned the same moment, drawn from j), but
 // never below floor, and only when that is sooner than delay.
-func hinted(j *jitter, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
+func hinted(j *jitter.Rand, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
 	if !ok {
 		return delay, false
 	}
-	h := max(in+j.n(waker.WakeSpread), floor)
+	h := max(in+j.N(waker.WakeSpread), floor)
 	if h >= delay {
 		return delay, false
 	}

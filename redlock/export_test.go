@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/redigot"
 	"github.com/quorumlock/quorumlock/internal/waker"
 )
@@ -20,7 +21,7 @@ var WithClock = withClock
 
 // Backoff exposes the retry delay for tests.
 func Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
-	return backoff(nil, floor, ceiling, attempt)
+	return jitter.Backoff(nil, floor, ceiling, attempt)
 }
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for
@@ -47,7 +48,7 @@ func Finishing(c *Client) int {
 }
 
 // ReleaseWait is how long c's releases wait for a master.
-func ReleaseWait(c *Client) time.Duration { return c.releaseWait() }
+func ReleaseWait(c *Client) time.Duration { return c.bound.ReleaseWait() }
 
 // SetFinishBackoff sets the backoff between such retries.
 func SetFinishBackoff(c *Client, min, max time.Duration) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/finish"
+	"github.com/quorumlock/quorumlock/internal/jitter"
 )
 
 // The retries of releases and rollbacks that a master did not confirm
@@ -103,7 +104,7 @@ func (h *finishHost) Send(i int, cmd *Command) {
 
 // Backoff draws the delay before a retry from the client's jitter.
 func (h *finishHost) Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
-	return backoff(h.jit, floor, ceiling, attempt)
+	return jitter.Backoff(h.jit, floor, ceiling, attempt)
 }
 
 // finJob is a retry of op of round r: its command and the reading of its

@@ -42,5 +42,5 @@ func (h identHost) WorkerDone() { h.c.workers.Done() }
 func (h identHost) Send(i int, cmd *Command) { h.c.masters[i].t.Send(cmd) }
 
 // NoteAnswer records the probe's answer as a round trip for the adaptive
-// bound (Client.noteAnswer).
-func (h identHost) NoteAnswer(i int, sent, now time.Time) { h.c.noteAnswer(i, sent, now) }
+// bound (stall.Bound.Note).
+func (h identHost) NoteAnswer(i int, sent, now time.Time) { h.c.bound.Note(i, sent, now) }

@@ -21,6 +21,7 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/internal/scripts":    "the lock's scripts",
 	"github.com/quorumlock/quorumlock/internal/fault":      "failures the core and the redigo transports both name",
 	"github.com/quorumlock/quorumlock/internal/stall":      "the Client's process-stall detector",
+	"github.com/quorumlock/quorumlock/internal/jitter":     "the Client's random draws: backoffs, spreads, tokens",
 	"github.com/quorumlock/quorumlock/internal/event":      "the one-shot event legs wait for each other with",
 	"github.com/quorumlock/quorumlock/internal/legstate":   "a leg's states and their transitions",
 	"github.com/quorumlock/quorumlock/internal/inspect":    "the reads of one master for Inspect and InspectHolder",

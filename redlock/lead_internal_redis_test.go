@@ -63,9 +63,7 @@ func identified(t *testing.T) func(*Client, error) *Client {
 		// The probe's answers, a dial's time in them, are round trips
 		// for the adaptive bound: a test of the bound counts its own
 		// rounds' answers only.
-		for i := range c.peaks {
-			c.peaks[i].v.Store(0)
-		}
+		c.bound.Forget()
 		return c
 	}
 }

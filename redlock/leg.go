@@ -362,7 +362,7 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 		if r.ledBy == l.i+1 {
 			r.leadAnswered.Store(int32(min(now.Sub(r.started()), math.MaxInt32*time.Microsecond) / time.Microsecond))
 		}
-		r.c.noteAnswer(l.i, l.askedAt(), now)
+		r.c.bound.Note(l.i, l.askedAt(), now)
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
@@ -467,7 +467,7 @@ func (r *round) down(dn Downer, m *master) error {
 // downAfter is how long a master must have been silent to be down for the
 // round's acquisition: the round's wait (the adaptive bound: when every
 // master answers late of late, one silent for less than the wait is as
-// slow as the others, bound.go), and as long again as every master of the
+// slow as the others, stall.Bound), and as long again as every master of the
 // client has been silent (hostSilence): a host so loaded that no master
 // runs for a while silences them all together, and a master no more
 // silent than that is not down but waiting for the host. One silent for

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/observe"
 )
@@ -68,7 +69,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 		return nil, err
 	}
 	if owner == "" {
-		owner = c.jit.uuid()
+		owner = c.jit.UUID()
 	}
 	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs(c.jit)}, nil
 }
@@ -382,19 +383,19 @@ type holdIDs struct {
 	n    atomic.Uint64
 }
 
-func newHoldIDs(j *jitter) *holdIDs {
-	return &holdIDs{name: strconv.FormatUint(j.uint64(), 36)}
+func newHoldIDs(j *jitter.Rand) *holdIDs {
+	return &holdIDs{name: strconv.FormatUint(j.Uint64(), 36)}
 }
 
 func (h *holdIDs) next() string {
 	return h.name + ":" + strconv.FormatUint(h.n.Add(1), 10)
 }
 
-func (k *reentrantKind) token(*jitter) string { return k.owner }
-func (k *reentrantKind) oneToken() bool       { return true }
-func (k *reentrantKind) renews() bool         { return true }
-func (k *reentrantKind) partial() bool        { return k.count != 0 }
-func (k *reentrantKind) forRelease() kind     { return k.withCount(0) }
+func (k *reentrantKind) token(*jitter.Rand) string { return k.owner }
+func (k *reentrantKind) oneToken() bool            { return true }
+func (k *reentrantKind) renews() bool              { return true }
+func (k *reentrantKind) partial() bool             { return k.count != 0 }
+func (k *reentrantKind) forRelease() kind          { return k.withCount(0) }
 
 // withCount returns k with the count set to n; the last release (n = 0)
 // gets an id of its own to be announced by, since every release of one

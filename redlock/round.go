@@ -94,7 +94,7 @@ type round struct {
 	deadline    time.Time // when its commands stop being waited for
 	// wait is how long its commands are waited for from its start: the
 	// adaptive bound of an acquisition or an extension (bound.go), a
-	// release's longer wait (Client.releaseWait), else the per-master
+	// release's longer wait (stall.Bound.ReleaseWait), else the per-master
 	// timeout.
 	wait    time.Duration
 	running atomic.Int32
@@ -197,7 +197,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	r.k, r.fence = k, fence
 	r.wait = c.boundFor(op, ttl)
 	if op == opRelease {
-		r.wait = c.releaseWait()
+		r.wait = c.bound.ReleaseWait()
 	}
 	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(r.wait), ctx
 	if c.obs != nil {

@@ -82,7 +82,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 // grant or at an error other than a refusal.
 func (s *Semaphore) pass(ctx context.Context, lc *lockConfig, tries *int) (*Permit, []error) {
 	n := len(s.slots)
-	start := s.c.jit.intN(n)
+	start := s.c.jit.IntN(n)
 	var errs []error
 	for j := 0; j < n; j++ {
 		i := (start + j) % n
@@ -196,7 +196,7 @@ func (s *Semaphore) unregister(wt *waker.Waiting, got int) {
 // The attempt on that slot begins (waker.Waiting.TakeOne): its end is
 // told with waker.Waiting.Tried.
 func (s *Semaphore) wokenSlot(wt *waker.Waiting) int {
-	return wt.TakeOne(s.c.jit.intN)
+	return wt.TakeOne(s.c.jit.IntN)
 }
 
 // pause is Client.pause for a semaphore's waiter: it ends at the first of

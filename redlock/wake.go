@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/waker"
 	"github.com/quorumlock/quorumlock/layout"
@@ -36,7 +37,7 @@ func newWaker(c *Client) *waker.Waker {
 		Closing:  c.closing,
 		Logger:   c.logger,
 		Reminder: failureReminder,
-		Jitter:   c.jit.n,
+		Jitter:   c.jit.N,
 		Host:     wakeHost{c},
 	})
 }
@@ -86,7 +87,7 @@ func (c *Client) pause(ctx context.Context, wt *waker.Waiting, key string, k kin
 // mark (a fair queue entry, a writer's intent) keeps the backoff: its
 // attempts refresh the mark, which would expire otherwise.
 func (c *Client) delay(wt *waker.Waiting, lc *lockConfig, attempt int, leaves bool, failed error) time.Duration {
-	d := backoff(c.jit, lc.backoffMin, lc.backoffMax, attempt)
+	d := jitter.Backoff(c.jit, lc.backoffMin, lc.backoffMax, attempt)
 	if leaves || attempt < 30 && lc.backoffMin<<attempt < lc.backoffMax && lc.backoffMin<<attempt > 0 {
 		return d
 	}
