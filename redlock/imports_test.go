@@ -17,7 +17,6 @@ var coreImports = map[string]string{
 	"github.com/quorumlock/quorumlock/layout":              "the key layout on the masters",
 	"github.com/quorumlock/quorumlock/observe":             "the observer and its events",
 	"github.com/quorumlock/quorumlock/internal/keys":       "key validation",
-	"github.com/quorumlock/quorumlock/internal/resp":       "RESP reply decoding",
 	"github.com/quorumlock/quorumlock/internal/scripts":    "the lock's scripts",
 	"github.com/quorumlock/quorumlock/internal/fault":      "failures the core and the redigo transports both name",
 	"github.com/quorumlock/quorumlock/internal/stall":      "the Client's process-stall detector",
