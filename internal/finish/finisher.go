@@ -183,9 +183,9 @@ func (f *Finisher) Outstanding() int {
 
 // SetBackoff sets the bounds of the backoff between a master's retries
 // (20 ms and 1 s by default), from the next one drawn on.
-func (f *Finisher) SetBackoff(min, max time.Duration) {
+func (f *Finisher) SetBackoff(floor, ceiling time.Duration) {
 	f.mu.Lock()
-	f.min, f.max = min, max
+	f.min, f.max = floor, ceiling
 	f.mu.Unlock()
 }
 

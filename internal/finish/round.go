@@ -40,7 +40,11 @@ func (rf *Round) MarkUnsent(i int) {
 	if i >= 64 {
 		return
 	}
-	for old := rf.unsent.Load(); !rf.unsent.CompareAndSwap(old, old|1<<i); old = rf.unsent.Load() {
+	for {
+		old := rf.unsent.Load()
+		if rf.unsent.CompareAndSwap(old, old|1<<i) {
+			return
+		}
 	}
 }
 

@@ -9,17 +9,17 @@ import (
 type Resume uint8
 
 const (
-	// ResumeDelay: its delay (backoff or fallback poll) passed.
+	// ResumeDelay means its delay (backoff or fallback poll) passed.
 	ResumeDelay Resume = iota
-	// ResumeRecheck: its subscriptions are live: a release before them
+	// ResumeRecheck means its subscriptions are live: a release before them
 	// may have gone unheard.
 	ResumeRecheck
-	// ResumeReleased: a release of its key was announced.
+	// ResumeReleased means a release of its key was announced.
 	ResumeReleased
-	// ResumeClosing: the client is closing: the next attempt fails at
+	// ResumeClosing means the client is closing: the next attempt fails at
 	// once with the Client's ErrClosed.
 	ResumeClosing
-	// ResumeCtx: ctx ended: the waiter gives up.
+	// ResumeCtx means ctx ended: the waiter gives up.
 	ResumeCtx
 )
 
