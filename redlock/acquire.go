@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // Acquire takes the lock on key, retrying until it succeeds or ctx ends,
@@ -56,18 +58,18 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		begun = c.clock.Now()
 	}
 	giveUp := begun.Add(lc.wait) // with lc.waitSet
-	var wt *waiting              // set once the first attempt failed
+	var wt *waker.Waiting        // set once the first attempt failed
 	var last *round              // the latest attempt
 	tries := 0
 	// Read before the first attempt: whether a release between its
-	// refusal and the registration could go unheard (waiting.recheck).
-	mark := c.waker.mark(key, k)
+	// refusal and the registration could go unheard (waker.Waiting.Recheck).
+	mark := c.waker.Mark(key, k.keys)
 	if c.obs != nil && !lc.quietAcquire {
 		defer func() { c.observeAcquire(ctx, key, kindName(k, lc.fencing), begun, tries, last, got, err) }()
 	}
 	defer func() {
 		if wt != nil {
-			wt.stop(err == nil)
+			wt.Stop(err == nil)
 		}
 		if k.leaves() && err != nil && last != nil {
 			// Give the place in the queue (or the writer's intent) up now
@@ -77,14 +79,14 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 		}
 	}()
 	lead := -1             // the master the next attempt asks first (a woken waiter's, lead.go), or none
-	var waitFrom time.Time // when this call began to wait (real time), for leadDelay
+	var waitFrom time.Time // when this call began to wait (real time), for Waiting.Woken's delay
 	hints := 0             // attempts made at a hinted moment since the last wake (expiry.go)
 	var told *QuorumError  // the latest attempt's error that some master answered
 	for attempt := 0; ; attempt++ {
 		l, r, err := c.attempt(ctx, key, lc, k, lead)
 		lead = -1
 		if wt != nil {
-			wt.tried(err) // a woken attempt's end (waiting.trying)
+			wt.Tried(err) // a woken attempt's end (waker.Waiting.Pause)
 		}
 		if r != nil {
 			last = r
@@ -129,33 +131,33 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				c.beforeWait()
 			}
 			waitFrom = time.Now()
-			wt = c.waker.wait(k.keys(key), mark, k)
+			wt = c.wait(k.keys(key), mark, k)
 			if pk, ok := k.(plainKind); ok {
 				// Its next attempts learn when the holder's key runs out.
 				pk.waiting = true
 				k = pk
 			}
 		} else {
-			c.waker.revive()
+			c.waker.Revive()
 		}
 		// A refused waiting attempt said when the key runs out: try again
 		// then, if sooner (expiry.go). Each such attempt refused again
 		// doubles the least delay a hint may give.
 		in, told := last.freeIn(c.quorum, time.Now())
-		delay, hint := hinted(c.jit, wt.delay(lc, attempt, k.leaves(), err), in, told, hintFloor(lc, hints))
+		delay, hint := hinted(c.jit, c.delay(wt, lc, attempt, k.leaves(), err), in, told, hintFloor(lc, hints))
 		delay = min(delay, left)
 		switch why, next := c.pause(ctx, wt, key, k, delay, waitFrom); why {
-		case resumeCtx:
+		case waker.ResumeCtx:
 			var qe *QuorumError
 			if asQuorumError(err, &qe) {
 				qe.ctxErr = ctx.Err()
 			}
 			return nil, err
-		case resumeReleased:
+		case waker.ResumeReleased:
 			// The backoff starts over: try again now, and should that
 			// fail, soon again.
 			attempt, lead, hints = -1, next, 0
-		case resumeDelay:
+		case waker.ResumeDelay:
 			if hint {
 				hints++
 			}
@@ -187,25 +189,25 @@ func (c *Client) attempt(ctx context.Context, key string, lc *lockConfig, k kind
 	}
 	t := c.collect(ctx, r)
 	// dup: the round counted its grants by the masters' identities
-	// (countGate), and the masters were found to include one server twice
+	// (ident.Gate), and the masters were found to include one server twice
 	// meanwhile, or Close stopped the probe (which then identified
 	// nothing more): the attempt fails with that error. A round that failed while the
 	// first probe ran waits for it (it started before the round, so that
-	// is within the round's budget and probeGrace) to tell the duplicate
+	// is within the round's budget and ident.ProbeGrace) to tell the duplicate
 	// on this call; one that succeeded waited already.
 	var dup error
 	if t.gate != nil {
-		t.uncounted = t.gate.uncounted(t.votes)
+		t.uncounted = t.gate.Uncounted(t.granted)
 		if t.ctxErr == nil {
 			dup = c.identified(ctx)
-		} else if d := c.ident.dup.Load(); d != nil {
-			dup = d.err
+		} else {
+			dup = c.ident.Dup()
 		}
-		if dup == nil && c.ident.stopped.Load() {
+		if dup == nil && c.ident.Stopped() {
 			dup = c.closedErr("acquire", key)
 		}
 		if t.lost > 0 {
-			c.reprobeGranted(t.votes)
+			c.reprobeGranted(t.granted)
 		}
 	}
 	if t.ok(c.quorum) {

@@ -76,7 +76,7 @@ func TestAdaptiveBound_slowMastersAreWaitedFor(t *testing.T) {
 				}
 				// The late grants are answered (and rolled back) within
 				// the delay: wait for their answers to be noted.
-				redistest.Within(2*time.Second, func() bool { return c.adaptiveBound(defaultTTLForTest, time.Now()) > c.timeout })
+				redistest.Within(2*time.Second, func() bool { return c.bound.For(defaultTTLForTest, time.Now()) > c.timeout })
 			}
 			for i := range 5 {
 				l, err := c.TryAcquire(ctx, "slow:"+string(rune('a'+i)))
@@ -107,12 +107,12 @@ func TestAdaptiveBound_stoppedMastersFailWithinTheCap(t *testing.T) {
 			c := leadClient(t, servers, pipelined, WithTimeout(timeout))
 			ctx := context.Background()
 			now := time.Now()
-			for i := range c.peaks {
-				c.noteAnswer(i, now.Add(-2*time.Second), now) // uncapped: 4 s
+			for i := range c.masters {
+				c.bound.Note(i, now.Add(-2*time.Second), now) // uncapped: 4 s
 			}
 			// The cap: a tenth of the TTL, 200 ms.
-			ceiling := c.boundCeiling(defaultTTLForTest)
-			if got := c.adaptiveBound(defaultTTLForTest, time.Now()); got != ceiling {
+			ceiling := c.bound.Ceiling(defaultTTLForTest)
+			if got := c.bound.For(defaultTTLForTest, time.Now()); got != ceiling {
 				t.Fatalf("bound %v after 2 s answers, want the cap %v", got, ceiling)
 			}
 			for _, s := range servers[1:] {

@@ -38,7 +38,7 @@ func TestAdaptiveBound_aSlowLeadDoesNotMakeTheOthersLookSlow(t *testing.T) {
 			if granted == 0 {
 				t.Skip("no attempt led by a master answering in 35 ms was granted within the 50 ms timeout: the host is too loaded to tell")
 			}
-			if got := c.adaptiveBound(defaultTTLForTest, time.Now()); got != timeout {
+			if got := c.bound.For(defaultTTLForTest, time.Now()); got != timeout {
 				t.Errorf("bound %v after %d attempts led by the one slow master of three, want the timeout %v", got, granted, timeout)
 			}
 		})

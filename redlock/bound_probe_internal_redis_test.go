@@ -31,8 +31,8 @@ func TestAdaptiveBound_learnsFromTheFirstContactProbe(t *testing.T) {
 			if l, err := c.TryAcquire(ctx, "probe:first"); err == nil { // first contact: the probe
 				_ = l.Release(ctx)
 			}
-			if !redistest.Within(2*time.Second, func() bool { return c.adaptiveBound(defaultTTLForTest, time.Now()) > c.timeout }) {
-				t.Fatalf("bound %v after the probe's answers in 120 ms, want above the timeout %v", c.adaptiveBound(defaultTTLForTest, time.Now()), c.timeout)
+			if !redistest.Within(2*time.Second, func() bool { return c.bound.For(defaultTTLForTest, time.Now()) > c.timeout }) {
+				t.Fatalf("bound %v after the probe's answers in 120 ms, want above the timeout %v", c.bound.For(defaultTTLForTest, time.Now()), c.timeout)
 			}
 		})
 	}

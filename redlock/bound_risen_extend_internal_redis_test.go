@@ -27,7 +27,7 @@ func TestAdaptiveBound_extensionNearUntilKeepsItsWait_pausedMaster(t *testing.T)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b := c.adaptiveBound(ttl, time.Now()); b != c.timeout {
+			if b := c.bound.For(ttl, time.Now()); b != c.timeout {
 				t.Fatalf("bound %v before the extension, want the timeout", b)
 			}
 			for _, s := range servers[1:] {
@@ -43,7 +43,7 @@ func TestAdaptiveBound_extensionNearUntilKeepsItsWait_pausedMaster(t *testing.T)
 			took := time.Since(start)
 			if !errors.Is(err, ErrNotExtended) {
 				t.Errorf("Extend %v short of Until, two masters stopped, bound risen to %v: %v after %v, want ErrNotExtended before Until",
-					left, c.adaptiveBound(ttl, time.Now()), err, took)
+					left, c.bound.For(ttl, time.Now()), err, took)
 			}
 		})
 	}

@@ -27,8 +27,8 @@ func risingClient(t *testing.T, reals []*redistest.Server, pipelined bool, delay
 		}
 		if c := cp.Load(); c != nil {
 			now := time.Now()
-			for i := range c.peaks {
-				c.noteAnswer(i, now.Add(-slow), now)
+			for i := range c.masters {
+				c.bound.Note(i, now.Add(-slow), now)
 			}
 		}
 		return delay > 0
@@ -49,7 +49,7 @@ func TestAdaptiveBound_aRoundWaitsOnWhenTheBoundRisesMeanwhile(t *testing.T) {
 		t.Run(map[bool]string{true: "pipelined", false: "pooled"}[pipelined], func(t *testing.T) {
 			c := risingClient(t, redistest.Start(t, 3), pipelined, 120*time.Millisecond, 150*time.Millisecond)
 			const ttl = 10 * time.Second
-			if b := c.adaptiveBound(ttl, time.Now()); b != c.timeout {
+			if b := c.bound.For(ttl, time.Now()); b != c.timeout {
 				t.Fatalf("a fresh Client's bound is %v, want the timeout %v", b, c.timeout)
 			}
 			ctx := context.Background()
@@ -89,7 +89,7 @@ func TestAdaptiveBound_risenWaitOnStoppedMasters_pausedMaster(t *testing.T) {
 				}
 				defer s.Resume()
 			}
-			ceiling := c.boundCeiling(defaultTTLForTest)
+			ceiling := c.bound.Ceiling(defaultTTLForTest)
 			start := time.Now()
 			_, err := c.TryAcquire(ctx, "risen:two", WithTTL(defaultTTLForTest))
 			took := time.Since(start)
@@ -118,7 +118,7 @@ func TestAdaptiveBound_risenWaitOnStoppedMasters_pausedMaster(t *testing.T) {
 				_ = l.Release(ctx)
 				return true
 			})
-			ceiling = c.boundCeiling(ttl)
+			ceiling = c.bound.Ceiling(ttl)
 			for i := range 3 {
 				start := time.Now()
 				l, err := c.TryAcquire(ctx, "risen:one:"+string(rune('a'+i)), WithTTL(ttl))

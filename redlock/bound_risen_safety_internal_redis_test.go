@@ -43,8 +43,8 @@ func newRisingPools(t *testing.T, reals []*redistest.Server, name string, delays
 			rp.first.CompareAndSwap(0, time.Now().UnixNano())
 			if c := rp.c.Load(); c != nil && rp.armed.Load() {
 				now := time.Now()
-				for j := range c.peaks {
-					c.noteAnswer(j, now.Add(-slow), now)
+				for j := range c.masters {
+					c.bound.Note(j, now.Add(-slow), now)
 				}
 			}
 			if delays[i] > 0 {
@@ -100,7 +100,7 @@ func TestAdaptiveBound_risenWaitLeavesTheKeyLiveUntilUntil(t *testing.T) {
 				rp.first.Store(0)
 				l, err := c.TryAcquire(ctx, key, WithTTL(ttl))
 				if err != nil {
-					t.Fatalf("TryAcquire %d, masters at 80 ms, cap %v: %v", i, c.boundCeiling(ttl), err)
+					t.Fatalf("TryAcquire %d, masters at 80 ms, cap %v: %v", i, c.bound.Ceiling(ttl), err)
 				}
 				now := time.Now()
 				until := l.Until()
@@ -157,9 +157,9 @@ func TestAdaptiveBound_risenWaitBeyondTheCapRollsBack(t *testing.T) {
 				_, err := c.TryAcquire(ctx, "risen:capped", WithTTL(tc.ttl))
 				took := time.Since(start)
 				if !errors.Is(err, ErrNotAcquired) {
-					t.Fatalf("TryAcquire, masters at %v, cap %v: %v, want ErrNotAcquired", tc.delay, c.boundCeiling(tc.ttl), err)
+					t.Fatalf("TryAcquire, masters at %v, cap %v: %v, want ErrNotAcquired", tc.delay, c.bound.Ceiling(tc.ttl), err)
 				}
-				if limit := c.boundCeiling(tc.ttl) + stall.LateBound(c.timeout); took > limit {
+				if limit := c.bound.Ceiling(tc.ttl) + stall.LateBound(c.timeout); took > limit {
 					t.Errorf("failed after %v, want within %v", took, limit)
 				}
 				// The SETs run at start+delay; the TTL would end them at
@@ -201,7 +201,7 @@ func TestAdaptiveBound_grantReadInRisenWaitIsRolledBack_pausedMaster(t *testing.
 				t.Fatalf("the grant of master 0 (at 70 ms, past the 50 ms timeout) was not counted in the risen wait: %+v after %v", qe, took)
 			}
 			t.Logf("failed after %v: %v", took, err)
-			if limit := c.boundCeiling(ttl) + stall.LateBound(c.timeout); took > limit {
+			if limit := c.bound.Ceiling(ttl) + stall.LateBound(c.timeout); took > limit {
 				t.Errorf("failed after %v, want within %v", took, limit)
 			}
 			if !servers[0].WaitAbsent("risen:rollback", 500*time.Millisecond) {
@@ -282,7 +282,7 @@ func TestAdaptiveBound_risenWaitEndsAtCtxAndClose_pausedMaster(t *testing.T) {
 			// Close completes the commands in flight within a timeout or
 			// two (pipelined); a pooled read it waits out, and the round
 			// then ends at its risen wait, the cap.
-			if limit := later(at.Add(2*c.timeout), start.Add(c.boundCeiling(2*time.Second))).Add(50 * time.Millisecond); end.After(limit) {
+			if limit := later(at.Add(2*c.timeout), start.Add(c.bound.Ceiling(2*time.Second))).Add(50 * time.Millisecond); end.After(limit) {
 				t.Errorf("returned %v after Close began, %v after the start: %v", end.Sub(at), end.Sub(start), err)
 			}
 		})
@@ -312,7 +312,7 @@ func TestAdaptiveBound_risenWaitDoesNotFeedTheBound_pausedMaster(t *testing.T) {
 					t.Fatalf("TryAcquire %d: %v after %v", i, err, took)
 				}
 				_ = l.Release(ctx)
-				last = c.adaptiveBound(ttl, time.Now())
+				last = c.bound.For(ttl, time.Now())
 				worst = max(worst, last)
 			}
 			t.Logf("bound after 20 rounds %v, highest %v", last, worst)
@@ -354,7 +354,7 @@ func ledRisen(t *testing.T, c *Client, rp *risingPools, lead time.Duration) {
 	l, err := ledAttempt(t, c, "risen:led", ttl, 0)
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("led attempt, lead at %v, bound risen to %v: %v after %v", lead, c.adaptiveBound(ttl, time.Now()), err, took)
+		t.Fatalf("led attempt, lead at %v, bound risen to %v: %v after %v", lead, c.bound.For(ttl, time.Now()), err, took)
 	}
 	if until := l.Until(); until.After(time.Unix(0, rp.first.Load()).Add(ttl - c.drift(ttl))) {
 		t.Errorf("Until %v past the lead's SET + TTL - drift", until)

@@ -23,10 +23,10 @@ func TestAdaptiveBound_validityCountsTheWholeWait(t *testing.T) {
 			servers := redistest.Start(t, 3)
 			c := slowClientOn(t, servers, pipelined, 80*time.Millisecond, WithTimeout(50*time.Millisecond))
 			now := time.Now()
-			for i := range c.peaks {
-				c.noteAnswer(i, now.Add(-80*time.Millisecond), now)
+			for i := range c.masters {
+				c.bound.Note(i, now.Add(-80*time.Millisecond), now)
 			}
-			if b := c.adaptiveBound(ttl, time.Now()); b <= 80*time.Millisecond {
+			if b := c.bound.For(ttl, time.Now()); b <= 80*time.Millisecond {
 				t.Fatalf("bound %v after 80 ms answers, want more than 80 ms", b)
 			}
 			ctx := context.Background()
@@ -91,11 +91,11 @@ func TestAdaptiveBound_extensionNearExpiryNeverLengthensValidity(t *testing.T) {
 			}
 			until := l.Until()
 			now := time.Now()
-			for i := range c.peaks {
-				c.noteAnswer(i, now.Add(-2*time.Second), now)
+			for i := range c.masters {
+				c.bound.Note(i, now.Add(-2*time.Second), now)
 			}
-			ceiling := c.boundCeiling(ttl)
-			if got := c.adaptiveBound(ttl, time.Now()); got != ceiling {
+			ceiling := c.bound.Ceiling(ttl)
+			if got := c.bound.For(ttl, time.Now()); got != ceiling {
 				t.Fatalf("bound %v after 2 s answers, want the cap %v", got, ceiling)
 			}
 			// The test is about a moment of the lock's life: 100 ms

@@ -13,7 +13,12 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/clienthook"
+	"github.com/quorumlock/quorumlock/internal/finish"
+	"github.com/quorumlock/quorumlock/internal/health"
+	"github.com/quorumlock/quorumlock/internal/ident"
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/stall"
+	"github.com/quorumlock/quorumlock/internal/waker"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -30,15 +35,15 @@ type Client struct {
 	quorum   int
 
 	timeout     time.Duration
-	peaks       []peak // per master, its decaying peak round trip (bound.go)
+	bound       *stall.Bound // how long its rounds wait for a master (the adaptive bound)
 	driftFactor float64
 	clock       clock.Clock
-	jit         *jitter       // its random delays (nil: math/rand/v2's global source)
+	jit         *jitter.Rand  // its random delays (nil: math/rand/v2's global source)
 	realClock   bool          // clock is clock.Real(): its timers' lateness is this process's
 	stalls      *stall.Stalls // this process's stalls, as the client's timers saw them (stall.go)
 	logger      *slog.Logger
 	obs         observe.Observer // nil: none (observe.go)
-	health      []masterHealth   // each master's state; nil without logger and observer
+	health      *health.Masters  // each master's state; nil without logger and observer
 	closeMade   func()           // closes what the transports' maker made besides them (clienthook.Made)
 	// clusterSlots: the masters are Redis Cluster nodes (WithClusterSlots).
 	clusterSlots bool
@@ -54,25 +59,34 @@ type Client struct {
 	end     context.CancelFunc
 	closing <-chan struct{}
 
-	// mu guards the fields below, up to live. Lock order: finisher.gate,
-	// then finisher.mu, then mu (which guards finisher.owners). round.mu
-	// is never taken with mu held, nor mu with it (abandon and forget
-	// take them one after the other); a Lock's op comes before round.mu,
-	// and a transport's own lock after it (Silence, in leg.expire). An
-	// event's mu is a leaf: what waits for it runs outside it.
+	// mu guards the fields below, up to live. Lock order: the finisher's
+	// gate, then its mu (it calls addWorker under it: finish.Finisher),
+	// then mu (which guards the finisher's owners: Finisher.Newest, called
+	// under mu, takes no lock of the finisher). The waker's lock comes
+	// before mu (addWorker, as it starts a subscriber: waker.Waker).
+	// round.mu is never taken with mu held, nor mu with it (abandon and
+	// forget take them one after the other); a Lock's op comes before
+	// round.mu, and a transport's own lock after it (Silence, in
+	// leg.expire). An event's mu is a leaf: what waits for it runs
+	// outside it. So is the lock of jit (jitter.Rand), taken under the
+	// finisher's mu and the waker's.
 	mu        sync.Mutex
 	closed    bool
 	releasing map[string]*round // per key, the newest release whose legs still run (transports not Ordered)
 	leaving   map[string]*round // per key, the newest leave whose legs still run (idem)
 	chains    map[string]*round // per key and holder (chainID), its newest round whose legs still run (idem)
 	workers   sync.WaitGroup    // every leg of a round, retry, watchdog and subscriber still running
-	waker     *waker
+	waker     *waker.Waker
 	// allOrdered: every master's transport is Ordered: rounds need no
 	// goroutines and no chaining.
 	allOrdered  bool
-	someOrdered bool     // at least one master's transport is Ordered
-	fin         finisher // retries of releases and rollbacks that masters missed
-	ident       identity // the masters' run_ids: two addresses of one server are refused
+	someOrdered bool            // at least one master's transport is Ordered
+	fin         finish.Finisher // retries of releases and rollbacks that masters missed
+	// ident holds the masters' run_ids: two addresses of one server are
+	// refused. Its mutex comes after waker.mu (notify works out a pilot
+	// with leadFor, which reads ident.Known) and before mu (its probe's
+	// identHost.AddWorker).
+	ident ident.Identity
 	// live lists the rounds whose legs still run (under mu), for Close to
 	// complete what a transport left unanswered (abandon).
 	live *round
@@ -82,9 +96,6 @@ type Client struct {
 	// beforeWait, when set (tests), runs after a failed attempt, before
 	// the waiter registers for release notices.
 	beforeWait func()
-	// settled, when set (tests), runs as a waiter begins a pause with no
-	// re-check pending: its latest attempt is over.
-	settled func()
 }
 
 type master struct {
@@ -126,13 +137,12 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 	c := &Client{
 		masters:      make([]master, len(ts)),
 		failedAt:     make([]atomic.Int64, len(ts)),
-		peaks:        make([]peak, len(ts)),
 		addrs:        make([]string, len(ts)),
 		quorum:       len(ts)/2 + 1,
 		timeout:      cfg.timeout,
 		driftFactor:  cfg.driftFactor,
 		clock:        cfg.clock,
-		jit:          newJitter(cfg.jitter),
+		jit:          jitter.New(cfg.jitter),
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,
@@ -160,16 +170,13 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		c.allOrdered = c.allOrdered && ordered
 		c.someOrdered = c.someOrdered || ordered
 	}
+	c.bound = stall.NewBound(c.clock, c.stalls, len(ts), c.quorum, c.timeout, c.someOrdered)
 	if c.logger != nil || c.obs != nil {
-		c.health = make([]masterHealth, len(ts))
+		c.health = health.New(c.addrs, c.logger, c.obs)
 	}
-	if len(ts) == 1 {
-		// One master cannot be counted twice: nothing to identify, and
-		// its grants count from the first round.
-		c.ident.settled.Store(true)
-	}
+	c.ident.Init(identHost{c}, ident.Config{Addrs: c.addrs, Timeout: c.timeout, Closing: c.closing, Stalls: c.stalls, Invalid: ErrInvalid})
 	c.waker = newWaker(c)
-	c.fin.init(len(ts), c.jit)
+	c.initFinisher()
 	return c, nil
 }
 
@@ -256,7 +263,7 @@ func (c *Client) callStart() time.Time {
 
 // check rejects a Client New did not make and a nil context, and, at
 // first contact and from then on, masters that are one server under two
-// addresses (identity.go).
+// addresses (internal/ident).
 func (c *Client) check(ctx context.Context) error {
 	if err := c.valid(); err != nil {
 		return err

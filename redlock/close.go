@@ -25,7 +25,7 @@ func (c *Client) Close() error {
 		c.end()
 	}
 	c.mu.Unlock()
-	c.waker.close()
+	c.waker.Close()
 	idle := make(chan struct{})
 	go func() {
 		c.workers.Wait()
@@ -121,7 +121,7 @@ func (c *Client) abandon() {
 	for _, r := range rounds {
 		r.mu.Lock()
 		for i := range r.legs {
-			if l := &r.legs[i]; l.state.sentOnce() && !l.completed.Load() {
+			if l := &r.legs[i]; l.state.SentOnce() && !l.completed.Load() {
 				pending = append(pending, l)
 			}
 			if r.rbq != nil {
@@ -132,8 +132,11 @@ func (c *Client) abandon() {
 		}
 		r.mu.Unlock()
 	}
-	pending = c.fin.unanswered(pending)
+	retries := c.fin.Unanswered()
 	for _, p := range pending {
 		p.complete(nil, errAbandoned, SendInfo{Sent: true})
+	}
+	for _, q := range retries {
+		q.Complete(nil, errAbandoned, SendInfo{Sent: true})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
@@ -27,12 +28,14 @@ type tally struct {
 	ctxErr    error
 
 	// gate counts the grants of an acquisition or extension while some
-	// master is not identified (countGate); nil otherwise. Then yes
+	// master is not identified (ident.Gate); nil otherwise. Then yes
 	// counts the grants that count, pending those that may once the first
 	// probe ended or their master's probe in flight answered, lost those
 	// that never will in this round, and probing holds the outcome open
-	// until the first probe ended.
-	gate          *countGate
+	// until the first probe ended (recount). granted is, by master,
+	// whether its vote is voteYes: what gate counts; nil without gate.
+	gate          *ident.Gate
+	granted       []bool
 	pending, lost int
 	probing       bool
 	// uncounted are the masters whose grant did not count when the
@@ -64,15 +67,23 @@ func (t *tally) identities() <-chan struct{} {
 	if t.gate == nil || t.pending == 0 {
 		return nil
 	}
-	return t.gate.news
+	return t.gate.News()
+}
+
+// recount counts the grants by the identities known now (ident.Gate.Count).
+func (t *tally) recount() {
+	t.yes, t.pending, t.lost, t.probing = t.gate.Count(t.granted)
 }
 
 func (t *tally) add(rp reply) {
 	t.votes[rp.index] = rp.vote
+	if t.granted != nil {
+		t.granted[rp.index] = rp.vote == voteYes
+	}
 	switch rp.vote {
 	case voteYes:
 		if t.gate != nil {
-			t.gate.count(t)
+			t.recount()
 			break
 		}
 		t.yes++
@@ -113,9 +124,10 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 	var probed <-chan struct{}  // the first probe's end, while a grant may wait for it
 	var closing <-chan struct{} // Close, while the round waits for the first probe
 	if r.op == opAcquire || r.op == opExtend {
-		if t.gate = c.ident.gate(); t.gate != nil {
-			t.gate.count(&t)
-			probed = t.gate.first
+		if t.gate = c.ident.Gate(); t.gate != nil {
+			t.granted = make([]bool, n)
+			t.recount()
+			probed = t.gate.First()
 		}
 	}
 	if probed != nil {
@@ -167,14 +179,14 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 			}
 		case <-probed:
 			probed, closing = nil, nil
-			t.gate.count(&t)
+			t.recount()
 		case <-t.identities():
-			t.gate.count(&t)
+			t.recount()
 		case <-closing:
 			// Close stops the probe (which may be held up sending to a
 			// hung master): nothing more is identified, and the round
 			// ends undecided (t.probing), failing with ErrClosed.
-			c.ident.stopped.Store(true)
+			c.ident.MarkStopped()
 			return t
 		case <-timer.C():
 			// Count the replies that arrived with the timer first.
@@ -243,7 +255,7 @@ func (c *Client) collect(ctx context.Context, r *round) tally {
 // answer, and waits never past ctx, Close, nor by (the round's bound, or
 // the end of the validity the lock could have, if sooner); then the
 // grants still pending count for nothing. The first probe started
-// before the round, so waiting for it adds at most probeGrace; a master
+// before the round, so waiting for it adds at most ident.ProbeGrace; a master
 // that granted answers, so its INFO in flight is what a busy process has
 // not read yet, and this waits for it only as long as for a reply.
 func (c *Client) awaitProbe(ctx context.Context, t *tally, by time.Time) {
@@ -254,13 +266,13 @@ func (c *Client) awaitProbe(ctx context.Context, t *tally, by time.Time) {
 	defer timer.Stop()
 	for t.mayCount(c.quorum) {
 		select {
-		case <-t.gate.first:
-			t.gate.count(t)
+		case <-t.gate.First():
+			t.recount()
 		case <-t.identities():
-			t.gate.count(t)
+			t.recount()
 		case <-timer.C():
-			t.gate.late = true
-			t.gate.count(t)
+			t.gate.StopWaiting()
+			t.recount()
 			return
 		case <-ctx.Done():
 			t.ctxErr = ctx.Err()
@@ -268,7 +280,7 @@ func (c *Client) awaitProbe(ctx context.Context, t *tally, by time.Time) {
 		case <-c.closing:
 			// As in collect: the round ends undecided or short, and the
 			// attempt fails with ErrClosed.
-			c.ident.stopped.Store(true)
+			c.ident.MarkStopped()
 			return
 		}
 	}

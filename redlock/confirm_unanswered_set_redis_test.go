@@ -25,7 +25,8 @@ const settleBound = 15 * time.Second
 
 // confirmSpell is how long a test that checks a rollback was not
 // confirmed watches for one, once no retry is left: a confirmation goes
-// 20 ms (finishMin) after the rollback it confirms was answered.
+// 20 ms (the finisher's shortest backoff) after the rollback it confirms
+// was answered.
 const confirmSpell = 500 * time.Millisecond
 
 // TestConfirm_onlyAfterAnUnansweredSET: the confirming rollback

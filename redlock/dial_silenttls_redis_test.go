@@ -109,7 +109,7 @@ func TestDial_silentTLSMasterHoldsNoCallNorClosePastTheTimeout(t *testing.T) {
 					return timedUpTo(bound, what, f)
 				}
 				// The first call identifies the masters before its round
-				// (up to a per-master timeout and 100 ms, identity.go):
+				// (up to a per-master timeout and 100 ms, internal/ident):
 				// the two waits add up.
 				first := func(what string, f func() error) error {
 					t.Helper()

@@ -167,7 +167,7 @@ type QuorumError struct {
 	ctxErr   error
 	addrs    []string
 	// uncounted are the masters that granted but did not count: not
-	// identified yet, or one server under a second address (countGate).
+	// identified yet, or one server under a second address (ident.Gate).
 	uncounted []int
 }
 

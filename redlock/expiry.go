@@ -3,6 +3,9 @@ package redlock
 import (
 	"slices"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/jitter"
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // Expired locks found at once.
@@ -67,14 +70,14 @@ func (r *round) freeIn(quorum int, now time.Time) (d time.Duration, ok bool) {
 
 // hinted returns the delay before a waiter's next attempt given its own
 // delay and the key's expected free moment in (from the last attempt's
-// replies, freeIn): in plus a random spread of at most wakeSpread (waiters
-// of other clients learned the same moment, drawn from j), but never
-// below floor, and only when that is sooner than delay.
-func hinted(j *jitter, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
+// replies, freeIn): in plus a random spread of at most waker.WakeSpread
+// (waiters of other clients learned the same moment, drawn from j), but
+// never below floor, and only when that is sooner than delay.
+func hinted(j *jitter.Rand, delay, in time.Duration, ok bool, floor time.Duration) (time.Duration, bool) {
 	if !ok {
 		return delay, false
 	}
-	h := max(in+j.n(wakeSpread), floor)
+	h := max(in+j.N(waker.WakeSpread), floor)
 	if h >= delay {
 		return delay, false
 	}

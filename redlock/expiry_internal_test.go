@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // A waiting plain attempt's replies give the moment the key is free on a
@@ -65,14 +67,14 @@ func TestExpiry_hintShortensTheDelayWithinBounds(t *testing.T) {
 	if d, h := hinted(nil, delay, time.Hour, true, hintFloor(lc, 0)); d != delay || h {
 		t.Errorf("a hint past the delay: %v, %v", d, h)
 	}
-	if d, h := hinted(nil, delay, 100*time.Millisecond, true, hintFloor(lc, 0)); !h || d < 100*time.Millisecond || d > 100*time.Millisecond+wakeSpread {
+	if d, h := hinted(nil, delay, 100*time.Millisecond, true, hintFloor(lc, 0)); !h || d < 100*time.Millisecond || d > 100*time.Millisecond+waker.WakeSpread {
 		t.Errorf("a hint of 100ms: %v, %v", d, h)
 	}
 	var prev time.Duration
 	for hints := 0; hints < 40; hints++ {
 		f := hintFloor(lc, hints)
 		d, _ := hinted(nil, delay, 0, true, f)
-		if d < f || d < minBackoff || d > lc.backoffMax+wakeSpread {
+		if d < f || d < minBackoff || d > lc.backoffMax+waker.WakeSpread {
 			t.Fatalf("after %d refused hints: delay %v (floor %v)", hints, d, f)
 		}
 		if f < prev {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/redigot"
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // BackoffFloor is the shortest delay bound WithBackoff accepts.
@@ -19,7 +21,7 @@ var WithClock = withClock
 
 // Backoff exposes the retry delay for tests.
 func Backoff(floor, ceiling time.Duration, attempt int) time.Duration {
-	return backoff(nil, floor, ceiling, attempt)
+	return jitter.Backoff(nil, floor, ceiling, attempt)
 }
 
 // Sizes reports the client's per-key and per-connection bookkeeping, for
@@ -35,35 +37,27 @@ func (c *Client) Sizes() (releasing, waitedKeys, muxConns int) {
 			muxConns += mx.LiveConns()
 		}
 	}
-	c.waker.mu.Lock()
-	waitedKeys, _ = c.waker.keys.Counts()
-	c.waker.mu.Unlock()
+	waitedKeys, _ = c.waker.Counts()
 	return releasing, waitedKeys, muxConns
 }
 
 // Finishing reports how many retries of releases and rollbacks that a
 // master missed are pending.
 func Finishing(c *Client) int {
-	c.fin.mu.Lock()
-	defer c.fin.mu.Unlock()
-	return c.fin.outstanding
+	return c.fin.Outstanding()
 }
 
 // ReleaseWait is how long c's releases wait for a master.
-func ReleaseWait(c *Client) time.Duration { return c.releaseWait() }
+func ReleaseWait(c *Client) time.Duration { return c.bound.ReleaseWait() }
 
 // SetFinishBackoff sets the backoff between such retries.
 func SetFinishBackoff(c *Client, min, max time.Duration) {
-	c.fin.mu.Lock()
-	c.fin.min, c.fin.max = min, max
-	c.fin.mu.Unlock()
+	c.fin.SetBackoff(min, max)
 }
 
 // SetFinishLimit sets how many such retries may be pending.
 func SetFinishLimit(c *Client, n int) {
-	c.fin.mu.Lock()
-	c.fin.limit = n
-	c.fin.mu.Unlock()
+	c.fin.SetLimit(n)
 }
 
 // FinishOwners reports how many reentrant owners' newest rounds the
@@ -71,13 +65,13 @@ func SetFinishLimit(c *Client, n int) {
 func FinishOwners(c *Client) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fin.owners)
+	return c.fin.Owners()
 }
 
 // SetSettled sets a hook that runs as a waiter of c begins a pause with
 // no re-check pending: its latest attempt is over, and its backoff timer
 // is set. Set it while no waiter of c runs.
-func SetSettled(c *Client, f func()) { c.settled = f }
+func SetSettled(c *Client, f func()) { c.waker.SetSettled(f) }
 
 // SetBeforeWait sets a hook that runs in Acquire after an attempt failed
 // and before the waiter registers for release notices (the window a
@@ -86,24 +80,17 @@ func SetBeforeWait(c *Client, f func()) { c.beforeWait = f }
 
 // Lingering reports how many keys without waiters stay subscribed.
 func Lingering(c *Client) int {
-	c.waker.mu.Lock()
-	defer c.waker.mu.Unlock()
-	_, lingering := c.waker.keys.Counts()
+	_, lingering := c.waker.Counts()
 	return lingering
 }
 
 // MaxLinger is how many keys may linger per client.
-const MaxLinger = maxLinger
+const MaxLinger = waker.MaxLinger
 
 // IdentityProbed reports when the identity probe of master i last
 // started (zero: never).
 func IdentityProbed(c *Client, i int) time.Time {
-	c.ident.mu.Lock()
-	defer c.ident.mu.Unlock()
-	if c.ident.tried == nil {
-		return time.Time{}
-	}
-	return c.ident.tried[i]
+	return c.ident.Tried(i)
 }
 
 // LeadFor returns the master a woken waiter of key asks first (lead.go),

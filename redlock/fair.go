@@ -23,7 +23,7 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 	return &fairness{
 		queue:      layout.QueueKey(key),
 		deadlines:  layout.QueueDeadlinesKey(key),
-		waiter:     c.jit.uuid(),
+		waiter:     c.jit.UUID(),
 		arrival:    c.arrival(),
 		entryTTLms: entry.Milliseconds(),
 	}

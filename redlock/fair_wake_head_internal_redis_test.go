@@ -11,10 +11,10 @@ import (
 )
 
 // settledCount counts the pauses of c's waiters that began with their
-// latest attempt over (Client.settled).
+// latest attempt over (SetSettled).
 func settledCount(c *Client) *atomic.Int64 {
 	n := new(atomic.Int64)
-	c.settled = func() { n.Add(1) }
+	SetSettled(c, func() { n.Add(1) })
 	return n
 }
 

@@ -29,6 +29,7 @@ import (
 
 // maxFence bounds fencing tokens: below it they stay exact in every
 // language a resource may check them in (JSON numbers, Lua, JavaScript).
+// A holder read (internal/inspect's ReadHolder) is given it too.
 const maxFence = 1 << 53
 
 // fencing is a fenced lock's counter key and, in a commit round, the token

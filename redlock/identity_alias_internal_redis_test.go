@@ -124,9 +124,7 @@ func TestIdentity_masterThatGrantedIsAskedAgain(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if !redistest.WaitFor(ctx, func() bool {
-				c.ident.mu.Lock()
-				defer c.ident.mu.Unlock()
-				return c.ident.ids[2] != ""
+				return c.ident.IDs()[2] != ""
 			}) {
 				t.Fatal("master 2 was not asked again after it granted")
 			}

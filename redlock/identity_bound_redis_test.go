@@ -12,7 +12,7 @@ import (
 )
 
 // A client's first call, with a master SIGSTOPped, returns within one
-// per-master timeout and probeGrace (100 ms): the run_id probe runs beside
+// per-master timeout and ident.ProbeGrace (100 ms): the run_id probe runs beside
 // the call's round, not before it. Another master refuses (the key is
 // held there), so the round needs the hung master's answer and waits the
 // whole timeout; a probe run first would cost a second timeout.

@@ -89,9 +89,7 @@ func TestIdentity_aliasBusyAtFirstContactNeverCountsTwice(t *testing.T) {
 				return errors.Is(err, ErrInvalid)
 			})
 			if !found {
-				c.ident.mu.Lock()
-				t.Errorf("server 0 listed twice not reported after %d calls (ids %q, final %v); the last: %v", calls, c.ident.ids, c.ident.final, last)
-				c.ident.mu.Unlock()
+				t.Errorf("server 0 listed twice not reported after %d calls (ids %q, final %v); the last: %v", calls, c.ident.IDs(), c.ident.Final(), last)
 			}
 			leftover.Within(t, 5*time.Second, servers[:1], key)
 		})

@@ -13,7 +13,7 @@ import (
 )
 
 // Every kind's first call, with a master SIGSTOPped, returns within one
-// per-master timeout and probeGrace (100 ms): whatever talks to the
+// per-master timeout and ident.ProbeGrace (100 ms): whatever talks to the
 // masters first starts the run_id probe beside its own round, and the
 // round waits for that probe at most as long as for the hung master. A
 // second master holds each key as a plain string, so no kind but the

@@ -104,7 +104,7 @@ func neverTwice(t *testing.T, c *Client, k aliasGrantsTwice, key string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if !redistest.WaitFor(ctx, func() bool { return c.ident.dup.Load() != nil }) {
+	if !redistest.WaitFor(ctx, func() bool { return c.ident.Dup() != nil }) {
 		t.Fatal("the two addresses of one server were never found to be one")
 	}
 	if release, err := k.try(c, key); err == nil {
@@ -238,7 +238,7 @@ func TestIdentity_lateProbeWithAnotherMastersRunIDIsRefused(t *testing.T) {
 				t.Logf("first call: %v", err)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if !redistest.WaitFor(ctx, func() bool { return c.ident.dup.Load() != nil }) {
+				if !redistest.WaitFor(ctx, func() bool { return c.ident.Dup() != nil }) {
 					t.Fatal("the lie was never recorded as a duplicate")
 				}
 				if _, err := c.TryAcquire(context.Background(), key, WithTTL(time.Minute)); !errors.Is(err, ErrInvalid) {
@@ -316,7 +316,7 @@ func TestIdentity_probeAnswerAfterCloseIsHarmless(t *testing.T) {
 			for _, s := range shaped {
 				s.wg.Wait() // the answers, handed over as Close ran
 			}
-			if c.ident.dup.Load() != nil {
+			if c.ident.Dup() != nil {
 				t.Error("answers read after Close made a duplicate")
 			}
 			leftover.None(t, servers, key)

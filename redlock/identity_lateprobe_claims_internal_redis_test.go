@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/leftover"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
@@ -16,7 +17,7 @@ import (
 // nothing in that round at once; the round does not wait the round's
 // bound (the per-master timeout and a second more) for it. Master 2's
 // INFO fails at its deadline while it grants; master 1 refuses; the
-// first call fails within the timeout and probeGrace.
+// first call fails within the timeout and ident.ProbeGrace.
 func TestIdentity_unansweredProbeDoesNotHoldTheRound(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	const timeout = 300 * time.Millisecond
@@ -42,7 +43,7 @@ func TestIdentity_unansweredProbeDoesNotHoldTheRound(t *testing.T) {
 				t.Errorf("%v, want ErrNotAcquired naming master 2's grant not counted", err)
 			}
 			t.Logf("took %v", took)
-			if bound := timeout + probeGrace + slack; took > bound {
+			if bound := timeout + ident.ProbeGrace + slack; took > bound {
 				t.Errorf("the first call took %v, want at most %v: nothing was in flight", took, bound)
 			}
 			leftover.None(t, []*redistest.Server{servers[0], servers[2]}, key)

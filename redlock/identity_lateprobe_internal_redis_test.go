@@ -91,7 +91,7 @@ func lateProbeClient(t *testing.T, servers []*redistest.Server, pipelined bool, 
 
 // A fresh Client's first acquisition is granted by every master, whose
 // run_id probes are answered too but read 300 ms late, past the probe's
-// wait (the per-master timeout and probeGrace, 200 ms): the masters that
+// wait (the per-master timeout and ident.ProbeGrace, 200 ms): the masters that
 // granted answer, so the round waits for their probes on its own budget,
 // and the grants count once the masters are identified. Before, the
 // round gave up with the probe and failed, its grants "not counted".

@@ -121,7 +121,7 @@ func TestIdentity_ctxEndsDuringProbe_documentedSentinel_pausedMaster(t *testing.
 }
 
 // A Reentrant's acquisition is a call that talks to the masters: one
-// server under two addresses is refused for it too (identity.go: "every
+// server under two addresses is refused for it too (internal/ident: "every
 // such call fails").
 func TestIdentity_reentrantRefusesSameServerTwice(t *testing.T) {
 	servers := redistest.Start(t, 2)

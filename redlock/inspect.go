@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fault"
+	"github.com/quorumlock/quorumlock/internal/inspect"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
@@ -84,38 +85,13 @@ func (c *Client) inspectEach(ctx context.Context, key string, read func(context.
 	return in, nil
 }
 
-// inspect reads one master through its transport's Inspector ability.
-// (Inspection does not go through the lock's command path: it is rare,
-// read-only, and its replies have shapes no lock command has.)
+// inspect reads one master through its transport's Inspector ability
+// (internal/inspect's Read). (Inspection does not go through the lock's
+// command path: it is rare, read-only, and its replies have shapes no
+// lock command has.)
 func (c *Client) inspect(ctx context.Context, m *master, key string) MasterState {
-	return c.inspectOn(m, func(in Inspector) (st layout.State, rtt time.Duration, err error) {
-		r := layout.NewReader(key)
-		for first := true; ; first = false {
-			cmds := r.Next()
-			if cmds == nil {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return st, rtt, err
-			}
-			start := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, c.timeout)
-			replies, err := in.Inspect(rctx, cmds)
-			cancel()
-			if first {
-				rtt = time.Since(start)
-			}
-			if err == nil && len(replies) != len(cmds) {
-				err = fmt.Errorf("inspection: %d replies to %d commands", len(replies), len(cmds))
-			}
-			if err != nil {
-				return st, rtt, err
-			}
-			if err := r.Feed(replies); err != nil {
-				return st, rtt, err
-			}
-		}
-		return r.State(), rtt, nil
+	return c.inspectOn(m, func(in Inspector) (layout.State, time.Duration, error) {
+		return inspect.Read(ctx, in, key, c.timeout)
 	})
 }
 

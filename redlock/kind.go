@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -33,7 +34,7 @@ type kind interface {
 	// kind that leaves something.
 	command(r *round, op opKind, dst []any) (script *scripts.Script, cmd string, args []any)
 	// token returns an attempt's token.
-	token(j *jitter) string
+	token(j *jitter.Rand) string
 	// keys returns the keys the lock holds — the ones a waiter waits to
 	// see released and Lock.Keys returns — given the lock's first key.
 	keys(key string) []string
@@ -92,16 +93,16 @@ func kindForAttempt(k kind) kind {
 // token per attempt, one key, nothing left behind, held alone.
 type baseKind struct{}
 
-func (baseKind) token(j *jitter) string   { return j.uuid() }
-func (baseKind) keys(key string) []string { return []string{key} }
-func (baseKind) holder() string           { return "" }
-func (baseKind) leaves() bool             { return false }
-func (baseKind) shared() bool             { return false }
-func (baseKind) queued() bool             { return false }
-func (baseKind) oneToken() bool           { return false }
-func (baseKind) renews() bool             { return false }
-func (baseKind) partial() bool            { return false }
-func (baseKind) forRelease() kind         { return nil }
+func (baseKind) token(j *jitter.Rand) string { return j.UUID() }
+func (baseKind) keys(key string) []string    { return []string{key} }
+func (baseKind) holder() string              { return "" }
+func (baseKind) leaves() bool                { return false }
+func (baseKind) shared() bool                { return false }
+func (baseKind) queued() bool                { return false }
+func (baseKind) oneToken() bool              { return false }
+func (baseKind) renews() bool                { return false }
+func (baseKind) partial() bool               { return false }
+func (baseKind) forRelease() kind            { return nil }
 
 // plainKind is the plain lock (Client.Acquire without WithFair): SET NX
 // PX, or with WithFencing the fenced acquisition's script. Once its first

@@ -21,7 +21,7 @@ import (
 //
 // Every process must name the same pilot for a key without talking to the
 // others: the pilot is the master whose run_id (learned at first contact,
-// identity.go) hashes highest with the key (rendezvous hashing, in
+// internal/ident) hashes highest with the key (rendezvous hashing, in
 // wake.Pilot), so that the order in which processes list their masters
 // does not matter, and keys spread over the masters. Until every run_id
 // is known, the masters' positions stand in for them. A master that
@@ -37,11 +37,15 @@ const leadQuiet = time.Second
 // leadFor returns the master a woken waiter's attempt on key asks first,
 // or -1 for none (one master, or none answered lately without failing):
 // the key's pilot (wake.Pilot) among the masters that did not fail a
-// command within max(leadQuiet, 20 × the per-master timeout).
+// command within max(leadQuiet, 20 × the per-master timeout). It takes
+// the identity's mutex (ident.Identity.Known) until every run_id is
+// known, and the waker calls it with its lock held (waker.Waker.Notify):
+// the lock order is the waker's lock, then the identity's; nothing that
+// holds the identity's mutex calls into the waker.
 func (c *Client) leadFor(key string) int {
 	quiet := int64(max(leadQuiet, 20*c.timeout))
 	now := time.Now().UnixNano()
-	return wake.Pilot(key, c.ident.known(), len(c.masters), func(i int) bool {
+	return wake.Pilot(key, c.ident.Known(), len(c.masters), func(i int) bool {
 		at := c.failedAt[i].Load()
 		return at != 0 && now-at < quiet
 	})

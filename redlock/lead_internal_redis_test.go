@@ -49,26 +49,21 @@ func identified(t *testing.T) func(*Client, error) *Client {
 		if err := c.identify(); err != nil {
 			t.Fatal(err)
 		}
-		// The probe ends within a per-master timeout (and probeGrace).
-		c.ident.mu.Lock()
-		first := c.ident.first
-		c.ident.mu.Unlock()
-		if first != nil {
+		// The probe ends within a per-master timeout (and ident.ProbeGrace).
+		if first := c.ident.First(); first != nil {
 			<-first
 		}
 		// Every master answered it: a dial that a busy host made miss the
-		// per-master timeout is tried again (once per identifyRetry)
+		// per-master timeout is tried again (once a second, internal/ident)
 		// rather than leaving the test's first round a master short.
 		redistest.Eventually(t, 10*time.Second, "every master identified", func() bool {
 			_ = c.identify()
-			return c.ident.settled.Load()
+			return c.ident.Settled()
 		})
 		// The probe's answers, a dial's time in them, are round trips
 		// for the adaptive bound: a test of the bound counts its own
 		// rounds' answers only.
-		for i := range c.peaks {
-			c.peaks[i].v.Store(0)
-		}
+		c.bound.Forget()
 		return c
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/event"
+	"github.com/quorumlock/quorumlock/internal/legstate"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -30,11 +31,19 @@ type leg struct {
 	completed atomic.Bool
 
 	// Under round.mu:
-	state legState    // where it is in its life: changed by to only (legstate.go)
-	vote  vote        // its master's answer, or why there is none; 0 until known
-	waits int         // in legWaiting, the events it still waits for before it sends
-	timer *time.Timer // ends that wait past the round's deadline (expire)
-	due   time.Time   // when timer is due
+	state legstate.State // where it is in its life: changed by to only (internal/legstate)
+	vote  vote           // its master's answer, or why there is none; 0 until known
+	waits int            // in legstate.Waiting, the events it still waits for before it sends
+	timer *time.Timer    // ends that wait past the round's deadline (expire)
+	due   time.Time      // when timer is due
+}
+
+// to moves the leg on by e (under round.mu); it reports whether e may
+// happen in the leg's state (else the leg stays as it was).
+func (l *leg) to(e legstate.Event) bool {
+	s, ok := legstate.Next(l.state, e)
+	l.state = s
+	return ok
 }
 
 // begin sends the leg's command, at once on an Ordered transport; on
@@ -42,7 +51,7 @@ type leg struct {
 // commit: once its acquisition was answered there), the leg of the leave
 // it follows too (leave, an acquisition that starts a chain) has ended and
 // a retry of a superseded round still in flight there has ended
-// (finish.go), or gives up one per-master timeout after the round's
+// (internal/finish), or gives up one per-master timeout after the round's
 // deadline.
 func (l *leg) begin(prev, leave *round) {
 	r := l.r
@@ -59,7 +68,7 @@ func (l *leg) begin(prev, leave *round) {
 		if leave != nil {
 			waits = append(waits, &leave.legs[l.i].done)
 		}
-		if e := r.fin.waitAfter(l.i); e != nil {
+		if e := r.fin.WaitAfter(l.i); e != nil {
 			waits = append(waits, e)
 		}
 	}
@@ -100,7 +109,7 @@ func (l *leg) begin(prev, leave *round) {
 		down = r.down(dn, m)
 	}
 	r.mu.Lock()
-	l.to(evWait)
+	l.to(legstate.EvWait)
 	l.waits = len(waits)
 	if down != nil {
 		l.giveUpLocked()
@@ -130,7 +139,7 @@ func (l *leg) begin(prev, leave *round) {
 func (l *leg) downLed(dn Downer) {
 	r := l.r
 	r.mu.Lock()
-	wait := l.state == legWaiting && r.legs[r.ledBy-1].granted()
+	wait := l.state == legstate.Waiting && r.legs[r.ledBy-1].granted()
 	r.mu.Unlock()
 	if !wait {
 		return
@@ -140,7 +149,7 @@ func (l *leg) downLed(dn Downer) {
 		return
 	}
 	r.mu.Lock()
-	if l.state != legWaiting {
+	if l.state != legstate.Waiting {
 		r.mu.Unlock()
 		return
 	}
@@ -151,9 +160,9 @@ func (l *leg) downLed(dn Downer) {
 }
 
 // giveUpLocked gives the leg's wait up, unsent: its vote is a failure
-// (under round.mu, in legWaiting).
+// (under round.mu, in legstate.Waiting).
 func (l *leg) giveUpLocked() {
-	l.to(evGiveUp)
+	l.to(legstate.EvGiveUp)
 	l.vote = voteFail
 }
 
@@ -181,7 +190,7 @@ func (l *leg) ready() {
 		r.mu.Unlock()
 		return
 	}
-	gaveUp := l.state == legGaveUp
+	gaveUp := l.state == legstate.GaveUp
 	if l.led() && r.c.masters[l.i].ordered {
 		defer r.sentLed.Done() // sent, or ended unsent
 	}
@@ -190,7 +199,7 @@ func (l *leg) ready() {
 		// this master is not asked. (A round that succeeded meanwhile,
 		// on a quorum of the others answering before this leg was
 		// readied, still asks it: the lock is held on every master.)
-		l.to(evSkip)
+		l.to(legstate.EvSkip)
 		l.vote = voteSkip
 		l.timer.Stop()
 		if r.seen != nil {
@@ -208,7 +217,7 @@ func (l *leg) ready() {
 		l.transmit(hand)
 		return
 	}
-	l.to(evWaitsOver)
+	l.to(legstate.EvWaitsOver)
 	r.mu.Unlock()
 	if finishes(r.op, r) {
 		// A release that never went out is sent later.
@@ -228,7 +237,7 @@ func (l *leg) ready() {
 func (l *leg) expire() {
 	r := l.r
 	r.mu.Lock()
-	if l.state != legWaiting {
+	if l.state != legstate.Waiting {
 		r.mu.Unlock()
 		return
 	}
@@ -280,14 +289,14 @@ func (r *round) unsentLed(i int) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.legs[i].state.sentOnce()
+	return !r.legs[i].state.SentOnce()
 }
 
 // placedNothingLocked reports whether the leg's command certainly put
 // nothing on its master: refused there, not asked (a led leg), or never
 // sent (under round.mu).
 func (l *leg) placedNothingLocked() bool {
-	return l.vote == voteNo || l.vote == voteSkip || l.state == legGaveUp || l.state == legEndedUnsent
+	return l.vote == voteNo || l.vote == voteSkip || l.state == legstate.GaveUp || l.state == legstate.EndedUnsent
 }
 
 // granted reports whether the leg's master granted it (under round.mu).
@@ -310,10 +319,10 @@ func (l *leg) send() {
 func (l *leg) sendLocked() (hand bool) {
 	r := l.r
 	if r.op == opAcquire && r.c.masters[l.i].ordered {
-		l.to(evHand)
+		l.to(legstate.EvHand)
 		return true
 	}
-	l.to(evSend)
+	l.to(legstate.EvSend)
 	return false
 }
 
@@ -331,7 +340,7 @@ func (l *leg) transmit(hand bool) {
 	// A rollback decided meanwhile waited for the command to be handed
 	// over (nextLocked): it goes now.
 	r.mu.Lock()
-	l.to(evHanded)
+	l.to(legstate.EvHanded)
 	act := l.nextLocked()
 	r.mu.Unlock()
 	l.act(act)
@@ -353,11 +362,11 @@ func (l *leg) complete(res any, err error, info SendInfo) {
 		if r.ledBy == l.i+1 {
 			r.leadAnswered.Store(int32(min(now.Sub(r.started()), math.MaxInt32*time.Microsecond) / time.Microsecond))
 		}
-		r.c.noteAnswer(l.i, l.askedAt(), now)
+		r.c.bound.Note(l.i, l.askedAt(), now)
 	}
 	r.answered(l.i, r.op, v, err)
 	r.mu.Lock()
-	l.to(evAnswer)
+	l.to(legstate.EvAnswer)
 	l.vote = v
 	act := l.nextLocked()
 	r.mu.Unlock()
@@ -390,15 +399,15 @@ const (
 func (l *leg) nextLocked() legAct {
 	r := l.r
 	switch {
-	case l.state == legAnswered && (r.op != opAcquire || l.vote == voteNo || r.decided && !r.failed):
-		l.to(evEnd)
+	case l.state == legstate.Answered && (r.op != opAcquire || l.vote == voteNo || r.decided && !r.failed):
+		l.to(legstate.EvEnd)
 		return legEnd
 	case r.op == opAcquire && r.decided && r.failed &&
-		(l.state == legAnswered || l.state == legSent && r.c.masters[l.i].ordered):
+		(l.state == legstate.Answered || l.state == legstate.Sent && r.c.masters[l.i].ordered):
 		// On an Ordered transport the rollback is queued behind the
 		// SET, once the SET was handed to it (send): handed over first,
 		// it would run first, find nothing, and the SET would stay.
-		l.to(evRollback)
+		l.to(legstate.EvRollback)
 		return legRollback
 	}
 	return legWait
@@ -458,7 +467,7 @@ func (r *round) down(dn Downer, m *master) error {
 // downAfter is how long a master must have been silent to be down for the
 // round's acquisition: the round's wait (the adaptive bound: when every
 // master answers late of late, one silent for less than the wait is as
-// slow as the others, bound.go), and as long again as every master of the
+// slow as the others, stall.Bound), and as long again as every master of the
 // client has been silent (hostSilence): a host so loaded that no master
 // runs for a while silences them all together, and a master no more
 // silent than that is not down but waiting for the host. One silent for

@@ -324,7 +324,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		if valid {
 			r.final = l.finalNo
 		}
-		r.fin.placers.Store(l.placers())
+		r.placers.Store(l.placers())
 		t = c.collect(ctx, r)
 	}
 	switch {

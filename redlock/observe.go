@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -19,80 +19,18 @@ import (
 // attempt), of an extension and of a release, where a lock is marked
 // lost, and where a master's command is answered. Without an observer and
 // without a logger none of this runs: no event is built, nothing is
-// allocated, and the hot path reads one nil field per hook.
-//
-// A master's state (up or failing) is kept when a logger or an observer
-// is set: the first failure after success turns it failing (logged once,
-// at Warn), later failures are counted and not logged (a reminder with the
-// count at most once a minute), and the next answer turns it up again
-// (logged at Info with the count) — an answer to a command sent after it
-// turned failing: not a late answer to one queued behind the failure.
+// allocated, and the hot path reads one nil field per hook. A master's
+// state (up or failing) is kept by internal/health, which also guards the
+// observer against its panics.
 
 // WithObserver sends the client's events to o (see observe.Observer).
 // The default, nil, sends none and costs nothing.
 func WithObserver(o observe.Observer) Option { return func(c *config) { c.observer = o } }
 
-// guarded is an Observer that recovers a panic of the one it wraps: a
-// faulty observer must neither crash the client (OnMasterAnswer runs on a
-// transport's goroutine, where nobody could recover it) nor unwind an
-// acquisition after the masters granted it, stranding a lock its caller
-// never got. The first panic is logged at Error (WithLogger); the later
-// ones only counted.
-type guarded struct {
-	o      observe.Observer
-	logger *slog.Logger
-	panics *atomic.Int64
-}
-
-// guard wraps o (nil stays nil: no observer costs nothing).
+// guard wraps o so that a panic of o is recovered (health.Guard; nil
+// stays nil: no observer costs nothing).
 func guard(o observe.Observer, logger *slog.Logger) observe.Observer {
-	if o == nil {
-		return nil
-	}
-	return guarded{o: o, logger: logger, panics: new(atomic.Int64)}
-}
-
-// recovered is deferred by each method of g.
-func (g guarded) recovered(method string) {
-	p := recover()
-	if p == nil {
-		return
-	}
-	if g.panics.Add(1) == 1 && g.logger != nil {
-		g.logger.LogAttrs(context.Background(), slog.LevelError, "redlock: observer panicked",
-			slog.String("method", method), slog.Any("panic", p),
-			slog.String("note", "recovered; further panics of the observer are not logged"))
-	}
-}
-
-func (g guarded) OnAcquire(ctx context.Context, e observe.AcquireEvent) {
-	defer g.recovered("OnAcquire")
-	g.o.OnAcquire(ctx, e)
-}
-
-func (g guarded) OnExtend(ctx context.Context, e observe.ExtendEvent) {
-	defer g.recovered("OnExtend")
-	g.o.OnExtend(ctx, e)
-}
-
-func (g guarded) OnRelease(ctx context.Context, e observe.ReleaseEvent) {
-	defer g.recovered("OnRelease")
-	g.o.OnRelease(ctx, e)
-}
-
-func (g guarded) OnLoss(ctx context.Context, e observe.LossEvent) {
-	defer g.recovered("OnLoss")
-	g.o.OnLoss(ctx, e)
-}
-
-func (g guarded) OnMasterAnswer(ctx context.Context, e observe.MasterAnswer) {
-	defer g.recovered("OnMasterAnswer")
-	g.o.OnMasterAnswer(ctx, e)
-}
-
-func (g guarded) OnMasterState(ctx context.Context, e observe.MasterStateEvent) {
-	defer g.recovered("OnMasterState")
-	g.o.OnMasterState(ctx, e)
+	return health.Guard(o, logger)
 }
 
 // kindName names a lock's kind k (fencing from its options) for events.
@@ -121,99 +59,24 @@ func kindName(k kind, fencing bool) string {
 	return observe.KindPlain
 }
 
-// masterHealth is one master's state, for the logs and the observer.
-type masterHealth struct {
-	failing  atomic.Bool
-	failures atomic.Int64 // since it turned failing
-	changed  atomic.Int64 // when it last changed state (UnixNano); 0 never
-	reminded atomic.Int64 // when the failures were last logged (UnixNano)
-	// unconfirmed counts the releases and rollbacks given up on it since
-	// it last answered (finish.go): the first is logged, the rest are
-	// told with its recovery.
-	unconfirmed atomic.Int64
-}
-
 // firstUnconfirmed counts a release or rollback given up on master m and
-// reports whether to log it: the first since m last answered, or any when
-// master states are not kept.
+// reports whether to log it (health.Masters.FirstUnconfirmed).
 func (c *Client) firstUnconfirmed(m *master) bool {
-	if c.health == nil {
-		return true
-	}
-	return c.health[m.index].unconfirmed.Add(1) == 1
+	return c.health.FirstUnconfirmed(m.index)
 }
 
 // failureReminder is how often a master that keeps failing is logged
 // again, with the count of failures not logged since.
-const failureReminder = time.Minute
+const failureReminder = health.Reminder
 
 // watching reports whether a logger or an observer is set: master states
 // are kept and events built only then.
 func (c *Client) watching() bool { return c.health != nil }
 
 // masterFailed records master m's failure of op on key: logged when it
-// turns m failing, counted otherwise.
+// turns m failing, counted otherwise (health.Masters.Failed).
 func (c *Client) masterFailed(ctx context.Context, op opKind, key string, m *master, err error) {
-	if c.health == nil {
-		return
-	}
-	h := &c.health[m.index]
-	now := time.Now()
-	if !h.failing.Load() && h.failing.CompareAndSwap(false, true) {
-		h.failures.Store(1)
-		h.reminded.Store(now.UnixNano())
-		var since time.Duration
-		if prev := h.changed.Swap(now.UnixNano()); prev != 0 {
-			since = time.Duration(now.UnixNano() - prev)
-		}
-		if c.logger != nil {
-			c.logger.LogAttrs(ctx, slog.LevelWarn, "redlock: master failing",
-				slog.String("op", op.String()), slog.String("key", key),
-				slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err),
-				slog.String("note", "further failures of this master are counted, not logged, until it answers again"))
-		}
-		if c.obs != nil {
-			c.obs.OnMasterState(ctx, observe.MasterStateEvent{Index: m.index, Addr: m.addr, State: observe.MasterFailing, Err: err, Since: since})
-		}
-		return
-	}
-	n := h.failures.Add(1)
-	last := h.reminded.Load()
-	if c.logger != nil && now.UnixNano()-last >= int64(failureReminder) && h.reminded.CompareAndSwap(last, now.UnixNano()) {
-		c.logger.LogAttrs(ctx, slog.LevelWarn, "redlock: master still failing",
-			slog.String("op", op.String()), slog.String("key", key),
-			slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err),
-			slog.Int64("failures", n),
-			slog.Duration("for", time.Duration(now.UnixNano()-h.changed.Load())))
-	}
-}
-
-// masterAnswered records that master m answered a command sent at sent:
-// a failing master turns up, unless the command was sent before it turned
-// failing (a late answer to a command queued behind the failure says
-// little about the master now, and would make its state flap).
-func (c *Client) masterAnswered(ctx context.Context, m *master, sent time.Time) {
-	if c.health == nil {
-		return
-	}
-	h := &c.health[m.index]
-	if !h.failing.Load() || sent.UnixNano() < h.changed.Load() || !h.failing.CompareAndSwap(true, false) {
-		return
-	}
-	now := time.Now().UnixNano()
-	n := h.failures.Swap(0)
-	since := time.Duration(now - h.changed.Swap(now))
-	if c.logger != nil {
-		attrs := []slog.Attr{slog.Int("master", m.index), slog.String("addr", m.addr),
-			slog.Int64("failures", n), slog.Duration("failing_for", since)}
-		if u := h.unconfirmed.Swap(0); u > 0 {
-			attrs = append(attrs, slog.Int64("unconfirmed", u))
-		}
-		c.logger.LogAttrs(ctx, slog.LevelInfo, "redlock: master answering again", attrs...)
-	}
-	if c.obs != nil {
-		c.obs.OnMasterState(ctx, observe.MasterStateEvent{Index: m.index, Addr: m.addr, State: observe.MasterUp, Failures: n, Since: since})
-	}
+	c.health.Failed(ctx, m.index, op.String(), key, err)
 }
 
 // answered records master i's answer to the round's command op (the
@@ -227,9 +90,9 @@ func (r *round) answered(i int, op opKind, v vote, err error) {
 	}
 	m := &c.masters[i]
 	if err != nil && v != voteNo { // a refusal that says why is an answer
-		c.masterFailed(r.ctx, op, r.key, m, err)
+		c.health.Failed(r.ctx, i, op.String(), r.key, err)
 	} else {
-		c.masterAnswered(r.ctx, m, r.started())
+		c.health.Answered(r.ctx, i, r.started())
 	}
 	if c.obs == nil {
 		return

@@ -170,7 +170,7 @@ func everyMasterStoppedAttempts(t *testing.T, n int, frozen time.Duration, mk fu
 }
 
 // Every master stopped (SIGSTOP), N=1 and N=3: TryAcquire fails within
-// the most an acquisition waits (boundCeiling: a second here) and does
+// the most an acquisition waits (stall.Bound.Ceiling: a second here) and does
 // not claim a master "not tried"; Acquire and Release honour their ctx;
 // a Release under no deadline returns within its wait (lateBound, a
 // second); many goroutines at once do not pile up; and Close, with the

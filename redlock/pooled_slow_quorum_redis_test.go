@@ -18,7 +18,7 @@ import (
 // bound rises to them (half a second here), so acquisitions should
 // succeed once it has: the bound is there so that a host whose masters
 // all answer late is not a host whose locks always fail. The identity
-// probe, though, waits the per-master timeout and probeGrace only, so it
+// probe, though, waits the per-master timeout and ident.ProbeGrace only, so it
 // never hears these masters, and their grants never count ("granted but
 // not counted (its server not identified yet ...)").
 func TestPooled_quorumOfSlowMastersIsAcquiredOnceTheBoundLearnsThem(t *testing.T) {

@@ -11,16 +11,18 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
 // Reentrant locks: one Redis hash per key holding the owner, its hold
 // count and the hold's id (internal/scripts/reentrant.lua). The owner is
-// the token of every hold, so its rounds supersede each other (finish.go)
-// and none may run late; the hold id, new for every attempt at a first
-// hold, keeps a command of an older hold that a master runs late anyway
-// from ending or changing a newer one (docs/design.md, "Reentrant holds").
+// the token of every hold, so its rounds supersede each other
+// (internal/finish) and none may run late; the hold id, new for every
+// attempt at a first hold, keeps a command of an older hold that a
+// master runs late anyway from ending or changing a newer one
+// (docs/design.md, "Reentrant holds").
 
 // Reentrant is a reentrant lock on one key for one owner: the owner may
 // take it again while holding it, and must release it as many times. Go
@@ -67,7 +69,7 @@ func (c *Client) NewReentrant(key, owner string, opts ...LockOption) (*Reentrant
 		return nil, err
 	}
 	if owner == "" {
-		owner = c.jit.uuid()
+		owner = c.jit.UUID()
 	}
 	return &Reentrant{c: c, key: key, owner: owner, lc: lc, op: make(chan struct{}, 1), holds: newHoldIDs(c.jit)}, nil
 }
@@ -135,7 +137,7 @@ func (r *Reentrant) acquire(ctx context.Context, once bool) error {
 		return err
 	}
 	// A call that talks to the masters: the identity check at first
-	// contact (identity.go), and from then on the duplicate-master error.
+	// contact (internal/ident), and from then on the duplicate-master error.
 	if err := r.c.identify(); err != nil {
 		return err
 	}
@@ -381,19 +383,19 @@ type holdIDs struct {
 	n    atomic.Uint64
 }
 
-func newHoldIDs(j *jitter) *holdIDs {
-	return &holdIDs{name: strconv.FormatUint(j.uint64(), 36)}
+func newHoldIDs(j *jitter.Rand) *holdIDs {
+	return &holdIDs{name: strconv.FormatUint(j.Uint64(), 36)}
 }
 
 func (h *holdIDs) next() string {
 	return h.name + ":" + strconv.FormatUint(h.n.Add(1), 10)
 }
 
-func (k *reentrantKind) token(*jitter) string { return k.owner }
-func (k *reentrantKind) oneToken() bool       { return true }
-func (k *reentrantKind) renews() bool         { return true }
-func (k *reentrantKind) partial() bool        { return k.count != 0 }
-func (k *reentrantKind) forRelease() kind     { return k.withCount(0) }
+func (k *reentrantKind) token(*jitter.Rand) string { return k.owner }
+func (k *reentrantKind) oneToken() bool            { return true }
+func (k *reentrantKind) renews() bool              { return true }
+func (k *reentrantKind) partial() bool             { return k.count != 0 }
+func (k *reentrantKind) forRelease() kind          { return k.withCount(0) }
 
 // withCount returns k with the count set to n; the last release (n = 0)
 // gets an id of its own to be announced by, since every release of one

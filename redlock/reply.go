@@ -26,8 +26,8 @@ func (r *round) answer(i int, op opKind, w *wireCmd, res any, err error, info Se
 	if failed {
 		r.c.failedAt[i].Store(time.Now().UnixNano())
 	}
-	if failed && !info.Sent {
-		r.fin.markUnsent(op, i)
+	if failed && !info.Sent && op == opAcquire {
+		r.fin.MarkUnsent(i)
 	}
 	if failed && finishes(op, r) {
 		r.c.finishLater(r, i, op, err)

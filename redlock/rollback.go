@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/legstate"
 )
 
 // decide fixes the round's outcome. Each leg of a failed acquisition then
@@ -83,7 +85,7 @@ func (q *rollbackReq) complete(res any, err error, info SendInfo) {
 	}
 	r.answered(l.i, opRollback, v, err)
 	r.mu.Lock()
-	l.to(evRolledBack)
+	l.to(legstate.EvRolledBack)
 	unknown := r.setUnansweredLocked(l.i)
 	r.mu.Unlock()
 	if err == nil && v == voteNo && unknown {

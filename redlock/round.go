@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/finish"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -93,7 +94,7 @@ type round struct {
 	deadline    time.Time // when its commands stop being waited for
 	// wait is how long its commands are waited for from its start: the
 	// adaptive bound of an acquisition or an extension (bound.go), a
-	// release's longer wait (Client.releaseWait), else the per-master
+	// release's longer wait (stall.Bound.ReleaseWait), else the per-master
 	// timeout.
 	wait    time.Duration
 	running atomic.Int32
@@ -141,8 +142,15 @@ type round struct {
 	liveNext, livePrev *round
 
 	// fin: retries of its release or rollback that a master missed
-	// (finish.go).
-	fin roundFin
+	// (internal/finish, and finish.go).
+	fin finish.Round
+	// placers, for a lock's release: the lock's rounds that may have put
+	// its token on a master (Lock.placers). Set by Lock.Release once the
+	// round started, so that the finisher, when it queues, sends or gives
+	// up a retry, can tell a master that none of them reached: the
+	// release leaves nothing there, and needs no retry nor warning
+	// (nothingAt).
+	placers atomic.Pointer[[]*round]
 
 	// final, for a release, reports whether master i's answer that it
 	// does not hold the token is final: no command of the lock that puts
@@ -189,7 +197,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	r.k, r.fence = k, fence
 	r.wait = c.boundFor(op, ttl)
 	if op == opRelease {
-		r.wait = c.releaseWait()
+		r.wait = c.bound.ReleaseWait()
 	}
 	r.replies, r.deadline, r.ctx = make(chan reply, n), time.Now().Add(r.wait), ctx
 	if c.obs != nil {
@@ -207,9 +215,9 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s %q", ErrClosed, op, key)
 	}
-	var older *round // a reentrant owner's previous round, whose retries this one ends
+	var older *finish.Round // a reentrant owner's previous round, whose retries this one ends
 	if k.oneToken() {
-		older = c.fin.newest(c, chainID(key, token, k), r, ttl)
+		older = c.fin.Newest(chainID(key, token, k), &r.fin, ttl)
 	}
 	prev := after
 	var leave *round // the client's latest leave of key, for an acquisition that starts a chain
@@ -244,7 +252,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 	c.live = r
 	c.mu.Unlock()
 	if older != nil {
-		c.fin.supersede(older, r)
+		c.fin.Supersede(older, &r.fin)
 	}
 	w := &r.wireBuf
 	r.wireInto(w, op, r.argBuf[:])
@@ -310,7 +318,7 @@ func (c *Client) startLed(ctx context.Context, op opKind, key, token string, ttl
 // sent there and never will be (not asked, given up before it was sent,
 // failed unsent). A command that failed unanswered may still run, late.
 func (r *round) settledAt(i int) bool {
-	if r.fin.unsentAt(i) {
+	if r.fin.UnsentAt(i) {
 		return true
 	}
 	r.mu.Lock()

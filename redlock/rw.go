@@ -60,7 +60,7 @@ func (c *Client) acquireRW(ctx context.Context, key string, opts []LockOption, w
 	if !write {
 		return c.acquire(ctx, called, key, &lc, readKind{})
 	}
-	return c.acquire(ctx, called, key, &lc, &writeKind{writer: c.jit.uuid(), intentMS: c.entryTTL(&lc).Milliseconds()})
+	return c.acquire(ctx, called, key, &lc, &writeKind{writer: c.jit.UUID(), intentMS: c.entryTTL(&lc).Milliseconds()})
 }
 
 // readKind is a read hold (AcquireRead): shared with other readers.

@@ -99,12 +99,6 @@ func (l *leg) Complete(res any, err error, info SendInfo) { l.complete(res, err,
 // (transport.Completer).
 func (q *rollbackReq) Complete(res any, err error, info SendInfo) { q.complete(res, err, info) }
 
-// Complete hands a transport's outcome to the retry (transport.Completer).
-func (q *finReq) Complete(res any, err error, info SendInfo) { q.complete(res, err, info) }
-
-// Complete hands a transport's outcome to the probe (transport.Completer).
-func (p *probeCompleter) Complete(res any, err error, info SendInfo) { p.complete(res, err, info) }
-
 // scriptOf maps each script the Client runs to its transport.Script, by
 // SHA: scripts that share a source (FairFencedAcquire is FairAcquire
 // with the fencing counter's key) share one.

@@ -448,7 +448,7 @@ func TestSeam_everyCommandCarriesADeadline(t *testing.T) {
 			var mu sync.Mutex
 			var bad []string
 			seen := map[string]int{}
-			var releaseWait time.Duration // a release waits longer (Client.releaseWait): set once the client is made
+			var releaseWait time.Duration // a release waits longer (stall.Bound.ReleaseWait): set once the client is made
 			record := func(addr string, answer func(*redlock.Command) (any, error)) func(*redlock.Command) (any, error) {
 				return func(cmd *redlock.Command) (any, error) {
 					left := time.Until(cmd.Deadline)

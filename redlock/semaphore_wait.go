@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/wake"
+	"github.com/quorumlock/quorumlock/internal/waker"
 )
 
 // Waiting for a semaphore's permit.
@@ -21,16 +22,16 @@ import (
 // at once, it keeps one and hands the others on at once to the next waiter
 // of each slot's queue, so that no freed slot waits for its attempt; a
 // waiter that leaves without having tried a slot it was woken for hands
-// that slot on too (waker.unregister), and one whose attempt failed after
-// a notice of the slot woke another waiter of the Client meanwhile wakes
-// the next waiter of that slot (waiting.tried): its grant at the slot's
-// pilot, undone by no notice, may have refused the other. Its timer — the
-// backoff, then the fallback poll — tries every slot from a random one: a
-// holder that vanished frees its slot at its TTL without a notice, and a
-// notice may be lost.
+// that slot on too (waker.Waiting.StopAt), and one whose attempt failed
+// after a notice of the slot woke another waiter of the Client meanwhile
+// wakes the next waiter of that slot (waker.Waiting.Tried): its grant at
+// the slot's pilot, undone by no notice, may have refused the other. Its
+// timer — the backoff, then the fallback poll — tries every slot from a
+// random one: a holder that vanished frees its slot at its TTL without a
+// notice, and a notice may be lost.
 
-// slotsKind is a plain lock waited for on every slot's key: what
-// waker.mark asks of a semaphore's waiter.
+// slotsKind is a plain lock waited for on every slot's key: its keys are
+// what waker.Waker.Mark asks of a semaphore's waiter.
 type slotsKind struct {
 	plainKind
 	slots []string
@@ -57,10 +58,10 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 		return nil, err
 	}
 	// Read before the first attempt: whether a release between its
-	// refusal and the registration could go unheard (waiting.recheck).
-	var m mark
+	// refusal and the registration could go unheard (waker.Waiting.Recheck).
+	var m waker.Mark
 	if wait {
-		m = c.waker.mark("", slotsKind{slots: s.slots})
+		m = c.waker.Mark("", slotsKind{slots: s.slots}.keys)
 	}
 	defer func() {
 		if p != nil {
@@ -81,7 +82,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool, pre []LockOption) (p
 // grant or at an error other than a refusal.
 func (s *Semaphore) pass(ctx context.Context, lc *lockConfig, tries *int) (*Permit, []error) {
 	n := len(s.slots)
-	start := s.c.jit.intN(n)
+	start := s.c.jit.IntN(n)
 	var errs []error
 	for j := 0; j < n; j++ {
 		i := (start + j) % n
@@ -119,7 +120,7 @@ func (s *Semaphore) try(ctx context.Context, lc *lockConfig, i, lead int, tries 
 // wait is Acquire after a first pass refused by every slot (errs): it
 // waits for a release of any slot (see above) until a permit is granted,
 // ctx ends or the wait bound passes.
-func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time.Time, errs []error, tries *int) (*Permit, error) {
+func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m waker.Mark, begun time.Time, errs []error, tries *int) (*Permit, error) {
 	c := s.c
 	giveUp := begun.Add(lc.wait) // with lc.waitSet
 	if c.beforeWait != nil {
@@ -136,25 +137,25 @@ func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time
 				return nil, s.notAcquired(errs)
 			}
 		}
-		delay := min(wt.delay(lc, attempt, false, errs[len(errs)-1]), left)
+		delay := min(c.delay(wt, lc, attempt, false, errs[len(errs)-1]), left)
 		why := s.pause(ctx, wt, delay)
 		var p *Permit
 		switch why {
-		case resumeCtx:
+		case waker.ResumeCtx:
 			var qe *QuorumError
 			if asQuorumError(errs[len(errs)-1], &qe) {
 				qe.ctxErr = ctx.Err()
 			}
 			return nil, s.notAcquired(errs)
-		case resumeReleased:
+		case waker.ResumeReleased:
 			i := s.wokenSlot(wt)
 			if i < 0 {
 				continue // handed on meanwhile
 			}
-			lead := c.woken(ctx, &waiting{w: wt.w, ch: wt.ch, ws: wt.ws[i : i+1]}, s.slots[i], plainKind{}, waitFrom)
+			lead := wt.One(i).Woken(ctx, s.slots[i], false, waitFrom)
 			var err error
 			p, err = s.try(ctx, lc, i, lead, tries)
-			wt.tried(err)
+			wt.Tried(err)
 			if err != nil {
 				errs = []error{err}
 			}
@@ -162,7 +163,7 @@ func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time
 			// come before a quorum of masters ran the release.
 			attempt = 0
 		default:
-			c.waker.revive()
+			c.waker.Revive()
 			p, errs = s.pass(ctx, lc, tries)
 			attempt++
 		}
@@ -178,45 +179,29 @@ func (s *Semaphore) wait(ctx context.Context, lc *lockConfig, m mark, begun time
 
 // register makes the waiter of one Acquire: registered on every slot's
 // key, as a waiter of that key alone, all on one channel. m is the mark
-// read before the first attempt (waiting.recheck).
-func (s *Semaphore) register(m mark) *waiting {
-	w := s.c.waker
-	wt := &waiting{w: w, ch: make(chan struct{}, 1), recheck: !m.live}
-	for _, key := range s.slots {
-		each, quiet := w.registerOn(key, wt.ch, m.gen, wake.Plain, 0)
-		wt.ws = append(wt.ws, each)
-		wt.recheck = wt.recheck || !quiet
-	}
-	return wt
+// read before the first attempt (waker.Waiting.Recheck).
+func (s *Semaphore) register(m waker.Mark) *waker.Waiting {
+	return s.c.waker.Wait(s.slots, m, wake.Plain, 0)
 }
 
 // unregister removes the waiter from every slot's queue; got is the slot
 // it took, or -1. The notice of a slot it was woken for and has not tried
-// goes to the next waiter of that slot (waker.unregister).
-func (s *Semaphore) unregister(wt *waiting, got int) {
-	for i, each := range wt.ws {
-		wt.w.unregister(each, i == got)
-	}
+// goes to the next waiter of that slot (waker.Waiting.StopAt).
+func (s *Semaphore) unregister(wt *waker.Waiting, got int) {
+	wt.StopAt(got)
 }
 
 // wokenSlot returns a slot the waiter was woken for and takes its notice,
 // or -1 when none is left; the others it hands on (wake.Table.TakeOne).
-// The attempt on that slot begins (waiting.trying): its end is told with
-// waiting.tried.
-func (s *Semaphore) wokenSlot(wt *waiting) int {
-	w := wt.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	i := w.keys.TakeOne(wt.ws, s.c.jit.intN(len(wt.ws)))
-	if i >= 0 {
-		wt.tryingLocked(wt.ws[i])
-	}
-	return i
+// The attempt on that slot begins (waker.Waiting.TakeOne): its end is
+// told with waker.Waiting.Tried.
+func (s *Semaphore) wokenSlot(wt *waker.Waiting) int {
+	return wt.TakeOne(s.c.jit.IntN)
 }
 
 // pause is Client.pause for a semaphore's waiter: it ends at the first of
 // its delay, the recheck of a new waiter, a release of any slot
-// (resumeReleased: wokenSlot tells which), Close and ctx.
-func (s *Semaphore) pause(ctx context.Context, wt *waiting, delay time.Duration) resume {
-	return s.c.waitOut(ctx, wt, plainKind{}, delay)
+// (waker.ResumeReleased: wokenSlot tells which), Close and ctx.
+func (s *Semaphore) pause(ctx context.Context, wt *waker.Waiting, delay time.Duration) waker.Resume {
+	return wt.WaitOut(ctx, false, delay)
 }

@@ -3,36 +3,35 @@ package redlock
 import (
 	"testing"
 
+	"github.com/quorumlock/quorumlock/internal/waker"
 	"github.com/quorumlock/quorumlock/layout"
 )
 
 // newSlotWaiters returns a semaphore of k on a waker that follows no
 // master (closed: registering subscribes nothing), and n of its waiters,
 // registered in order.
-func newSlotWaiters(k, n int) (*Semaphore, []*waiting) {
-	w := &waker{closed: true}
+func newSlotWaiters(k, n int) (*Semaphore, []*waker.Waiting) {
+	w := waker.New(waker.Config{})
+	w.Close()
 	s := &Semaphore{c: &Client{waker: w}, key: "jobs", permits: k}
 	for i := 0; i < k; i++ {
 		s.slots = append(s.slots, layout.PermitKey("jobs", i))
 	}
-	var ws []*waiting
+	var ws []*waker.Waiting
 	for i := 0; i < n; i++ {
-		ws = append(ws, s.register(mark{gen: w.keys.Gen(), live: true}))
+		ws = append(ws, s.register(waker.Mark{Gen: w.Gen(), Live: true}))
 	}
 	return s, ws
 }
 
 // notice wakes the waiter the waker would wake for a release of slot.
 func notice(s *Semaphore, slot int) {
-	w := s.c.waker
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.keys.Queue(s.slots[slot]).WakeNext()
+	s.c.waker.WakeNext(s.slots[slot])
 }
 
-func signalled(wt *waiting) bool {
+func signalled(wt *waker.Waiting) bool {
 	select {
-	case <-wt.ch:
+	case <-wt.C():
 		return true
 	default:
 		return false
@@ -89,7 +88,7 @@ func TestSemaphoreWaiter_leavingHandsOnUntriedNotices(t *testing.T) {
 	notice(s, 0)
 	notice(s, 2)
 	_ = signalled(a)
-	a.ws[0].Woken = false // taken by an attempt on slot 0, which won
+	a.Waiters()[0].Woken = false // taken by an attempt on slot 0, which won
 	s.unregister(a, 0)
 	if !signalled(b) {
 		t.Fatal("the untried slot's notice was not handed on")

@@ -51,10 +51,7 @@ func handoverRatesOf(t *testing.T, servers []*redistest.Server, key string, stop
 	}
 	redistest.Eventually(t, 10*time.Second, "every contender has key's channel live on every master", func() bool {
 		for _, c := range cs {
-			c.waker.mu.Lock()
-			live := c.waker.liveLocked(key)
-			c.waker.mu.Unlock()
-			if live < len(servers) {
+			if c.waker.Live(key) < len(servers) {
 				return false
 			}
 		}

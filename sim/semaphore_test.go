@@ -69,7 +69,7 @@ func TestSemaphore_vanishedHoldersPermitFreeWithinTTLAndOneRetry(t *testing.T) {
 					t.Fatal(err)
 				}
 				granted := time.Now()
-				poll := min(ttl/2, 2*time.Second) // the waiter's fallback poll (redlock's fallbackPoll)
+				poll := min(ttl/2, 2*time.Second) // the waiter's fallback poll (internal/waker's fallbackPoll)
 				drift := ttl/100 + 2*time.Millisecond
 				bound := until.Add(drift + poll + 2*time.Millisecond)
 				if granted.Before(until) {

@@ -8,6 +8,12 @@
 // latest, and what judges a master by its silence takes that stall off
 // (In), so a master whose answers waited in the socket while this process
 // did not run is not counted down for it.
+//
+// It also holds how long a round waits for its masters given such
+// stalls: Patience, a round's rule for a silent master, and Bound, a
+// Client's per-master wait (the adaptive bound, a release's wait). It
+// knows nothing of locks, rounds or transports beyond the durations and
+// master indexes its callers pass, and imports only clock of this module.
 package stall
 
 import (

@@ -1,8 +1,10 @@
-package redlock
+package ident
 
 import (
 	"fmt"
 	"testing"
+
+	"github.com/quorumlock/quorumlock/transport"
 )
 
 // An error reply to the probe is final (the master is not asked again)
@@ -24,7 +26,7 @@ func TestProbeAnswerResult_errorReplies(t *testing.T) {
 		{"ERR max number of clients reached", false},
 		{"BUSYGROUP Consumer Group name already exists", true},
 	} {
-		r := probeAnswerResult(nil, fmt.Errorf("master 0: %w", ReplyError(tc.msg)))
+		r := probeAnswerResult(nil, fmt.Errorf("master 0: %w", transport.ReplyError(tc.msg)))
 		if r.final != tc.final || r.runID != "" {
 			t.Errorf("%q: %+v, want final %v and no run_id", tc.msg, r, tc.final)
 		}

@@ -1,4 +1,4 @@
-package redlock
+package waker
 
 import (
 	"time"
@@ -17,7 +17,9 @@ import (
 // would reach this client —
 // the key's channel is subscribed, acknowledged, on enough masters that
 // every quorum includes one of them (N − quorum + 1) — the waiter polls
-// only every fallbackPoll(TTL) instead.
+// only every fallbackPoll(TTL) instead. The core decides the first two
+// (they depend on its backoff and its errors); Poll checks the last and
+// draws the poll.
 
 // maxFallbackPoll bounds the fallback poll.
 const maxFallbackPoll = 2 * time.Second
@@ -30,33 +32,24 @@ func fallbackPoll(ttl, backoffMax time.Duration) time.Duration {
 	return max(backoffMax, min(ttl/2, maxFallbackPoll))
 }
 
-// delay returns how long the waiter sleeps before its next attempt
-// (number attempt+1), which failed with failed, unless woken: the jittered
-// backoff, or the jittered fallback poll once the backoff is at its
-// maximum, the attempt was refused by so many masters holding the key for
+// Poll returns the jittered fallback poll of a lock of ttl whose backoff
+// is at most backoffMax, for a waiter whose backoff is at its maximum and
+// whose last attempt was refused by so many masters holding the key for
 // another that no quorum was possible (masters that failed or timed out
-// announce nothing when they come back), and every key's subscription is
-// live on enough masters. A waiter that leaves a mark (a fair queue entry,
-// a writer's intent) keeps the backoff: its attempts refresh the mark,
-// which would expire otherwise.
-func (wg *waiting) delay(lc *lockConfig, attempt int, leaves bool, failed error) time.Duration {
-	d := backoff(wg.w.c.jit, lc.backoffMin, lc.backoffMax, attempt)
-	if leaves || attempt < 30 && lc.backoffMin<<attempt < lc.backoffMax && lc.backoffMin<<attempt > 0 {
-		return d
-	}
-	var qe *QuorumError
-	if !asQuorumError(failed, &qe) || len(qe.Refused) <= qe.Masters-qe.Quorum {
-		return d
-	}
+// announce nothing when they come back): a random delay in [p/2, p], p =
+// fallbackPoll(ttl, backoffMax). It reports false, and draws nothing,
+// unless every key's subscription is live on enough masters; the waiter
+// then keeps its backoff.
+func (wg *Waiting) Poll(ttl, backoffMax time.Duration) (time.Duration, bool) {
 	w := wg.w
-	need := len(w.c.masters) - w.c.quorum + 1
+	need := len(w.subs) - w.cfg.Quorum + 1
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, wt := range wg.ws {
 		if w.liveLocked(wt.Key) < need {
-			return d
+			return 0, false
 		}
 	}
-	p := fallbackPoll(lc.ttl, lc.backoffMax)
-	return p/2 + wg.w.c.jit.n(p-p/2+1)
+	p := fallbackPoll(ttl, backoffMax)
+	return p/2 + w.cfg.Jitter(p-p/2+1), true
 }

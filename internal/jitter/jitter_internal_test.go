@@ -1,4 +1,4 @@
-package redlock
+package jitter
 
 import (
 	"math/rand/v2"
@@ -12,16 +12,16 @@ import (
 // semaphore slots and tokens from the same seed; without one, tokens come
 // from crypto/rand and never repeat.
 func TestJitter_seededSourceRepeatsItsDraws(t *testing.T) {
-	draw := func(j *jitter) (out []any) {
+	draw := func(j *Rand) (out []any) {
 		for a := range 8 {
-			out = append(out, backoff(j, time.Millisecond, time.Second, a))
+			out = append(out, Backoff(j, time.Millisecond, time.Second, a))
 		}
-		out = append(out, j.intN(5), j.n(time.Millisecond), j.uuid(), j.uuid())
+		out = append(out, j.IntN(5), j.N(time.Millisecond), j.UUID(), j.UUID())
 		return out
 	}
-	a := draw(newJitter(rand.NewPCG(1, 2)))
-	b := draw(newJitter(rand.NewPCG(1, 2)))
-	c := draw(newJitter(rand.NewPCG(1, 3)))
+	a := draw(New(rand.NewPCG(1, 2)))
+	b := draw(New(rand.NewPCG(1, 2)))
+	c := draw(New(rand.NewPCG(1, 3)))
 	for i := range a {
 		if a[i] != b[i] {
 			t.Errorf("draw %d: %v, then %v from the same seed", i, a[i], b[i])
@@ -36,15 +36,15 @@ func TestJitter_seededSourceRepeatsItsDraws(t *testing.T) {
 			t.Errorf("token %v: want a version-4 UUID (%v)", tok, err)
 		}
 	}
-	var nilJit *jitter
-	if x, y := nilJit.uuid(), nilJit.uuid(); x == y {
+	var nilJit *Rand
+	if x, y := nilJit.UUID(), nilJit.UUID(); x == y {
 		t.Errorf("unseeded tokens repeat: %q", x)
 	}
 	for a := range 40 {
 		floor, ceiling := time.Millisecond, 100*time.Millisecond
 		d := min(ceiling, floor<<min(a, 30))
-		if got := backoff(nilJit, floor, ceiling, a); got < d/2 || got > d {
-			t.Errorf("backoff(attempt %d) = %v, want in [%v, %v]", a, got, d/2, d)
+		if got := Backoff(nilJit, floor, ceiling, a); got < d/2 || got > d {
+			t.Errorf("Backoff(attempt %d) = %v, want in [%v, %v]", a, got, d/2, d)
 		}
 	}
 }

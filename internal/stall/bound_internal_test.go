@@ -1,23 +1,25 @@
-package redlock
+package stall
 
 import (
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
 )
 
-// boundClient is a Client of n masters with the per-master timeout, as
-// the adaptive bound sees it (no transports: only its figures).
-func boundClient(n int, timeout time.Duration) *Client {
-	return &Client{timeout: timeout, quorum: n/2 + 1, peaks: make([]peak, n), realClock: true}
+// boundClient is the Bound of a Client of n masters with the per-master
+// timeout (no transports: only its figures).
+func boundClient(n int, timeout time.Duration) *Bound {
+	return NewBound(clock.Real(), nil, n, n/2+1, timeout, false)
 }
 
 func TestAdaptiveBound_isTheTimeoutOnAFastHost(t *testing.T) {
 	c := boundClient(5, 50*time.Millisecond)
 	now := time.Now()
 	for i := range 5 {
-		c.noteAnswer(i, now.Add(-2*time.Millisecond), now)
+		c.Note(i, now.Add(-2*time.Millisecond), now)
 	}
-	if got := c.adaptiveBound(8*time.Second, now); got != c.timeout {
+	if got := c.For(8*time.Second, now); got != c.timeout {
 		t.Errorf("bound %v on a host whose masters answer in 2 ms, want the timeout %v", got, c.timeout)
 	}
 }
@@ -26,11 +28,11 @@ func TestAdaptiveBound_followsAQuorumOfSlowMasters(t *testing.T) {
 	c := boundClient(5, 50*time.Millisecond)
 	now := time.Now()
 	for i, took := range []time.Duration{60, 70, 80, 900, 2000} {
-		c.noteAnswer(i, now.Add(-took*time.Millisecond), now)
+		c.Note(i, now.Add(-took*time.Millisecond), now)
 	}
 	// The quorum-th lowest peak (80 ms), twice: the two slowest masters
 	// do not count.
-	if got, want := c.adaptiveBound(8*time.Second, now), 160*time.Millisecond; got != want {
+	if got, want := c.For(8*time.Second, now), 160*time.Millisecond; got != want {
 		t.Errorf("bound %v, want %v", got, want)
 	}
 }
@@ -38,9 +40,9 @@ func TestAdaptiveBound_followsAQuorumOfSlowMasters(t *testing.T) {
 func TestAdaptiveBound_ignoresAMinorityOfSlowMasters(t *testing.T) {
 	c := boundClient(5, 50*time.Millisecond)
 	now := time.Now()
-	c.noteAnswer(3, now.Add(-time.Second), now)
-	c.noteAnswer(4, now.Add(-time.Second), now)
-	if got := c.adaptiveBound(8*time.Second, now); got != c.timeout {
+	c.Note(3, now.Add(-time.Second), now)
+	c.Note(4, now.Add(-time.Second), now)
+	if got := c.For(8*time.Second, now); got != c.timeout {
 		t.Errorf("bound %v with two slow masters of five, want the timeout %v", got, c.timeout)
 	}
 }
@@ -49,7 +51,7 @@ func TestAdaptiveBound_isCappedByTheTimeoutAndTheTTL(t *testing.T) {
 	c := boundClient(3, 50*time.Millisecond)
 	now := time.Now()
 	for i := range 3 {
-		c.noteAnswer(i, now.Add(-5*time.Second), now)
+		c.Note(i, now.Add(-5*time.Second), now)
 	}
 	for _, tc := range []struct {
 		ttl, want time.Duration
@@ -58,7 +60,7 @@ func TestAdaptiveBound_isCappedByTheTimeoutAndTheTTL(t *testing.T) {
 		{8 * time.Second, 800 * time.Millisecond},       // a tenth of the TTL
 		{100 * time.Millisecond, 50 * time.Millisecond}, // never below the timeout
 	} {
-		if got := c.adaptiveBound(tc.ttl, now); got != tc.want {
+		if got := c.For(tc.ttl, now); got != tc.want {
 			t.Errorf("ttl %v: bound %v, want %v", tc.ttl, got, tc.want)
 		}
 	}
@@ -68,40 +70,24 @@ func TestAdaptiveBound_forgetsASlowSpell(t *testing.T) {
 	c := boundClient(3, 50*time.Millisecond)
 	now := time.Now()
 	for i := range 3 {
-		c.noteAnswer(i, now.Add(-100*time.Millisecond), now)
+		c.Note(i, now.Add(-100*time.Millisecond), now)
 	}
-	if got, want := c.adaptiveBound(8*time.Second, now.Add(boundHalfLife)), 100*time.Millisecond; got != want {
+	if got, want := c.For(8*time.Second, now.Add(boundHalfLife)), 100*time.Millisecond; got != want {
 		t.Errorf("one half-life later: bound %v, want %v", got, want)
 	}
-	if got := c.adaptiveBound(8*time.Second, now.Add(3*boundHalfLife)); got != c.timeout {
+	if got := c.For(8*time.Second, now.Add(3*boundHalfLife)); got != c.timeout {
 		t.Errorf("three half-lives later: bound %v, want the timeout %v", got, c.timeout)
 	}
 }
 
 func TestAdaptiveBound_onlyOnTheRealClock(t *testing.T) {
 	c := boundClient(3, 50*time.Millisecond)
-	c.realClock = false
+	c.real = false
 	now := time.Now()
 	for i := range 3 {
-		c.noteAnswer(i, now.Add(-time.Second), now)
+		c.Note(i, now.Add(-time.Second), now)
 	}
-	if got := c.adaptiveBound(8*time.Second, now); got != c.timeout {
+	if got := c.For(8*time.Second, now); got != c.timeout {
 		t.Errorf("bound %v on a simulated clock, want the timeout %v", got, c.timeout)
-	}
-}
-
-func TestAdaptiveBound_onlyForAcquisitionsAndExtensions(t *testing.T) {
-	c := boundClient(3, 50*time.Millisecond)
-	now := time.Now()
-	for i := range 3 {
-		c.noteAnswer(i, now.Add(-100*time.Millisecond), now)
-	}
-	for _, op := range []opKind{opAcquire, opExtend} {
-		if got := c.boundFor(op, 8*time.Second); got <= c.timeout {
-			t.Errorf("%v: bound %v, want more than the timeout", op, got)
-		}
-	}
-	if got := c.boundFor(opRollback, 8*time.Second); got != c.timeout {
-		t.Errorf("rollback: bound %v, want the timeout", got)
 	}
 }

@@ -1,4 +1,4 @@
-package redlock
+package waker
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fault"
+	"github.com/quorumlock/quorumlock/internal/keys"
+	"github.com/quorumlock/quorumlock/layout"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -17,8 +19,8 @@ import (
 // channels equal to the wanted ones as the waited-for keys change, until
 // stopped or the subscription breaks.
 type subscriber struct {
-	w       *waker
-	m       *master
+	w       *Waker
+	i       int // the master's index
 	started time.Time
 
 	kick chan struct{} // size 1: the wanted channels changed
@@ -28,7 +30,7 @@ type subscriber struct {
 	stop context.CancelFunc
 
 	mu   sync.Mutex
-	sub  Subscription // nil until open
+	sub  transport.Subscription // nil until open
 	dead bool
 }
 
@@ -41,11 +43,10 @@ func (s *subscriber) isLive(channel string) bool {
 	return !dead && sub != nil && sub.Live(channel)
 }
 
-func (w *waker) startSubscriber(i int) *subscriber {
-	c := w.c
-	s := &subscriber{w: w, m: &c.masters[i], started: time.Now(), kick: make(chan struct{}, 1)}
+func (w *Waker) startSubscriber(i int) *subscriber {
+	s := &subscriber{w: w, i: i, started: time.Now(), kick: make(chan struct{}, 1)}
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	if !c.addWorker() {
+	if !w.host.AddWorker() {
 		s.stop()
 		return nil
 	}
@@ -79,17 +80,16 @@ func (s *subscriber) fail(err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, transport.ErrNoticesRefused):
-		s.w.refused(s.m, err)
+		s.w.refused(s.i, err)
 	default:
-		s.w.c.logFailure(opWait, "", s.m, err)
+		s.w.host.Failed(s.i, err)
 	}
 }
 
-// refused logs that master m refused release notices, unless the same
-// refusal of m was logged within failureReminder.
-func (w *waker) refused(m *master, err error) {
-	c := w.c
-	if c.logger == nil {
+// refused logs that master i refused release notices, unless the same
+// refusal of i was logged within the Reminder.
+func (w *Waker) refused(i int, err error) {
+	if w.cfg.Logger == nil {
 		return
 	}
 	now := time.Now()
@@ -98,24 +98,24 @@ func (w *waker) refused(m *master, err error) {
 	if w.refusals == nil {
 		w.refusals = make(map[int]refusal)
 	}
-	last := w.refusals[m.index]
-	quiet := last.msg == msg && now.Sub(last.at) < failureReminder
+	last := w.refusals[i]
+	quiet := last.msg == msg && now.Sub(last.at) < w.cfg.Reminder
 	if !quiet {
-		w.refusals[m.index] = refusal{msg, now}
+		w.refusals[i] = refusal{msg, now}
 	}
 	w.mu.Unlock()
 	if !quiet {
-		c.logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master refuses release notices; its waiters poll",
-			slog.Int("master", m.index), slog.String("addr", m.addr), slog.Any("error", err),
+		w.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "redlock: master refuses release notices; its waiters poll",
+			slog.Int("master", i), slog.String("addr", w.cfg.Addrs[i]), slog.Any("error", err),
 			slog.String("note", "the same refusal is logged again after a minute at most"))
 	}
 }
 
-// brokenErr is why sub broke, as a master's error, when it says
+// brokenErr is why sub broke, as master i's error, when it says
 // (transport.Breakable).
-func brokenErr(c *Client, m *master, sub Subscription) error {
+func (w *Waker) brokenErr(i int, sub transport.Subscription) error {
 	if e, ok := sub.(transport.Breakable); ok && e.Err() != nil {
-		return c.nodeError(m, e.Err())
+		return w.host.NodeError(i, e.Err())
 	}
 	return nil
 }
@@ -123,25 +123,25 @@ func brokenErr(c *Client, m *master, sub Subscription) error {
 // run opens the subscription, then keeps its channels equal to the wanted
 // ones until stopped or the subscription breaks; it closes the
 // subscription as it ends. A panic (a hostile master's reply, on a pool
-// this package did not make) fails the subscriber: the waiters fall back
+// the Client did not make) fails the subscriber: the waiters fall back
 // on their timers until it is restarted.
 func (s *subscriber) run() {
-	c := s.w.c
-	defer c.workers.Done()
+	w := s.w
+	defer w.host.WorkerDone()
 	defer func() {
 		if p := recover(); p != nil {
-			s.fail(c.nodeError(s.m, fault.PanicError(p)))
+			s.fail(w.host.NodeError(s.i, fault.PanicError(p)))
 		}
 	}()
-	ctx, cancel := context.WithTimeout(s.ctx, c.timeout)
-	sub, err := s.m.t.Subscribe(ctx, func(channel, payload string) {
-		if key, ok := strings.CutPrefix(channel, wakePrefix); ok {
-			s.w.notify(key, payload, s.m.index)
+	ctx, cancel := context.WithTimeout(s.ctx, w.cfg.Timeout)
+	sub, err := w.host.Subscribe(ctx, s.i, func(channel, payload string) {
+		if key, ok := strings.CutPrefix(channel, keys.WakePrefix); ok {
+			w.Notify(key, payload, s.i)
 		}
 	})
 	cancel()
 	if err != nil {
-		s.fail(c.nodeError(s.m, err))
+		s.fail(w.host.NodeError(s.i, err))
 		return
 	}
 	defer sub.Close()
@@ -154,44 +154,44 @@ func (s *subscriber) run() {
 	for {
 		select {
 		case <-expiry.C:
-			if next := s.w.expire(); !next.IsZero() {
+			if next := w.expire(); !next.IsZero() {
 				expiry.Reset(time.Until(next))
 			}
 			continue // expire pokes the subscribers when it unsubscribed keys
 		case <-s.ctx.Done():
 			return
 		case <-sub.Done():
-			s.fail(brokenErr(c, s.m, sub))
+			s.fail(w.brokenErr(s.i, sub))
 			return
 		case <-s.kick:
 		}
-		if err := sub.Set(s.ctx, s.w.wantedList()); err != nil {
+		if err := sub.Set(s.ctx, w.wantedList()); err != nil {
 			switch {
 			case s.ctx.Err() != nil:
 				s.fail(nil)
-			case errors.Is(err, ErrClosed):
+			case errors.Is(err, transport.ErrClosed):
 				// Broken before this Set (kick and Done were both
 				// ready): why it broke, not the Set's ErrClosed.
-				s.fail(brokenErr(c, s.m, sub))
+				s.fail(w.brokenErr(s.i, sub))
 			default:
-				s.fail(c.nodeError(s.m, err))
+				s.fail(w.host.NodeError(s.i, err))
 			}
 			return
 		}
-		if next := s.w.nextExpiry(); !next.IsZero() {
+		if next := w.nextExpiry(); !next.IsZero() {
 			expiry.Reset(time.Until(next))
 		}
 	}
 }
 
 // wantedList returns the channels the subscribers should follow.
-func (w *waker) wantedList() []string {
+func (w *Waker) wantedList() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	waited, lingering := w.keys.Counts()
 	chans := w.keys.AppendKeys(make([]string, 0, waited+lingering))
 	for i, key := range chans {
-		chans[i] = wakeChannel(key)
+		chans[i] = layout.WakeChannel(key)
 	}
 	return chans
 }

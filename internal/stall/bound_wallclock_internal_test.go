@@ -1,4 +1,4 @@
-package redlock
+package stall
 
 import (
 	"testing"
@@ -47,14 +47,14 @@ func TestAdaptiveBound_forgetsASlowSpellWhateverTheWallClockDoes(t *testing.T) {
 			c := boundClient(3, 50*time.Millisecond)
 			now := time.Now()
 			for i := range 3 {
-				c.noteAnswer(i, now.Add(-100*time.Millisecond), now)
+				c.Note(i, now.Add(-100*time.Millisecond), now)
 			}
 			// One half-life later the peaks are half as high: 50 ms,
 			// twice that the bound; six later, nothing is left of them.
-			if got, want := c.adaptiveBound(8*time.Second, wallStepped(t, now.Add(boundHalfLife), step)), 100*time.Millisecond; got != want {
+			if got, want := c.For(8*time.Second, wallStepped(t, now.Add(boundHalfLife), step)), 100*time.Millisecond; got != want {
 				t.Errorf("one half-life later, the wall clock stepped %v: bound %v, want %v", step, got, want)
 			}
-			if got := c.adaptiveBound(8*time.Second, wallStepped(t, now.Add(6*boundHalfLife), step)); got != c.timeout {
+			if got := c.For(8*time.Second, wallStepped(t, now.Add(6*boundHalfLife), step)); got != c.timeout {
 				t.Errorf("six half-lives later, the wall clock stepped %v: bound %v, want the timeout %v", step, got, c.timeout)
 			}
 		})

@@ -1,4 +1,4 @@
-package redlock
+package health
 
 import (
 	"bytes"
@@ -12,24 +12,23 @@ import (
 )
 
 // A master that keeps failing is logged when it turns failing, then only
-// in a reminder at most once per failureReminder, with the count of its
+// in a reminder at most once per Reminder, with the count of its
 // failures; the reminder's clock is moved back here rather than waited for.
 func TestObserve_failingMasterReminderCounts(t *testing.T) {
 	var logs bytes.Buffer
-	c := &Client{logger: slog.New(slog.NewJSONHandler(&logs, nil)), health: make([]masterHealth, 1)}
-	m := &master{index: 0, addr: "127.0.0.1:1"}
+	h := New([]string{"127.0.0.1:1"}, slog.New(slog.NewJSONHandler(&logs, nil)), nil)
 	boom := errors.New("boom")
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
-		c.masterFailed(ctx, opAcquire, "k", m, boom)
+		h.Failed(ctx, 0, "acquire", "k", boom)
 	}
 	// A minute passes: the next failure reminds, once.
-	c.health[0].reminded.Add(-int64(failureReminder))
-	c.health[0].changed.Add(-int64(failureReminder))
+	h.m[0].reminded.Add(-int64(Reminder))
+	h.m[0].changed.Add(-int64(Reminder))
 	for i := 0; i < 3; i++ {
-		c.masterFailed(ctx, opAcquire, "k", m, boom)
+		h.Failed(ctx, 0, "acquire", "k", boom)
 	}
-	c.masterAnswered(ctx, m, time.Now())
+	h.Answered(ctx, 0, time.Now())
 	var msgs []string
 	var remind, again map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
