@@ -146,7 +146,7 @@ func newClient(ts []Transport, cfg config) (*Client, error) {
 		realClock:    cfg.clock == clock.Real(),
 		stalls:       cfg.stalls,
 		logger:       cfg.logger,
-		obs:          guard(cfg.observer, cfg.logger),
+		obs:          health.Guard(cfg.observer, cfg.logger),
 		clusterSlots: cfg.clusterSlots,
 		releasing:    make(map[string]*round),
 		leaving:      make(map[string]*round),
@@ -287,7 +287,8 @@ func (c *Client) addWorker() bool {
 }
 
 // logFailure records one master's failure outside a round (the wake-up
-// subscription): see masterFailed.
+// subscription): logged when it turns m failing, counted otherwise
+// (health.Masters.Failed).
 func (c *Client) logFailure(op opKind, key string, m *master, err error) {
-	c.masterFailed(context.Background(), op, key, m, err)
+	c.health.Failed(context.Background(), m.index, op.String(), key, err)
 }

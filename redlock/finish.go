@@ -164,7 +164,7 @@ func (c *Client) logUnfinished(r *round, i int, op opKind, tries int, err error,
 	// A master that keeps missing them is told once, with a count when it
 	// answers again; the client's own limit is told each time (rare).
 	perMaster := why != finish.TooManyRetries
-	if perMaster && !c.firstUnconfirmed(m) {
+	if perMaster && !c.health.FirstUnconfirmed(m.index) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("op", op.String()), slog.String("key", r.key),

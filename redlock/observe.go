@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/observe"
 )
 
@@ -26,12 +25,6 @@ import (
 // WithObserver sends the client's events to o (see observe.Observer).
 // The default, nil, sends none and costs nothing.
 func WithObserver(o observe.Observer) Option { return func(c *config) { c.observer = o } }
-
-// guard wraps o so that a panic of o is recovered (health.Guard; nil
-// stays nil: no observer costs nothing).
-func guard(o observe.Observer, logger *slog.Logger) observe.Observer {
-	return health.Guard(o, logger)
-}
 
 // kindName names a lock's kind k (fencing from its options) for events.
 func kindName(k kind, fencing bool) string {
@@ -57,26 +50,6 @@ func kindName(k kind, fencing bool) string {
 		return observe.KindFenced
 	}
 	return observe.KindPlain
-}
-
-// firstUnconfirmed counts a release or rollback given up on master m and
-// reports whether to log it (health.Masters.FirstUnconfirmed).
-func (c *Client) firstUnconfirmed(m *master) bool {
-	return c.health.FirstUnconfirmed(m.index)
-}
-
-// failureReminder is how often a master that keeps failing is logged
-// again, with the count of failures not logged since.
-const failureReminder = health.Reminder
-
-// watching reports whether a logger or an observer is set: master states
-// are kept and events built only then.
-func (c *Client) watching() bool { return c.health != nil }
-
-// masterFailed records master m's failure of op on key: logged when it
-// turns m failing, counted otherwise (health.Masters.Failed).
-func (c *Client) masterFailed(ctx context.Context, op opKind, key string, m *master, err error) {
-	c.health.Failed(ctx, m.index, op.String(), key, err)
 }
 
 // answered records master i's answer to the round's command op (the
@@ -247,7 +220,7 @@ func (c *Client) observeAcquire(ctx context.Context, key string, kind string, st
 // release, which Release reports).
 func (l *Lock) reportLoss(ctx context.Context, err error) {
 	c := l.c
-	if !c.watching() {
+	if c.health == nil { // neither a logger nor an observer
 		return
 	}
 	cause := lossCause(err)

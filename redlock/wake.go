@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/jitter"
 	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/waker"
@@ -36,7 +37,7 @@ func newWaker(c *Client) *waker.Waker {
 		Clock:    c.clock,
 		Closing:  c.closing,
 		Logger:   c.logger,
-		Reminder: failureReminder,
+		Reminder: health.Reminder,
 		Jitter:   c.jit.N,
 		Host:     wakeHost{c},
 	})
