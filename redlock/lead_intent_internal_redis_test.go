@@ -50,8 +50,8 @@ func TestLead_waitingWriterIsNotStarvedByReaders(t *testing.T) {
 
 // writerStarvation runs readers in four clients, three each, on key, and
 // then a writer in a client of its own, eight times, with the backoff bmin,
-// bmax: it fails the test if the writer waits past its intent's lifetime or
-// ever holds the lock with a reader.
+// bmax: it fails the test if the writer waits past two of its intent's
+// lifetimes or ever holds the lock with a reader.
 func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pipelined bool, bmin, bmax time.Duration) {
 	t.Helper()
 	const readerClients, readersPerClient, writes = 4, 3, 8
@@ -129,8 +129,13 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 	if o := overlaps.Load(); o != 0 {
 		t.Errorf("a reader and the writer held the lock together %d times", o)
 	}
-	if worst >= intent {
-		t.Errorf("the writer waited up to %v behind the readers, past its intent's lifetime (%v): %v", worst, intent, waits)
+	// Starvation shows as an Acquire that fails at four intent lifetimes
+	// (the readers keep the masters, or the entry left on the lead is
+	// waited out); a writer whose intent holds waits well under one
+	// lifetime on a quiet host, and a loaded host adds its scheduling
+	// delays, so the bound is two lifetimes.
+	if worst >= 2*intent {
+		t.Errorf("the writer waited up to %v behind the readers, past two intent lifetimes (%v): %v", worst, 2*intent, waits)
 	}
 	t.Logf("intent lifetime %v; writer waits %v; %d reads in all", intent, waits, reads.Load())
 }
