@@ -107,7 +107,7 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 		// Warm up: connections dialed, scripts loaded (a 50 ms round on
 		// a busy machine may fail: try for a while).
 		redistest.Eventually(t, 10*time.Second, "an acquisition with every master up", func() bool {
-			warm, err := c.TryAcquire(ctx, "a25c:warm")
+			warm, err := c.TryAcquire(ctx, "hungload:warm")
 			if err != nil {
 				return false
 			}
@@ -140,7 +140,7 @@ func TestTryAcquire_hungMastersFailAtTheTimeoutUnderLoad(t *testing.T) {
 			end := time.Now().Add(time.Second)
 			for i := 0; time.Now().Before(end) || i < 15; i++ {
 				begin := time.Now()
-				l, err := c.TryAcquire(ctx, fmt.Sprintf("a25c:hung:%s:%d", load, i), redlock.WithTTL(time.Minute))
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("hungload:hung:%s:%d", load, i), redlock.WithTTL(time.Minute))
 				ds = append(ds, time.Since(begin))
 				if err == nil {
 					_ = l.Release(ctx)
@@ -264,7 +264,7 @@ func TestTryAcquire_oneStoppedMasterDoesNotSlowRounds(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		c := addrClient(t, path, addrs, redlock.WithTimeout(timeout))
 		ctx := context.Background()
-		warm, err := c.TryAcquire(ctx, "a25c:one:warm")
+		warm, err := c.TryAcquire(ctx, "hungload:one:warm")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestTryAcquire_oneStoppedMasterDoesNotSlowRounds(t *testing.T) {
 			end := time.Now().Add(500 * time.Millisecond)
 			for i := 0; time.Now().Before(end); i++ {
 				begin := time.Now()
-				l, err := c.TryAcquire(ctx, fmt.Sprintf("a25c:one:%s:%d", load, i), redlock.WithTTL(time.Minute))
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("hungload:one:%s:%d", load, i), redlock.WithTTL(time.Minute))
 				acq = append(acq, time.Since(begin))
 				if err != nil {
 					failed++

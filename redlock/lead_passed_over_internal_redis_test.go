@@ -20,7 +20,7 @@ func TestWake_leadPassedOverBeforeItsNotice(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			key := "a29:quiet:" + p.name
+			key := "lead:quiet:" + p.name
 			a := awaitHeld(t, p.pipelined, key)
 			s, l := a.servers, a.held
 			lead := a.w.leadFor(key)

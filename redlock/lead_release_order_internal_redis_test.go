@@ -68,7 +68,7 @@ func TestLead_leadReleasedFirstOthersLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			key := "a27:leadfirst:" + p.name
+			key := "leadorder:leadfirst:" + p.name
 			a := awaitHeld(t, p.pipelined, key)
 			servers, fake, l, got := a.servers, a.fake, a.held, a.got
 			lead := a.w.leadFor(key)
@@ -121,7 +121,7 @@ func TestLead_othersReleasedFirstLeadLater(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			key := "a27:leadlast:" + p.name
+			key := "leadorder:leadlast:" + p.name
 			a := awaitHeld(t, p.pipelined, key)
 			servers, fake, l, got := a.servers, a.fake, a.held, a.got
 			lead := a.w.leadFor(key)

@@ -50,7 +50,7 @@ func TestLead_exclusionWithMastersStopped(t *testing.T) {
 				}
 				cs[i] = leadClient(t, ss, i%2 == 0, WithTimeout(100*time.Millisecond))
 			}
-			key := "a27:safety:" + tc.name
+			key := "leadstop:safety:" + tc.name
 			lead0 := cs[0].leadFor(key)
 			// Every command the masters run on key, for a key left behind.
 			monitors := make([]*redistest.Monitor, len(servers))
@@ -197,7 +197,7 @@ func TestLead_attemptCancelledWhileLeadStopped(t *testing.T) {
 			// A long per-master timeout: the lead's SET is still awaited
 			// when it runs.
 			c := leadClient(t, servers, p.pipelined, WithTimeout(3*time.Second))
-			key := "a27:cancel:" + p.name
+			key := "leadstop:cancel:" + p.name
 			lead := c.leadFor(key)
 			before := allSetCalls(t, servers)
 			paused(t, servers[lead])
@@ -249,7 +249,7 @@ func TestLead_closeDuringLedRound(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			servers := redistest.Start(t, 5)
 			c := leadClient(t, servers, p.pipelined, WithTimeout(500*time.Millisecond))
-			key := "a27:close:" + p.name
+			key := "leadstop:close:" + p.name
 			lead := c.leadFor(key)
 			before := allSetCalls(t, servers)
 			paused(t, servers[lead])

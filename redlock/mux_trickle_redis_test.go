@@ -110,7 +110,7 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	end := time.Now().Add(time.Second)
 	for i := 0; time.Now().Before(end); i++ {
 		begin := time.Now()
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("a25c:trickle:free:%d", i), redlock.WithTTL(10*time.Second))
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("trickle:free:%d", i), redlock.WithTTL(10*time.Second))
 		if err != nil {
 			// One of the two answering masters may miss a 50 ms
 			// timeout now and then on a busy machine.
@@ -126,7 +126,7 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	}
 	setsFree := sets()
 	// Needed: master 1 holds the key for someone else.
-	if _, err := reals[1].Do("SET", "a25c:trickle:held", "someone-else", "PX", 60000); err != nil {
+	if _, err := reals[1].Do("SET", "trickle:held", "someone-else", "PX", 60000); err != nil {
 		t.Fatal(err)
 	}
 	var needed []time.Duration
@@ -135,7 +135,7 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 	end = time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(end) {
 		begin := time.Now()
-		l, err := c.TryAcquire(ctx, "a25c:trickle:held", redlock.WithTTL(10*time.Second))
+		l, err := c.TryAcquire(ctx, "trickle:held", redlock.WithTTL(10*time.Second))
 		needed = append(needed, time.Since(begin))
 		if err == nil {
 			_ = l.Release(ctx)

@@ -38,7 +38,7 @@ func TestPooled_doContextConnectionNotReturnedUsable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, stats := tc.pool()
 			big := make([]byte, 256<<10)
-			if _, err := s.Do("SET", "a30:big", big); err != nil {
+			if _, err := s.Do("SET", "docontext:big", big); err != nil {
 				t.Fatal(err)
 			}
 			cancelled := 0
@@ -50,7 +50,7 @@ func TestPooled_doContextConnectionNotReturnedUsable(t *testing.T) {
 				}
 				var v any
 				if i%2 == 0 {
-					v, err = redis.DoContext(c, ctx, "GET", "a30:big")
+					v, err = redis.DoContext(c, ctx, "GET", "docontext:big")
 				} else {
 					v, err = redis.DoContext(c, ctx, "ECHO", fmt.Sprint(i))
 				}

@@ -61,7 +61,7 @@ func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 				}
 			}()
 			ctx := context.Background()
-			warm, err := c.TryAcquire(ctx, "a25c:pile:warm")
+			warm, err := c.TryAcquire(ctx, "pileup:warm")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +87,7 @@ func TestPooled_connectionsBoundedOnAStoppedMaster(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						for i := 0; time.Now().Before(end); i++ {
-							l, err := c.TryAcquire(ctx, fmt.Sprintf("a25c:%s:%d:%d", prefix, g, i), redlock.WithTTL(10*time.Second))
+							l, err := c.TryAcquire(ctx, fmt.Sprintf("pileup:%s:%d:%d", prefix, g, i), redlock.WithTTL(10*time.Second))
 							if err != nil {
 								bad.Add(1)
 								continue

@@ -39,7 +39,7 @@ func TestStall_fakeClockRecordsNoStall(t *testing.T) {
 	redistest.SkipShort(t)
 	servers := redistest.Start(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
-	if _, err := servers[1].Do("SET", "a25c:fake", "someone-else", "PX", 60000); err != nil {
+	if _, err := servers[1].Do("SET", "silence:fake", "someone-else", "PX", 60000); err != nil {
 		t.Fatal(err)
 	}
 	if err := servers[2].Pause(); err != nil {
@@ -54,7 +54,7 @@ func TestStall_fakeClockRecordsNoStall(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.TryAcquire(context.Background(), "a25c:fake", WithTTL(time.Minute))
+			_, err := c.TryAcquire(context.Background(), "silence:fake", WithTTL(time.Minute))
 			done <- err
 		}()
 		deadline := time.Now().Add(5 * time.Second)
@@ -100,7 +100,7 @@ func TestBeat_leavesNothingAfterClose(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for j := range 20 {
-					l, err := c.TryAcquire(context.Background(), fmt.Sprintf("a25c:beat:%d:%d:%d", i, g, j))
+					l, err := c.TryAcquire(context.Background(), fmt.Sprintf("silence:beat:%d:%d:%d", i, g, j))
 					if err == nil {
 						_ = l.Release(context.Background())
 					}

@@ -24,9 +24,9 @@ import (
 // child of TestValidity_processStoppedLongerThanTheTTL.
 const stoppedChildEnv = "QUORUMLOCK_STOPPED_CHILD"
 
-// a25cHold is one lock a client got: when TryAcquire was called, when it
+// stoppedHold is one lock a client got: when TryAcquire was called, when it
 // returned, and the lock's Until, in ns since the Unix epoch.
-type a25cHold struct {
+type stoppedHold struct {
 	Who              string
 	Call, Ret, Until int64
 	Rel              int64 // when Release was called: the holder stopped using it
@@ -34,15 +34,15 @@ type a25cHold struct {
 }
 
 const (
-	a25cTTL     = 500 * time.Millisecond
-	a25cTimeout = 50 * time.Millisecond
-	a25cKey     = "a25c:stopped"
+	stoppedTTL     = 500 * time.Millisecond
+	stoppedTimeout = 50 * time.Millisecond
+	stoppedKey     = "validity:stopped"
 )
 
-// a25cRuns bounds how often TestValidity_processStoppedLongerThanTheTTL runs
+// stoppedRuns bounds how often TestValidity_processStoppedLongerThanTheTTL runs
 // its scenario until a round of the child is in flight across the stop:
 // about one run in ten, on either path, has none.
-const a25cRuns = 5
+const stoppedRuns = 5
 
 // TestValidity_processStoppedLongerThanTheTTL: the client runs in a child
 // process, eight goroutines contending for one key with TryAcquire (TTL
@@ -59,10 +59,10 @@ const a25cRuns = 5
 //
 // What it is for is a round of the child begun before the stop and ended
 // after it: a stop does not always catch one, so the test runs again, at
-// most a25cRuns times, until one did, and fails if none ever did.
+// most stoppedRuns times, until one did, and fails if none ever did.
 func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
 	if spec := os.Getenv(stoppedChildEnv); spec != "" {
-		a25cStoppedChild(t, spec)
+		stoppedChild(t, spec)
 		return
 	}
 	redistest.SkipShort(t)
@@ -72,12 +72,12 @@ func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
 		addrs[i] = s.Addr()
 	}
 	forEachPath(t, func(t *testing.T, path connPath) {
-		c := addrClient(t, path, addrs, redlock.WithTimeout(a25cTimeout))
+		c := addrClient(t, path, addrs, redlock.WithTimeout(stoppedTimeout))
 		for run := 1; ; run++ {
-			if a25cStoppedRun(t, path, c, servers, addrs) > 0 || t.Failed() {
+			if stoppedRun(t, path, c, servers, addrs) > 0 || t.Failed() {
 				return
 			}
-			if run == a25cRuns {
+			if run == stoppedRuns {
 				t.Fatalf("in %d runs no round of the child was in flight across the stop: the test never saw what it is for", run)
 			}
 			t.Logf("run %d: no round of the child was in flight across the stop; running again", run)
@@ -85,11 +85,11 @@ func TestValidity_processStoppedLongerThanTheTTL(t *testing.T) {
 	})
 }
 
-// a25cStoppedRun is one run of TestValidity_processStoppedLongerThanTheTTL: it
+// stoppedRun is one run of TestValidity_processStoppedLongerThanTheTTL: it
 // starts the child on the masters (servers, at addrs), stops it for 1.5 s
 // while c takes the key, checks what both got, and returns how many of the child's rounds were in flight
 // across the stop.
-func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*redistest.Server, addrs []string) (inFlight int) {
+func stoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*redistest.Server, addrs []string) (inFlight int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestValidity_processStoppedLongerThanTheTTL$", "-test.short", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%s", stoppedChildEnv, path.name, strings.Join(addrs, ",")))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -103,8 +103,8 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 	}
 	var (
 		mu     sync.Mutex
-		holds  []a25cHold
-		failed []a25cHold
+		holds  []stoppedHold
+		failed []stoppedHold
 		other  []string
 	)
 	read := make(chan struct{})
@@ -114,7 +114,7 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
-			var h a25cHold
+			var h stoppedHold
 			if rest, ok := strings.CutPrefix(line, "HOLD "); ok && json.Unmarshal([]byte(rest), &h) == nil {
 				mu.Lock()
 				holds = append(holds, h)
@@ -145,16 +145,16 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	var mine []a25cHold
+	var mine []stoppedHold
 	ctx := context.Background()
 	for time.Since(stopped) < 1500*time.Millisecond {
 		call := time.Now()
-		l, err := c.TryAcquire(ctx, a25cKey, redlock.WithTTL(a25cTTL))
+		l, err := c.TryAcquire(ctx, stoppedKey, redlock.WithTTL(stoppedTTL))
 		if err != nil {
 			time.Sleep(5 * time.Millisecond) // the subject: this process's pace between tries
 			continue
 		}
-		h := a25cHold{Who: "parent", Call: call.UnixNano(), Ret: time.Now().UnixNano(), Until: l.Until().UnixNano()}
+		h := stoppedHold{Who: "parent", Call: call.UnixNano(), Ret: time.Now().UnixNano(), Until: l.Until().UnixNano()}
 		time.Sleep(20 * time.Millisecond) // the subject: a hold
 		h.Rel = time.Now().UnixNano()
 		h.ReleaseOK = l.Release(ctx) == nil
@@ -167,13 +167,13 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 		t.Fatalf("child: %v; %q", err, other)
 	}
 	all := append(slices.Clone(holds), mine...)
-	drift := time.Duration(float64(a25cTTL)*0.01) + 2*time.Millisecond
+	drift := time.Duration(float64(stoppedTTL)*0.01) + 2*time.Millisecond
 	spent := 0
 	afterStop := 0
 	for _, h := range all {
 		// Until is the round's start + TTL - drift: that start lies
 		// within the call.
-		if start := h.Until - int64(a25cTTL-drift); start < h.Call || start > h.Ret {
+		if start := h.Until - int64(stoppedTTL-drift); start < h.Call || start > h.Ret {
 			t.Errorf("%s: a lock valid until %v after its call began (returned after %v): not its start + TTL - drift",
 				h.Who, time.Duration(h.Until-h.Call), time.Duration(h.Ret-h.Call))
 		}
@@ -184,8 +184,8 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 			afterStop++
 		}
 	}
-	slices.SortFunc(all, func(a, b a25cHold) int { return int(a.Ret - b.Ret) })
-	var live []a25cHold
+	slices.SortFunc(all, func(a, b stoppedHold) int { return int(a.Ret - b.Ret) })
+	var live []stoppedHold
 	for _, h := range all {
 		if h.Ret >= h.Until {
 			continue
@@ -212,16 +212,16 @@ func a25cStoppedRun(t *testing.T, path connPath, c *redlock.Client, servers []*r
 	if len(holds) == 0 {
 		t.Errorf("the child never got the key: %q", other)
 	}
-	leftover.None(t, servers, a25cKey)
+	leftover.None(t, servers, stoppedKey)
 	return across + afterStop
 }
 
-// a25cStoppedChild runs in the child: eight goroutines TryAcquire one key
+// stoppedChild runs in the child: eight goroutines TryAcquire one key
 // for 2.1 s (wall time, stops included), hold what they get 20 ms and
 // release it; each lock is printed as it is released.
-func a25cStoppedChild(t *testing.T, spec string) {
+func stoppedChild(t *testing.T, spec string) {
 	path, list, _ := strings.Cut(spec, ";")
-	c, err := redigo.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(a25cTimeout),
+	c, err := redigo.NewFromAddrs(strings.Split(list, ","), redlock.WithTimeout(stoppedTimeout),
 		redigo.WithPipelining(path == "pipelined"))
 	if err != nil {
 		t.Fatal(err)
@@ -241,14 +241,14 @@ func a25cStoppedChild(t *testing.T, spec string) {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				call := time.Now()
-				l, err := c.TryAcquire(ctx, a25cKey, redlock.WithTTL(a25cTTL))
+				l, err := c.TryAcquire(ctx, stoppedKey, redlock.WithTTL(stoppedTTL))
 				ret := time.Now()
 				if err != nil {
-					b, _ := json.Marshal(a25cHold{Who: "child", Call: call.UnixNano(), Ret: ret.UnixNano()})
+					b, _ := json.Marshal(stoppedHold{Who: "child", Call: call.UnixNano(), Ret: ret.UnixNano()})
 					print("FAIL " + string(b))
 					continue
 				}
-				h := a25cHold{Who: "child", Call: call.UnixNano(), Ret: ret.UnixNano(), Until: l.Until().UnixNano()}
+				h := stoppedHold{Who: "child", Call: call.UnixNano(), Ret: ret.UnixNano(), Until: l.Until().UnixNano()}
 				time.Sleep(20 * time.Millisecond) // the subject: a hold
 				h.Rel = time.Now().UnixNano()
 				h.ReleaseOK = l.Release(ctx) == nil

@@ -44,7 +44,7 @@ func TestSubscribeBorrowed_manyClientsWakeThenClose(t *testing.T) {
 		for i := range cs {
 			cs[i] = newClient()
 		}
-		key := fmt.Sprintf("a30:many:%d", round)
+		key := fmt.Sprintf("subs:many:%d", round)
 		holder, err := cs[0].Acquire(ctx5s(t), key, WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -131,21 +131,21 @@ func TestSubscribeBorrowed_clientCloseReturnsOnTimeoutOnlyDialConns(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(ctx5s(t), "a30:hang", WithTTL(time.Minute)); err != nil {
+	if _, err := c.Acquire(ctx5s(t), "subs:hang", WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{})
 	go func() {
 		defer close(waited)
-		_, _ = c.Acquire(ctx, "a30:hang", WithWait(time.Hour))
+		_, _ = c.Acquire(ctx, "subs:hang", WithWait(time.Hour))
 	}()
 	// Refused (ErrInvalid), the waiter polls and never subscribes: that is
 	// fine; accepted, Close must still return.
 	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer wcancel()
 	subscribed := redistest.WaitFor(wctx, func() bool {
-		v, _ := redis.Values(s.Do("PUBSUB", "NUMSUB", wakeChannel("a30:hang")))
+		v, _ := redis.Values(s.Do("PUBSUB", "NUMSUB", wakeChannel("subs:hang")))
 		n, _ := redis.Int(v[1], nil)
 		return n == 1
 	})

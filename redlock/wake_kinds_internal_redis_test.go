@@ -97,7 +97,7 @@ func TestWake_everyKindThroughTheWakePath(t *testing.T) {
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
 				w := leadClient(t, servers, p.pipelined, WithClock(fake), WithTimeout(realTimeoutIn))
 				settled := settledCount(w)
-				key := "a27:kind:" + tc.name
+				key := "wake:kind:" + tc.name
 				release, err := tc.holder(context.Background(), holder, key, WithTTL(time.Minute))
 				if err != nil {
 					t.Fatal(err)
@@ -158,7 +158,7 @@ func TestWake_wokenReadersAllGetIn(t *testing.T) {
 			servers := redistest.Start(t, 5)
 			// Generous per-master timeouts, as awaitHeldIn's.
 			holder := leadClient(t, servers, p.pipelined, WithTimeout(realTimeoutIn))
-			key := "a27:readers:" + p.name
+			key := "wake:readers:" + p.name
 			wl, err := holder.AcquireWrite(context.Background(), key, WithTTL(time.Minute))
 			if err != nil {
 				t.Fatal(err)
@@ -230,7 +230,7 @@ func TestWake_hostileNoticesIgnored(t *testing.T) {
 	redistest.SkipShort(t)
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
-			key := "a27:hostile:" + p.name
+			key := "wake:hostile:" + p.name
 			a := awaitHeld(t, p.pipelined, key)
 			servers, l, got := a.servers, a.held, a.got
 			junk := []string{"x/999999999", "/", "//", "abc/-1", "abc/+1", "abc/0", "abc/1",

@@ -39,9 +39,9 @@ func a29Setup(t *testing.T, pipelined bool, name string) *a29Multi {
 		fake: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	m.w = leadClient(t, servers, pipelined, WithClock(m.fake), WithTimeout(realTimeoutIn))
 	m.settled = settledCount(m.w)
-	m.b = "{a29:" + name + "}b"
+	m.b = "{wakemulti:" + name + "}b"
 	for i := 0; m.a == ""; i++ {
-		if k := fmt.Sprintf("{a29:%s}a%d", name, i); m.w.leadFor(k) != m.w.leadFor(m.b) {
+		if k := fmt.Sprintf("{wakemulti:%s}a%d", name, i); m.w.leadFor(k) != m.w.leadFor(m.b) {
 			m.a = k
 		}
 	}
@@ -162,8 +162,8 @@ func TestWake_multiKeyRandomReleaseOrders(t *testing.T) {
 			for trial := range 8 {
 				seed := uint64(time.Now().UnixNano())
 				rng := rand.New(rand.NewPCG(seed, uint64(trial)))
-				a := fmt.Sprintf("{a29r:%s:%d:%d}a", p.name, trial, seed)
-				b := fmt.Sprintf("{a29r:%s:%d:%d}b", p.name, trial, seed)
+				a := fmt.Sprintf("{wakemultirace:%s:%d:%d}a", p.name, trial, seed)
+				b := fmt.Sprintf("{wakemultirace:%s:%d:%d}b", p.name, trial, seed)
 				fake := clock.NewFake(time.Unix(1_700_000_000, 0))
 				w := leadClient(t, servers, p.pipelined, WithClock(fake), WithTimeout(realTimeoutIn))
 				settled := settledCount(w)

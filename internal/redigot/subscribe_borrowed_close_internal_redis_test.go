@@ -39,7 +39,7 @@ func TestSubscribeBorrowed_closeConcurrentWithSet(t *testing.T) {
 			for j := 0; j < 5; j++ {
 				chans := make([]string, 0, 50)
 				for k := 0; k < 50; k++ {
-					chans = append(chans, fmt.Sprintf("a30:%d:%d:%d", i, j, k))
+					chans = append(chans, fmt.Sprintf("sub:%d:%d:%d", i, j, k))
 				}
 				if err := sub.Set(context.Background(), chans); err != nil {
 					return
@@ -60,7 +60,7 @@ func TestSubscribeBorrowed_closeConcurrentWithSet(t *testing.T) {
 	// idle one gets its own reply.
 	for i := 0; i < 8; i++ {
 		c := rp.Get()
-		if v, err := redis.String(c.Do("ECHO", "a30")); err != nil || v != "a30" {
+		if v, err := redis.String(c.Do("ECHO", "borrowed")); err != nil || v != "borrowed" {
 			t.Errorf("a pooled connection answers ECHO with %q, %v", v, err)
 		}
 		defer c.Close()
@@ -81,7 +81,7 @@ func TestSubscribeBorrowed_setWithEndingCtx(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := sub.Set(ctx, []string{"a30:c"}); err != context.Canceled {
+	if err := sub.Set(ctx, []string{"sub:c"}); err != context.Canceled {
 		t.Errorf("Set with an ended ctx: %v", err)
 	}
 	select {
@@ -89,10 +89,10 @@ func TestSubscribeBorrowed_setWithEndingCtx(t *testing.T) {
 		t.Error("a Set refused for its ended ctx broke the subscription")
 	default:
 	}
-	if err := sub.Set(ctx5s(t), []string{"a30:c"}); err != nil {
+	if err := sub.Set(ctx5s(t), []string{"sub:c"}); err != nil {
 		t.Fatal(err)
 	}
-	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("a30:c") }) {
+	if !redistest.WaitFor(ctx5s(t), func() bool { return sub.Live("sub:c") }) {
 		t.Fatal("not live")
 	}
 	closeWithin(t, "after an ended ctx", sub)
@@ -106,7 +106,7 @@ func TestSubscribeBorrowed_setWithEndingCtx(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%20)*20*time.Microsecond)
 		chans := make([]string, 200)
 		for k := range chans {
-			chans[k] = fmt.Sprintf("a30:soon:%d:%d", i, k)
+			chans[k] = fmt.Sprintf("sub:soon:%d:%d", i, k)
 		}
 		err = sub.Set(ctx, chans)
 		cancel()
@@ -146,7 +146,7 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	redistest.SkipShort(t)
 	s := redistest.StartOne(t)
 	rp, p := borrowingFrom(t, s.Addr())
-	sub, _ := heardSub(t, p, "a30:k")
+	sub, _ := heardSub(t, p, "sub:k")
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +155,10 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done stays open after the master died")
 	}
-	if sub.Live("a30:k") {
+	if sub.Live("sub:k") {
 		t.Error("live on a dead connection")
 	}
-	if err := sub.Set(ctx5s(t), []string{"a30:k", "a30:k2"}); err != transport.ErrClosed {
+	if err := sub.Set(ctx5s(t), []string{"sub:k", "sub:k2"}); err != transport.ErrClosed {
 		t.Errorf("Set on a broken subscription: %v, want transport.ErrClosed", err)
 	}
 	closeWithin(t, "after the kill", sub)
@@ -168,8 +168,8 @@ func TestSubscribeBorrowed_masterKilledUnderSubscription(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	sub, heard := heardSub(t, p, "a30:k")
-	hears(t, s, heard, "a30:k")
+	sub, heard := heardSub(t, p, "sub:k")
+	hears(t, s, heard, "sub:k")
 	closeWithin(t, "the new subscription", sub)
 	redistest.LendsNothing(t, "at the end", rp.Stats)
 }
@@ -199,17 +199,17 @@ func TestSubscribeBorrowed_readTimeoutDoesNotBreakAnIdleSubscription(t *testing.
 			lender, stats := tc.pool(s)
 			p := newPooled(s.Addr(), lender, nil, time.Second, stall.New(clock.Real()))
 			for i := range 3 {
-				sub, heard := heardSub(t, p, "a30:rt")
+				sub, heard := heardSub(t, p, "sub:rt")
 				time.Sleep(500 * time.Millisecond) // the subject: an idle spell of five read timeouts, in which the subscription must not break
 				select {
 				case <-sub.Done():
 					t.Fatal("an idle subscription broke on the pool's read timeout")
 				default:
 				}
-				if !sub.Live("a30:rt") {
+				if !sub.Live("sub:rt") {
 					t.Fatal("not live after an idle spell")
 				}
-				hears(t, s, heard, "a30:rt")
+				hears(t, s, heard, "sub:rt")
 				if i == 1 {
 					paused(t, s)
 				}
@@ -230,7 +230,7 @@ func logged(inner func(redis.Conn) redis.Conn) func(redis.Conn) redis.Conn {
 		if inner != nil {
 			c = inner(c)
 		}
-		return redis.NewLoggingConn(c, logger, "a30")
+		return redis.NewLoggingConn(c, logger, "borrowed")
 	}
 }
 
@@ -242,8 +242,8 @@ func TestSubscribeBorrowed_loggingConnPoolWorksAndBreaks(t *testing.T) {
 	lp := redistest.LendingPool{P: rp, Wrap: logged(nil)}
 	p := newPooled(s.Addr(), lp, nil, time.Second, stall.New(clock.Real()))
 	for i := 0; i < 20; i++ {
-		sub, heard := heardSub(t, p, "a30:log")
-		hears(t, s, heard, "a30:log")
+		sub, heard := heardSub(t, p, "sub:log")
+		hears(t, s, heard, "sub:log")
 		if i%2 == 0 {
 			paused(t, s)
 		}

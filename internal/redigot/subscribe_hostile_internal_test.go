@@ -98,7 +98,7 @@ func TestSubscribeBorrowed_hostileMaster(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = sub.Set(ctx5s(t), []string{"a30:h"})
+				err = sub.Set(ctx5s(t), []string{"sub:h"})
 				t.Logf("Set: %v", err)
 				if tc.breaks {
 					select {
@@ -143,7 +143,7 @@ func TestSubscribeBorrowed_setBlockedOnWriteEndsWithCtx(t *testing.T) {
 	}
 	chans := make([]string, 20000)
 	for i := range chans {
-		chans[i] = fmt.Sprintf("a30:blocked:%0200d", i) // ~4MB: more than the socket buffers
+		chans[i] = fmt.Sprintf("sub:blocked:%0200d", i) // ~4MB: more than the socket buffers
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
