@@ -47,7 +47,8 @@ func (wg *Waiting) Pause(ctx context.Context, key string, queued bool, delay tim
 // WaitOut is the wait of Pause and of a semaphore's waiter: it ends at
 // the first of delay, the recheck of a new waiter (then after the spread
 // of a woken waiter, unless queued), a release announced to the waiter,
-// the Client's closing and ctx, and says which.
+// the Client's closing and ctx, and says which. A release announced by
+// the time the recheck is due is taken instead of the recheck.
 func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration) Resume {
 	w := wg.w
 	t := w.cfg.Clock.NewTimer(delay)
@@ -72,6 +73,13 @@ func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration
 				continue
 			}
 			t.Stop()
+			select {
+			case <-wg.ch:
+				// A release announced meanwhile: the woken attempt
+				// rather than a recheck.
+				return ResumeReleased
+			default:
+			}
 			w.spread(ctx, queued)
 			return ResumeRecheck
 		case <-t.C():
