@@ -64,10 +64,16 @@ func extendUntil(t *testing.T, ctx context.Context, l *redlock.Lock, ttl time.Du
 	return false
 }
 
-// restartEachInTurn restarts every master in turn and waits, after each,
-// for the lock to be back on every master.
+// restartEachInTurn waits for the lock on every master (the acquisition
+// returned at a quorum: a fenced one's commit may still be on its way to
+// the last master), then restarts every master in turn and waits, after
+// each, for the lock to be back on every master.
 func restartEachInTurn(t *testing.T, rs *realSet, l *redlock.Lock, meta string, election bool) {
 	t.Helper()
+	var first error
+	if !redistest.WaitFor(ctxT(t), func() bool { first = healedOn(rs, l, meta, election); return first == nil }) {
+		t.Fatalf("before the restarts: %v", first)
+	}
 	for i, s := range rs.servers {
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
