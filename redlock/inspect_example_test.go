@@ -34,8 +34,10 @@ func ExampleClient_Inspect() {
 		log.Fatal(err)
 	}
 	// An acquisition returns at a quorum, so count the masters that hold
-	// it rather than expect all of them to.
-	holding := 0
+	// it rather than expect all of them to, and take the holds a quorum
+	// has (a master the second acquisition has not reached yet has one).
+	holding, holds := 0, int64(0)
+	var first layout.Holder
 	for _, m := range in.Masters {
 		if m.Err != nil {
 			fmt.Println("master", m.Index, "failed:", m.Err) // the error names its address
@@ -44,13 +46,14 @@ func ExampleClient_Inspect() {
 		st := m.State
 		if st.Kind == layout.KindReentrant && st.Holders[0].Token == "worker-7" {
 			holding++
-			// Everything in a State came from the master: %q escapes it.
+			holds = max(holds, st.Holders[0].Count)
 			if holding == 1 {
-				h := st.Holders[0]
-				fmt.Printf("%v lock held by %q, %d holds, TTL set: %v\n", st.Kind, h.Token, h.Count, h.TTL > 0)
+				first = st.Holders[0]
 			}
 		}
 	}
+	// Everything in a State came from the master: %q escapes it.
+	fmt.Printf("%v lock held by %q, %d holds, TTL set: %v\n", layout.KindReentrant, first.Token, holds, first.TTL > 0)
 	fmt.Println("on a quorum:", holding >= client.Quorum())
 	// Output:
 	// reentrant lock held by "worker-7", 2 holds, TTL set: true
