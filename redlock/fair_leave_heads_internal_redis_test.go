@@ -188,8 +188,9 @@ func TestFair_headLeavingWhileAMasterIsStoppedWakesTheNext(t *testing.T) {
 			// the queue there), and its round waits for the stopped master
 			// on C's clock, which does not run. Once the leave has run on
 			// both running masters, B gets a bounded while to come; if it
-			// does not, C's clock is moved past the round's wait and then
-			// past B's backoff, as time would have passed.
+			// does not, and is in such an attempt, C's clock is moved past
+			// the round's wait and then past B's backoff, as time would
+			// have passed.
 			if !redistest.WaitFor(ctx5s(t), func() bool {
 				for i, s := range servers {
 					if i == stopped {
@@ -203,8 +204,19 @@ func TestFair_headLeavingWhileAMasterIsStoppedWakesTheNext(t *testing.T) {
 			}) {
 				t.Fatal("X's leave did not run on the masters running")
 			}
+			// B's attempt that lost the race holds the key on a running
+			// master while it waits for the stopped one; a B no notice
+			// woke holds it nowhere, and no clock is moved for it.
+			heldOnARunningMaster := func() bool {
+				for i, s := range servers {
+					if i != stopped && exists(t, s, key) {
+						return true
+					}
+				}
+				return false
+			}
 			var lb *Lock
-			moves := []time.Duration{0, 2*time.Second + time.Millisecond, time.Minute + time.Millisecond}
+			moves := []time.Duration{0, c.timeout + time.Millisecond, time.Minute + time.Millisecond} // the round's wait, then B's backoff (fairWaiter)
 			for step, move := range moves {
 				fc.Advance(move)
 				select {
@@ -216,6 +228,10 @@ func TestFair_headLeavingWhileAMasterIsStoppedWakesTheNext(t *testing.T) {
 				}
 				if lb != nil || step == len(moves)-1 {
 					break
+				}
+				if step == 0 && !heldOnARunningMaster() {
+					// B is not in an attempt: no notice woke it.
+					t.Fatal("B, first on the masters running, was not woken by X's leave")
 				}
 				t.Logf("B has not come %v after X's leave ran; moving C's clock", time.Since(start))
 			}
