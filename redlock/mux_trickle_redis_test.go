@@ -157,12 +157,13 @@ func TestMux_trickleMasterFailsRoundsAndIsRedialed(t *testing.T) {
 		t.Errorf("Close took %v", closeTook)
 	}
 	// A connection a SET reached trickles until it is broken at the stall
-	// bound (at least a second), then the next is dialed: one at a time,
-	// at most one a second (here, with the first, two a second). A dial
-	// that fails before carrying a SET (its handshake past the timeout,
-	// on a busy host) is followed by the next one no sooner than the
-	// redial delay (half a second here): at most two a second. A busy
-	// host stretches the test, not these rates.
+	// bound (at least a second) and the next is dialed: at most one a
+	// second after the first. A dial that fails before carrying a SET (its
+	// handshake past the timeout, on a busy host) is followed by the next
+	// no sooner than the redial delay (half a second here): at most two a
+	// second; the wake-up subscription's connections count with these.
+	// Each is bounded at 2 + 2 a second: a busy host stretches the test,
+	// not these rates.
 	window := time.Since(started)
 	limit := 2 + int(2*window.Seconds())
 	if n := carried(); n > limit {
