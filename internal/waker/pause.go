@@ -48,7 +48,12 @@ func (wg *Waiting) Pause(ctx context.Context, key string, queued bool, delay tim
 // the first of delay, the recheck of a new waiter (then after the spread
 // of a woken waiter, unless queued), a release announced to the waiter,
 // the Client's closing and ctx, and says which. A release announced by
-// the time the recheck is due is taken instead of the recheck.
+// the time the recheck is due is taken first; the recheck stays due
+// until it is made (Recheck is cleared only by ResumeRecheck), so that a
+// woken attempt that fails is followed by the full one: the release the
+// recheck is for may be of another key of the waiter's (a semaphore's
+// other slot), or free the key on masters that a led attempt, refused by
+// its lead, does not ask.
 func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration) Resume {
 	w := wg.w
 	t := w.cfg.Clock.NewTimer(delay)
@@ -60,7 +65,6 @@ func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration
 		w.settled()
 	}
 	if wg.Recheck {
-		wg.Recheck = false
 		pollT, pollEnd = time.NewTimer(0), time.Now().Add(w.cfg.Timeout)
 		defer pollT.Stop()
 		poll = pollT.C
@@ -80,6 +84,7 @@ func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration
 				return ResumeReleased
 			default:
 			}
+			wg.Recheck = false
 			w.spread(ctx, queued)
 			return ResumeRecheck
 		case <-t.C():
