@@ -31,13 +31,11 @@ redis-image: deps
 
 ## test: unit and integration tests, with the race detector, against real Redis masters
 ##   (every test whose behaviour depends on the connection path runs on both, as subtests).
-##   The suites below run TEST_JOBS at a time, the longest first; deps and redis-image,
-##   made once before them, are not made again (-o), so that the first three start at
-##   once. Each one's output comes in one piece when it ends (docs/testing.md, "What
-##   runs at once").
+##   The suites below run TEST_JOBS at a time, the longest first; each one's output
+##   comes in one piece when it ends (docs/testing.md, "What runs at once").
 TEST_JOBS ?= 3
 test: deps redis-image
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target -o deps -o redis-image \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
 	  test-redlock test-integration test-root test-sim test-static test-goredis test-rueidis test-valkey test-otel
 
 ## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
