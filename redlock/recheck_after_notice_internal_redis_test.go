@@ -65,16 +65,7 @@ func TestSemaphore_newWaiterTakesASlotFreedBeforeItRegistered(t *testing.T) {
 				}
 				held[p.Slot()] = p
 			}
-			absent := func(k string) func() bool {
-				return func() bool {
-					for _, s := range servers {
-						if n, _ := s.Do("EXISTS", k); n != int64(0) {
-							return false
-						}
-					}
-					return true
-				}
-			}
+			absent := func(k string) func() bool { return absentOnAll(servers, k) }
 			slotA, slotB := 1, 0
 			keyA, keyB := layout.PermitKey(key, slotA), layout.PermitKey(key, slotB)
 			var tookB *Lock
@@ -106,27 +97,15 @@ func TestSemaphore_newWaiterTakesASlotFreedBeforeItRegistered(t *testing.T) {
 					fc.armed.Store(true)
 				})
 			}
-			got := make(chan error, 1)
-			wctx, wcancel := context.WithCancel(ctx)
-			defer wcancel()
-			go func() {
-				p, err := ws.Acquire(wctx)
+			if !acquiredWithin(t, ctx, 10*time.Second, func(ctx context.Context) error {
+				p, err := ws.Acquire(ctx)
 				if err == nil {
 					t.Logf("waiter got slot %d", p.Slot())
 					err = p.Release(context.Background())
 				}
-				got <- err
-			}()
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				freeA := absent(keyA)()
-				wcancel()
-				<-got
-				t.Fatalf("the waiter sleeps (until its backoff timer) while slot A is free (free on every master: %v)", freeA)
+				return err
+			}) {
+				t.Fatalf("the waiter sleeps (until its backoff timer) while slot A is free (free on every master: %v)", absent(keyA)())
 			}
 			if tookB != nil {
 				_ = tookB.Release(context.Background())
@@ -162,14 +141,7 @@ func TestWait_newWaiterRechecksAfterItsWokenAttemptIsRefusedByThePilot(t *testin
 		if err := l.Release(context.Background()); err != nil {
 			t.Error(err)
 		}
-		redistest.Eventually(t, 10*time.Second, "released everywhere", func() bool {
-			for _, s := range servers {
-				if n, _ := s.Do("EXISTS", key); n != int64(0) {
-					return false
-				}
-			}
-			return true
-		})
+		redistest.Eventually(t, 10*time.Second, "released everywhere", absentOnAll(servers, key))
 		if _, err := servers[lead].Do("SET", key, "stray", "PX", 60000); err != nil {
 			t.Error(err)
 		}
@@ -179,24 +151,48 @@ func TestWait_newWaiterRechecksAfterItsWokenAttemptIsRefusedByThePilot(t *testin
 	}
 	var once sync.Once
 	w.beforeWait = func() { once.Do(func() { fc.armed.Store(true) }) }
-	got := make(chan error, 1)
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	go func() {
-		l, err := w.Acquire(wctx, key, WithTTL(time.Minute))
+	if !acquiredWithin(t, ctx, 10*time.Second, func(ctx context.Context) error {
+		l, err := w.Acquire(ctx, key, WithTTL(time.Minute))
 		if err == nil {
 			err = l.Release(context.Background())
 		}
-		got <- err
-	}()
+		return err
+	}) {
+		t.Fatal("the waiter sleeps (until its backoff) while the key is free on 2 of 3 masters")
+	}
+}
+
+// absentOnAll reports, when called, whether no master of servers holds
+// key.
+func absentOnAll(servers []*redistest.Server, key string) func() bool {
+	return func() bool {
+		for _, s := range servers {
+			if n, _ := s.Do("EXISTS", key); n != int64(0) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// acquiredWithin runs acquire (an acquisition and its release) and
+// reports whether it ended within d; past d it cancels acquire's context
+// and waits for it. An error it returns fails the test.
+func acquiredWithin(t *testing.T, ctx context.Context, d time.Duration, acquire func(context.Context) error) bool {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- acquire(ctx) }()
 	select {
 	case err := <-got:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		wcancel()
+		return true
+	case <-time.After(d):
+		cancel()
 		<-got
-		t.Fatal("the waiter sleeps (until its backoff) while the key is free on 2 of 3 masters")
+		return false
 	}
 }
