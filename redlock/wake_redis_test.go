@@ -278,7 +278,20 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := rs.client(t, path)
+		// The waiters' client has pools of its own that keep a connection
+		// for each waiter: with the shared pools' 16 idle connections, the
+		// waiters' rounds overlapping on a busy machine dial and close
+		// hundreds of connections, whose SYNs the masters' full accept
+		// queues drop (a 1 s retransmit), the holder's Release among them.
+		wpools := make([]pool.Pool, len(rs.servers))
+		for i, s := range rs.servers {
+			wpools[i] = s.Pool(pool.WithMaxIdle(waiters))
+		}
+		w, err := redigo.New(wpools, testOptions(path, nil)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var got atomic.Int32
