@@ -279,10 +279,12 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The waiters' client has pools of its own that keep a connection
-		// for each waiter: with the shared pools' 16 idle connections, the
-		// waiters' rounds overlapping on a busy machine dial and close
-		// hundreds of connections, whose SYNs the masters' full accept
-		// queues drop (a 1 s retransmit), the holder's Release among them.
+		// for each waiter (the pooled path's; the pipelined path dials its
+		// own): with the shared pools' 16 idle connections, the waiters'
+		// rounds overlapping on a busy machine dial and close hundreds of
+		// connections, the masters' full accept queues drop SYNs (a 1 s
+		// retransmit), and the holder's Release, dialing beside them, could
+		// miss its timeout.
 		wpools := make([]pool.Pool, len(rs.servers))
 		for i, s := range rs.servers {
 			wpools[i] = s.Pool(pool.WithMaxIdle(waiters))
@@ -307,8 +309,8 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 			}()
 		}
 		defer func() { cancel(); wg.Wait() }()
-		// 300 first rounds and the subscribers' dials share the CPUs; a dial
-		// that times out is retried a second later.
+		// The waiters' first rounds and the subscribers' dials share the
+		// CPUs; a subscriber's dial that times out is retried a second later.
 		redistest.Eventually(t, 30*time.Second, "the waiters subscribed on every master", func() bool {
 			for i := range rs.servers {
 				if numSub(t, rs, i, "quorumlock:released:k") != 1 {
@@ -320,7 +322,7 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 		time.Sleep(2 * time.Second) // the subject: the waiters' backoffs climb to their maximum
 		const window = 4 * time.Second
 		before, cpu := cmdCalls(t, rs, 0, "set"), cpuTime()
-		time.Sleep(window) // the subject: the window between refusal and subscription
+		time.Sleep(window) // the subject: the waiters' steady rate of attempts
 		rate := float64(cmdCalls(t, rs, 0, "set")-before) / window.Seconds()
 		t.Logf("%d waiters on a held key: %.0f SET/s to one master, %.2f cores of client CPU",
 			waiters, rate, (cpuTime()-cpu).Seconds()/window.Seconds())
@@ -330,7 +332,9 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 		if limit := float64(waiters) / 0.75; rate > limit {
 			t.Errorf("%.0f SET/s with %d waiters, want at most %.0f", rate, waiters, limit)
 		}
-		// A release still hands the key over at once.
+		// A release still hands the key over. (That the notice, not a poll,
+		// wakes the waiter is TestRelease_wakesWaiterWithoutBackoff's: here
+		// some waiter polls every few milliseconds.)
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
