@@ -32,21 +32,25 @@ redis-image: deps
 ## test: unit and integration tests, with the race detector, against real Redis masters
 ##   (every test whose behaviour depends on the connection path runs on both, as subtests).
 ##   The suites below run TEST_JOBS at a time, the longest first; each one's output
-##   comes in one piece when it ends (docs/testing.md, "What runs at once").
+##   comes in one piece when it ends (docs/testing.md, "What runs at once"). The redlock
+##   tests that load the CPUs on purpose (REDLOCK_ALONE) run last, when nothing else does.
 TEST_JOBS ?= 3
 test: deps redis-image
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target ALONE_RUN=skip \
 	  test-redlock test-integration test-root test-sim test-static test-goredis test-rueidis test-valkey test-otel
+	$(MAKE) --no-print-directory ALONE_RUN=only test-redlock
 
 ## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
 ##   REDLOCK_SHARDS processes at once, each running its share of the tests one after the
 ##   other (and TEST_PARALLEL of those marked t.Parallel at once)
 REDLOCK_SHARDS ?= 3
 TEST_PARALLEL ?= 4
-##   The tests that load the CPUs on purpose run alone after the shards (REDLOCK_ALONE).
+##   The tests that load the CPUs on purpose run alone after the shards (REDLOCK_ALONE;
+##   ALONE_RUN=skip leaves them out, ALONE_RUN=only runs only them: tools/testshards.sh).
 REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
+ALONE_RUN ?= after
 test-redlock: deps
-	ALONE='$(REDLOCK_ALONE)' GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
+	ALONE='$(REDLOCK_ALONE)' ALONE_RUN=$(ALONE_RUN) GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
 
 ## test-durations: measure how long each of the redlock package's tests takes (in
 ##   REDLOCK_SHARDS processes, as make test runs them) and write

@@ -8,9 +8,11 @@
 # share the CPUs. Each shard's output is printed, whole, when it ends.
 # Tests whose names match ALONE (a regexp: tests that load the CPUs on
 # purpose) run after the shards, in one process, with nothing of this
-# package beside them.
+# package beside them. ALONE_RUN=skip leaves them out (the caller runs
+# them later, when nothing else runs: make test); ALONE_RUN=only runs
+# them and no shard.
 #
-# Usage: [ALONE=regexp] testshards.sh SHARDS PKGDIR [test binary flags ...]
+# Usage: [ALONE=regexp [ALONE_RUN=skip|only]] testshards.sh SHARDS PKGDIR [test binary flags ...]
 #   e.g. ALONE='UnderLoad$' testshards.sh 2 redlock -test.timeout=20m
 set -uo pipefail
 shards=$1 dir=$2
@@ -35,6 +37,20 @@ else
 	cp "$work/all" "$work/list"
 	: >"$work/alone"
 fi
+alone_run=${ALONE_RUN:-after}
+case $alone_run in
+after | skip) ;;
+only) : >"$work/list" ;; # no shard
+*) echo "testshards.sh: ALONE_RUN must be after, skip or only, not $alone_run"; exit 2 ;;
+esac
+# what the run covered, for its last line
+what() {
+	case $alone_run in
+	after) echo "$shards shards" ;;
+	skip) echo "$shards shards; the tests run alone left for later" ;;
+	only) echo "the tests run alone" ;;
+	esac
+}
 start=$(date +%s)
 pids=()
 # Shares by measured duration when the package has a durations file
@@ -85,13 +101,13 @@ if [ -n "${DURATIONS_OUT:-}" ]; then
 		awk '{ printf "%s %.1f\n", $1, $2 }' | sort >"$DURATIONS_OUT"
 	echo "durations of $(wc -l <"$DURATIONS_OUT") tests written to $DURATIONS_OUT"
 fi
-if [ -s "$work/alone" ]; then
+if [ -n "$(cat "$work/alone")" ] && [ "$alone_run" != skip ]; then
 	s=$(date +%s)
 	"$work/pkg.test" -test.run "^($(cat "$work/alone"))\$" -test.count=1 "$@" || fail=1
 	echo "alone in $dir ($(cat "$work/alone")): $(($(date +%s) - s)) s"
 fi
 if [ $fail -ne 0 ]; then
-	echo "FAIL	$dir	$(($(date +%s) - start))s ($shards shards)"
+	echo "FAIL	$dir	$(($(date +%s) - start))s ($(what))"
 	exit 1
 fi
-echo "ok	$dir	$(($(date +%s) - start))s ($shards shards)"
+echo "ok	$dir	$(($(date +%s) - start))s ($(what))"
