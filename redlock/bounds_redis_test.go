@@ -34,7 +34,7 @@ func heapAndGoroutines() (uint64, int) {
 func TestBounds_memoryFlatOverDistinctKeys(t *testing.T) {
 	forEachPath(t, func(t *testing.T, path connPath) {
 		rs := startReal(t, 1)
-		c := rs.client(t, path, redlock.WithTimeout(3*time.Second))
+		c := rs.clientKeeping(t, 64, path, redlock.WithTimeout(3*time.Second)) // one connection per goroutine
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		var next atomic.Int64

@@ -52,6 +52,25 @@ func (rs *realSet) client(t *testing.T, path connPath, opts ...redlock.Option) *
 	return c
 }
 
+// clientKeeping is realSet.client on pools of its own that keep up to idle
+// connections each, for a test whose goroutines run more rounds at once
+// than the shared pools keep (pool.DefaultMaxIdle): beyond those, each
+// round on the pooled path dials and closes a connection, and a busy
+// machine's masters drop the SYNs of such a storm (resent after 1 s).
+func (rs *realSet) clientKeeping(t *testing.T, idle int, path connPath, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	pools := make([]pool.Pool, len(rs.servers))
+	for i, s := range rs.servers {
+		pools[i] = s.Pool(pool.WithMaxIdle(idle))
+	}
+	c, err := redigo.New(pools, testOptions(path, opts)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // addrClient is realSet.client for masters given by address or URL
 // (NewFromAddrs).
 func addrClient(t *testing.T, path connPath, addrs []string, opts ...redlock.Option) *redlock.Client {

@@ -278,22 +278,9 @@ func TestWake_waitersWithLiveSubscriptionsPollRarely(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The waiters' client has pools of its own that keep a connection
-		// for each waiter (the pooled path's; the pipelined path dials its
-		// own): with the shared pools' 16 idle connections, the waiters'
-		// rounds overlapping on a busy machine dial and close hundreds of
-		// connections, the masters' full accept queues drop SYNs (a 1 s
-		// retransmit), and the holder's Release, dialing beside them, could
-		// miss its timeout.
-		wpools := make([]pool.Pool, len(rs.servers))
-		for i, s := range rs.servers {
-			wpools[i] = s.Pool(pool.WithMaxIdle(waiters))
-		}
-		w, err := redigo.New(wpools, testOptions(path, nil)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		// One connection kept per waiter on the pooled path, as separate
+		// processes would have (the pipelined path dials its own).
+		w := rs.clientKeeping(t, waiters, path)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var got atomic.Int32
