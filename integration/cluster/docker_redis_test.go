@@ -101,7 +101,11 @@ func TestStart_dockerRetriesAPortTakenBeforeItIsBound(t *testing.T) {
 // A container that stops before it answers PING (killed here, as by
 // another process's cleanup or the kernel) leaves its published port
 // refusing connections: Start sees it is no longer running and makes
-// another, rather than ping the dead port until the deadline.
+// another, rather than ping the dead port until the deadline. A master
+// that does not answer by the deadline fails Start with no second
+// container, so a second container and a master that answers show the
+// replacement; how long Docker takes is not measured (a busy engine can
+// take longer to kill, remove and run than the deadline itself).
 func TestStart_dockerReplacesAContainerKilledBeforeItAnswers(t *testing.T) {
 	requireDocker(t)
 	var started atomic.Int32
@@ -112,11 +116,7 @@ func TestStart_dockerReplacesAContainerKilledBeforeItAnswers(t *testing.T) {
 			}
 		}
 	}))
-	began := time.Now()
 	c := cluster.Start(t, 1, cluster.WithBackend(cluster.Docker))
-	if took := time.Since(began); took >= 30*time.Second {
-		t.Errorf("Start took %v: it waited out the readiness deadline on the killed container", took)
-	}
 	if _, err := c.Masters[0].Do("PING"); err != nil {
 		t.Fatalf("PING %v: %v", c.Masters[0], err)
 	}
