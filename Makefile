@@ -34,11 +34,16 @@ redis-image: deps
 ##   The suites below run TEST_JOBS at a time, the longest first; each one's output
 ##   comes in one piece when it ends (docs/testing.md, "What runs at once"). The redlock
 ##   tests that load the CPUs on purpose (REDLOCK_ALONE) run last, when nothing else does.
+##   The sub-make's suites need neither prerequisite again (SUITE_DEPS, IMAGE_DEPS empty):
+##   had they to wait for redis-image, the suites that need no image would take the
+##   first slots, out of the listed order.
 TEST_JOBS ?= 3
+SUITE_DEPS ?= deps
+IMAGE_DEPS ?= deps redis-image
 test: deps redis-image
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target ALONE_RUN=skip \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target ALONE_RUN=skip SUITE_DEPS= IMAGE_DEPS= \
 	  test-redlock test-integration test-root test-sim test-static test-goredis test-rueidis test-valkey test-otel
-	$(MAKE) --no-print-directory ALONE_RUN=only test-redlock
+	$(MAKE) --no-print-directory ALONE_RUN=only SUITE_DEPS= test-redlock
 
 ## test-redlock: the redlock package, whose tests mostly wait (TTLs, frozen masters), in
 ##   REDLOCK_SHARDS processes at once, each running its share of the tests one after the
@@ -49,7 +54,7 @@ TEST_PARALLEL ?= 4
 ##   ALONE_RUN=skip leaves them out, ALONE_RUN=only runs only them: tools/testshards.sh).
 REDLOCK_ALONE ?= UnderLoad|oneStoppedMasterDoesNotSlowRounds|connectionsBoundedOnAStoppedMaster
 ALONE_RUN ?= after
-test-redlock: deps
+test-redlock: $(SUITE_DEPS)
 	ALONE='$(REDLOCK_ALONE)' ALONE_RUN=$(ALONE_RUN) GO=$(GO) tools/testshards.sh $(REDLOCK_SHARDS) redlock -test.timeout=20m -test.parallel=$(TEST_PARALLEL)
 
 ## test-durations: measure how long each of the redlock package's tests takes (in
@@ -63,45 +68,45 @@ test-durations: deps
 ## test-root: the root module's other packages, with the race detector (but the
 ##   redlock package, and STATIC_PKGS: test-static)
 STATIC_PKGS := github.com/quorumlock/quorumlock/internal/docs github.com/quorumlock/quorumlock/internal/testrules
-test-root: deps redis-image
+test-root: $(IMAGE_DEPS)
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx -e github.com/quorumlock/quorumlock/redlock $(addprefix -e ,$(STATIC_PKGS)))
 
 ## test-static: the checks that read and compile the code (doc snippets, the test rules):
 ##   CPU-bound and waiting on no timer, so at a low CPU priority, beside the suites
 ##   that do wait on timers
-test-static: deps
+test-static: $(SUITE_DEPS)
 	nice -n 10 $(GO) test -race -count=1 -timeout 20m $(STATIC_PKGS)
 
 ## test-integration: the integration module's suites in their make test form (short
 ##   nemesis and clock runs; `make integration` for the long ones)
-test-integration: deps redis-image
+test-integration: $(IMAGE_DEPS)
 	cd integration && $(GO) test -race -count=1 -timeout 20m ./...
 
 ## test-sim: the simulator's module (sim/): a short seeded simulation and the differential
 ##   test of the simulated master against a real redis-server; CPU-bound on a virtual
 ##   clock, so at a low CPU priority
-test-sim: deps
+test-sim: $(SUITE_DEPS)
 	cd sim && nice -n 10 $(GO) test -race -count=1 -timeout 20m ./...
 
 ## test-goredis: the go-redis v9 adapter's module (goredis/), against real Redis masters
 ##   (the conformance suite and the Cluster members' cases through goredis.New are in
 ##   integration/goredis, so that the adapter's module requires no test harness)
-test-goredis: deps redis-image
+test-goredis: $(IMAGE_DEPS)
 	cd goredis && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-rueidis: the rueidis adapter's module (rueidis/), against real redis-server masters
 ##   (the conformance suite through rueidis.New is in integration/rueidis)
-test-rueidis: deps
+test-rueidis: $(SUITE_DEPS)
 	cd rueidis && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-valkey: the valkey-go adapter's module (valkey/, generated from rueidis/ by go generate),
 ##   against real redis-server masters (Debian has no valkey-server); the conformance suite
 ##   through valkey.New is in integration/rueidis, beside rueidis.New's
-test-valkey: deps
+test-valkey: $(SUITE_DEPS)
 	cd valkey && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## test-otel: the OpenTelemetry observer's module (otel/), against real Redis masters
-test-otel: deps
+test-otel: $(SUITE_DEPS)
 	cd otel && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## unit: the library module's tests (integration/ is a module of its own), without the race detector (faster)
