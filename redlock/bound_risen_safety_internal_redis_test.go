@@ -237,24 +237,29 @@ func twoStoppedRising(t *testing.T, pipelined bool) *Client {
 }
 
 // Two of three masters stopped, the bound risen during the round to the
-// 200 ms cap of a 2 s TTL: the caller's ctx ends the risen wait; Close
+// 1 s cap of a 10 s TTL: the caller's ctx ends the risen wait; Close
 // ends it when it completes the commands in flight (a pipelined
 // connection, within a timeout or two), or the round ends at the cap (a
-// pooled read, which Close waits out).
+// pooled read, which Close waits out). Each limit leaves a busy host
+// 300 ms of scheduling, and the cap is far enough to tell.
 func TestAdaptiveBound_risenWaitEndsAtCtxAndClose_pausedMaster(t *testing.T) {
+	const ttl, slack = 10 * time.Second, 300 * time.Millisecond
 	for _, pipelined := range []bool{true, false} {
 		t.Run(paths[pipelined]+"/ctx", func(t *testing.T) {
 			c := twoStoppedRising(t, pipelined)
+			if ceiling := c.bound.Ceiling(ttl); ceiling < 90*time.Millisecond+c.timeout+2*slack {
+				t.Fatalf("the cap %v is too close to the ctx's end to tell the two apart", ceiling)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := c.TryAcquire(ctx, "risen:ctx", WithTTL(2*time.Second))
+			_, err := c.TryAcquire(ctx, "risen:ctx", WithTTL(ttl))
 			took := time.Since(start)
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("TryAcquire under a 90 ms ctx: %v, want its DeadlineExceeded", err)
 			}
 			t.Logf("returned after %v: %v", took, err)
-			if took > 90*time.Millisecond+c.timeout {
+			if took > 90*time.Millisecond+c.timeout+slack {
 				t.Errorf("returned %v after the start, the ctx ended at 90 ms", took)
 			}
 		})
@@ -269,7 +274,7 @@ func TestAdaptiveBound_risenWaitEndsAtCtxAndClose_pausedMaster(t *testing.T) {
 			})
 			defer timer.Stop()
 			start := time.Now()
-			_, err := c.TryAcquire(context.Background(), "risen:close", WithTTL(2*time.Second))
+			_, err := c.TryAcquire(context.Background(), "risen:close", WithTTL(ttl))
 			end := time.Now()
 			<-closed
 			if err == nil {
@@ -283,7 +288,11 @@ func TestAdaptiveBound_risenWaitEndsAtCtxAndClose_pausedMaster(t *testing.T) {
 			// Close completes the commands in flight within a timeout or
 			// two (pipelined); a pooled read it waits out, and the round
 			// then ends at its risen wait, the cap.
-			if limit := later(at.Add(2*c.timeout), start.Add(c.bound.Ceiling(2*time.Second))).Add(50 * time.Millisecond); end.After(limit) {
+			limit := at.Add(2 * c.timeout)
+			if !pipelined {
+				limit = later(limit, start.Add(c.bound.Ceiling(ttl)))
+			}
+			if end.After(limit.Add(slack)) {
 				t.Errorf("returned %v after Close began, %v after the start: %v", end.Sub(at), end.Sub(start), err)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,7 +100,6 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 		t.Fatalf("the readers do not get in: %d reads, %d failed", reads.Load(), readErrs.Load())
 	}
 	var waits []time.Duration
-	var worst time.Duration
 	for range writes {
 		time.Sleep(20 * time.Millisecond) // the subject: the writer's pace: a spell of readers alone between its writes
 		before := reads.Load()
@@ -124,18 +124,19 @@ func writerStarvation(t *testing.T, servers []*redistest.Server, key string, pip
 			t.Log(err)
 		}
 		waits = append(waits, waited)
-		worst = max(worst, waited)
 	}
 	if o := overlaps.Load(); o != 0 {
 		t.Errorf("a reader and the writer held the lock together %d times", o)
 	}
 	// Starvation shows as an Acquire that fails at four intent lifetimes
 	// (the readers keep the masters, or the entry left on the lead is
-	// waited out); a writer whose intent holds waits well under one
-	// lifetime on a quiet host, and a loaded host adds its scheduling
-	// delays, so the bound is two lifetimes.
-	if worst >= 2*intent {
-		t.Errorf("the writer waited up to %v behind the readers, past two intent lifetimes (%v): %v", worst, 2*intent, waits)
+	// waited out). A writer whose intent holds waits well under one
+	// lifetime; a loaded host adds its scheduling delays to a few waits,
+	// so the typical wait, the median, is held to one lifetime.
+	sorted := slices.Clone(waits)
+	slices.Sort(sorted)
+	if median := sorted[len(sorted)/2]; median >= intent {
+		t.Errorf("the writer's median wait behind the readers %v, past an intent lifetime (%v): %v", median, intent, waits)
 	}
 	t.Logf("intent lifetime %v; writer waits %v; %d reads in all", intent, waits, reads.Load())
 }
