@@ -57,7 +57,7 @@ func (m *lineMaster) attempt(w, tok string, entryMS int) any {
 // markers of markerMS.
 func (m *lineMaster) release(tok string, ageMS, markerMS int) int {
 	m.t.Helper()
-	n, err := redis.Int(redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", tok, "ch", ageMS, markerMS))
+	n, err := redis.Int(redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", tok, "ch", ageMS, markerMS, "1", ""))
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -164,8 +164,8 @@ func TestLine_releaseHandsOverOnlyToAHeadThatWaitedLongEnough(t *testing.T) {
 		t.Fatalf("the releaser's attempt straight after: %v, want OK", got)
 	}
 
-	if got := m.release("tok-holder2", 0, 5000); got != 2 {
-		t.Fatalf("release with a head that waited replied %d, want 2 (handed over)", got)
+	if got := m.release("tok-holder2", 0, 5000); got != 1 {
+		t.Fatalf("release with a head that waited replied %d, want 1", got)
 	}
 	if v := m.value(); v != "h:waiter-a" {
 		t.Fatalf("key holds %q, want the marker of waiter-a", v)
@@ -204,8 +204,8 @@ func TestLine_markerRefusesTheScriptsOfThePreviousRelease(t *testing.T) {
 	m := newLineMaster(t)
 	m.attempt("holder-w", "tok-holder", 30000)
 	m.attempt("waiter-a", "tok-a", 30000)
-	if got := m.release("tok-holder", 0, 300); got != 2 {
-		t.Fatalf("release replied %d, want 2", got)
+	if got := m.release("tok-holder", 0, 300); got != 1 {
+		t.Fatalf("release replied %d, want 1", got)
 	}
 	if ok, err := m.c.Do("SET", "lock", "tok-old", "NX", "PX", 30000); err != nil || ok != nil {
 		t.Fatalf("an old client's SET NX on a marker: %v, %v", ok, err)
@@ -288,13 +288,51 @@ func TestLine_vanishedWaiterIsDroppedAtItsDeadline(t *testing.T) {
 		}
 		return now[0]*1000+now[1]/1000 > dl
 	})
-	if got := m.release("tok-holder", 0, 5000); got != 2 {
-		t.Fatalf("release replied %d, want 2 (handed over)", got)
+	if got := m.release("tok-holder", 0, 5000); got != 1 {
+		t.Fatalf("release replied %d, want 1", got)
 	}
 	if v := m.value(); v != "h:waiter-b" {
 		t.Fatalf("key holds %q, want waiter-b's marker", v)
 	}
 	if got := m.line(); len(got) != 0 {
 		t.Fatalf("line %v, want the vanished waiter dropped and the heir gone", got)
+	}
+}
+
+// A rollback's release announces a hand-over but not a free key; a
+// release takes the holder's own entry out of the line first, wherever
+// the master keeps it.
+func TestLine_rollbackAnnouncesOnlyAHandOver(t *testing.T) {
+	m := newLineMaster(t)
+	rollback := func(tok, holder string, ageMS int) {
+		t.Helper()
+		if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", tok, "ch", ageMS, 5000, "", holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.attempt("holder-w", "tok-holder", 30000)
+	m.attempt("waiter-a", "tok-a", 30000)
+	m.notice()
+	rollback("tok-holder", "", 60000)
+	if v, n := m.value(), m.notice(); v != "" || n != "" {
+		t.Fatalf("a rollback with a young head: key %q, notice %q; want it free, unannounced", v, n)
+	}
+	m.attempt("holder-w", "tok-holder", 30000)
+	rollback("tok-holder", "", 0)
+	if v, n := m.value(), m.notice(); v != "h:waiter-a" || n != "tok-hold!hwaiter-a" {
+		t.Fatalf("a rollback with a head that waited: key %q, notice %q; want the hand-over, announced", v, n)
+	}
+	// waiter-a takes the key; waiter-b waits; waiter-a's release takes
+	// waiter-a's stale entry (as another master would keep it) out first.
+	m.attempt("waiter-a", "tok-a", 30000)
+	m.attempt("waiter-b", "tok-b", 30000)
+	if _, err := m.c.Do("ZADD", "line", 0, "waiter-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", "tok-a", "ch", 0, 5000, "1", "waiter-a"); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.value(); v != "h:waiter-b" {
+		t.Fatalf("key holds %q, want waiter-b's marker (not the releaser's own)", v)
 	}
 }

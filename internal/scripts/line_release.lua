@@ -9,13 +9,21 @@
 -- KEYS[1] lock; KEYS[2] line; KEYS[3] the line's deadlines.
 -- ARGV[1] token; ARGV[2] channel to PUBLISH on ("" for none); ARGV[3] how
 -- long the head must have waited for a hand-over, ms; ARGV[4] the
--- marker's TTL, ms.
+-- marker's TTL, ms; ARGV[5] "1" to announce a free key too, "" to
+-- announce only a hand-over (a rollback: waking every waiter after a
+-- split vote would split it again); ARGV[6] the holder's own waiter id,
+-- or "": its entry leaves the line first (a master that refused the
+-- holder's attempts keeps it in line after a quorum granted it).
 -- The message is the token's first 8 characters, then "!h" and the
 -- heir's first 8 (a hand-over), or "!c" and the head's first 8 (a
 -- candidate), then, without a hand-over, "/" and the channel's
 -- subscriber count where the ACL allows PUBSUB (as release.lua).
--- Returns 2 if the key was handed over, 1 if it was deleted, 0 if it was
--- absent or held another token (or a marker).
+-- Returns 1 if the key was the token's (deleted or handed over), 0 if it
+-- was absent or held another token (or a marker), as release.lua.
+if ARGV[6] ~= "" then
+	redis.call("ZREM", KEYS[2], ARGV[6])
+	redis.call("ZREM", KEYS[3], ARGV[6])
+end
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
 	return 0
 end
@@ -36,10 +44,10 @@ if head[1] and us - tonumber(head[2]) >= tonumber(ARGV[3]) * 1000 then
 	if ARGV[2] ~= "" then
 		redis.call("PUBLISH", ARGV[2], msg .. "!h" .. string.sub(head[1], 1, 8))
 	end
-	return 2
+	return 1
 end
 redis.call("DEL", KEYS[1])
-if ARGV[2] ~= "" then
+if ARGV[2] ~= "" and ARGV[5] ~= "" then
 	if head[1] then
 		msg = msg .. "!c" .. string.sub(head[1], 1, 8)
 	end

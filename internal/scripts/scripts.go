@@ -118,8 +118,8 @@ var (
 	// the line and replies the key's remaining TTL. See line_acquire.lua.
 	LineAcquire = New("line_acquire", 3, lineAcquireSrc)
 	// LineRelease is Release for a key with a line: it hands the key over
-	// to the head of the line when that has waited long enough; replies 2
-	// then, 1 if it deleted the key, 0 if the key was not the token's.
+	// to the head of the line when that has waited long enough; replies 1
+	// if the key was the token's (deleted or handed over), else 0.
 	LineRelease = New("line_release", 3, lineReleaseSrc)
 	// LineLeave takes a waiter out of the key's line, and passes on a
 	// hand-over the key holds for it. See line_leave.lua.
@@ -127,7 +127,7 @@ var (
 
 	// All lists every script, for loading them on a new connection.
 	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FenceCommitTerm, FencedWrite,
-		Reentrant, RW, Multi, Heal, WaitAcquire}, metaAll()...)
+		Reentrant, RW, Multi, Heal, WaitAcquire, LineAcquire, LineRelease, LineLeave}, metaAll()...)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
