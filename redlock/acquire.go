@@ -133,8 +133,13 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 			waitFrom = time.Now()
 			wt = c.wait(k.keys(key), mark, k)
 			if pk, ok := k.(plainKind); ok {
-				// Its next attempts learn when the holder's key runs out.
+				// Its next attempts learn when the holder's key runs out,
+				// and with a line, join it.
 				pk.waiting = true
+				if pk.handOver {
+					pk.line, pk.entryMS = c.jit.UUID(), c.entryTTL(lc).Milliseconds()
+					wt.InLine(pk.line)
+				}
 				k = pk
 			}
 		} else {

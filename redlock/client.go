@@ -96,6 +96,12 @@ type Client struct {
 	// beforeWait, when set (tests), runs after a failed attempt, before
 	// the waiter registers for release notices.
 	beforeWait func()
+	// handOver: plain locks without metadata or fencing keep a line of
+	// waiters on each master, and a release hands the key over to the
+	// one first in line once it has waited handOverAge (kind.go). Off
+	// until its measurements are in; the scripts of a client with it off
+	// are those of the previous release.
+	handOver bool
 }
 
 type master struct {

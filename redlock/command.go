@@ -116,7 +116,7 @@ func expectOf(script *scripts.Script) expect {
 		return expectCounter
 	case scripts.RW:
 		return expectRW
-	case scripts.WaitAcquire:
+	case scripts.WaitAcquire, scripts.LineAcquire:
 		return expectTTL
 	default:
 		return expectFlag

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/jitter"
+	"github.com/quorumlock/quorumlock/internal/keys"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -112,7 +113,43 @@ func (baseKind) forRelease() kind            { return nil }
 type plainKind struct {
 	baseKind
 	waiting bool
+	// handOver: the key has a line of waiters (Client.handOver): a
+	// release hands the key over to the one first in line that has
+	// waited handOverAge, and a rollback announces such a hand-over.
+	handOver bool
+	// line is the waiter's ID in the key's line once its first attempt
+	// was refused (with handOver), and entryMS how long its entry lasts
+	// without a new attempt; a Lock it acquires takes the entry out of
+	// the line as it is released, wherever a master kept it.
+	line    string
+	entryMS int64
 }
+
+// A plain lock's line (handOver).
+const (
+	// handOverAge is how long the waiter first in line has waited before
+	// a release hands the key over to it rather than free it: until then
+	// the releaser, or anyone, may take the key straight back.
+	handOverAge = 30 * time.Millisecond
+	// minMarker is the least a hand-over keeps the key for the heir (the
+	// marker's TTL): a notice and an attempt's round trip, on a busy host.
+	minMarker = 20 * time.Millisecond
+)
+
+// markerMS is how long, in ms, a hand-over keeps the key for the heir:
+// at least minMarker, and the per-master timeout, within which the heir's
+// attempt reaches a master that is not slow. An heir that never comes
+// (its process stopped) holds the key up that long once.
+func (c *Client) markerMS() int64 { return max(minMarker, c.timeout).Milliseconds() }
+
+// lineKey and lineDeadlinesKey name the line of key and its deadlines
+// on each master, in key's hash slot.
+func lineKey(key string) string          { return keys.Companion(key, keys.LineSuffix) }
+func lineDeadlinesKey(key string) string { return keys.Companion(key, keys.LineDeadlinesSuffix) }
+
+// leaves reports whether the waiter is in the key's line: one that gives
+// up takes its entry out (and passes a hand-over it holds on).
+func (p plainKind) leaves() bool { return p.line != "" }
 
 var _ kind = plainKind{}
 
@@ -123,6 +160,9 @@ func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, str
 		if r.fence != nil {
 			return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
 		}
+		if p.line != "" {
+			return scripts.LineAcquire, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, r.ttlMS, p.line, "1", p.entryMS)
+		}
 		if p.waiting {
 			return scripts.WaitAcquire, "", append(dst, key, token, r.ttlMS)
 		}
@@ -130,8 +170,20 @@ func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, str
 	case opExtend:
 		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
 	case opRelease:
+		if p.handOver {
+			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, wakeChannel(key),
+				handOverAge.Milliseconds(), r.c.markerMS(), "1", p.line)
+		}
 		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
+	case opLeave:
+		return scripts.LineLeave, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), p.line, wakeChannel(key), r.c.markerMS())
 	default: // opRollback
+		if p.handOver {
+			// A hand-over is announced (it names one waiter); a free key
+			// is not, as below.
+			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, wakeChannel(key),
+				handOverAge.Milliseconds(), r.c.markerMS(), "", "")
+		}
 		// Not announced: after a split vote every contender rolls back,
 		// and waking them all at once would split the vote again; their
 		// jittered backoff spreads the next attempts instead.
@@ -145,7 +197,7 @@ func (c *Client) plainKind(key string, lc *lockConfig) kind {
 	if lc.fair {
 		return c.fairness(key, lc)
 	}
-	return plainKind{}
+	return plainKind{handOver: c.handOver && lc.meta == "" && !lc.fencing}
 }
 
 // kindConfig builds a lock's settings and rejects the options its kind

@@ -32,3 +32,32 @@ func TestParseNotice(t *testing.T) {
 		}
 	}
 }
+
+// A notice of a release with a line names the heir or the candidate
+// after HandOverSep; any other release ID names neither and comes back
+// whole.
+func TestParseHandOver(t *testing.T) {
+	for _, tc := range []struct {
+		id, release, heir, candidate string
+	}{
+		{"abcdefgh!hwaiter-a", "abcdefgh", "waiter-a", ""},
+		{"abcdefgh!cwaiter-a", "abcdefgh", "", "waiter-a"},
+		{"abcdefgh!hw", "abcdefgh", "w", ""},
+		{"abcdefgh", "abcdefgh", "", ""},
+		{"abcdefgh!h", "abcdefgh!h", "", ""},                 // no name
+		{"abcdefgh!xwaiter-a", "abcdefgh!xwaiter-a", "", ""}, // no such mark
+		{"abcdefgh!hwaiter-a-too-long", "abcdefgh!hwaiter-a-too-long", "", ""},
+		{"!hwaiter-a", "", "waiter-a", ""},
+		{"", "", "", ""},
+	} {
+		release, heir, candidate := keys.ParseHandOver(tc.id)
+		if release != tc.release || heir != tc.heir || candidate != tc.candidate {
+			t.Errorf("ParseHandOver(%q) = %q, %q, %q; want %q, %q, %q", tc.id, release, heir, candidate, tc.release, tc.heir, tc.candidate)
+		}
+	}
+	// As ParseNotice leaves them: a candidate's notice carries a count.
+	id, subs := keys.ParseNotice("abcdefgh!cwaiter-a/2")
+	if release, _, candidate := keys.ParseHandOver(id); release != "abcdefgh" || candidate != "waiter-a" || subs != 2 {
+		t.Errorf("a candidate's notice read as %q, %q, %d subscribers", release, candidate, subs)
+	}
+}

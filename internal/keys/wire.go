@@ -25,6 +25,12 @@ const (
 	// MetaSuffix names the hash of a lock's holder metadata (field: a
 	// holder's token or a reentrant owner's ID; value: its metadata).
 	MetaSuffix = ":meta"
+	// LineSuffix names a plain lock's line: the waiters a release may
+	// hand the key over to (waiter ID -> arrival, master µs).
+	LineSuffix = ":line"
+	// LineDeadlinesSuffix names the line's entry deadlines (waiter ID ->
+	// expiry, master ms).
+	LineDeadlinesSuffix = ":line-deadlines"
 	// PermitSuffix names a semaphore's permit slots: slot i of semaphore
 	// key is the lock key key + PermitSuffix + i (in key's hash slot).
 	PermitSuffix = ":permit:"
@@ -91,4 +97,38 @@ func ParseNotice(msg string) (id string, subs int) {
 		return msg, 0
 	}
 	return msg[:i], n
+}
+
+// MarkerPrefix starts the value of a plain lock's key that a release
+// handed over to a waiter in its line; the waiter's ID follows. Only that
+// waiter's acquisition takes the key (line_acquire.lua); no token begins
+// with it.
+const MarkerPrefix = "h:"
+
+// HandOverSep follows the release's ID in the notice of a plain lock's
+// release with a line (line_release.lua, line_leave.lua): then 'h' and
+// the first 8 characters of the waiter ID the key was handed over to, or
+// 'c' and those of the waiter first in line, the candidate, when the key
+// was left free.
+const HandOverSep = "!"
+
+// ParseHandOver splits a release ID, as ParseNotice returns it, into the
+// release's own ID and the waiter it names: heir, the one the key was
+// handed over to, or candidate, the one first in line when the key was
+// left free (at most one of the two is set, to at most 8 characters).
+// An ID of another form, which names no waiter, comes back whole. The
+// ID comes from a master: only that form is read.
+func ParseHandOver(id string) (release, heir, candidate string) {
+	i := strings.Index(id, HandOverSep)
+	if i < 0 || len(id)-i-len(HandOverSep) < 2 || len(id)-i-len(HandOverSep) > 9 {
+		return id, "", ""
+	}
+	name := id[i+len(HandOverSep)+1:]
+	switch id[i+len(HandOverSep)] {
+	case 'h':
+		return id[:i], name, ""
+	case 'c':
+		return id[:i], "", name
+	}
+	return id, "", ""
 }

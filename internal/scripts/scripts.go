@@ -46,6 +46,12 @@ var (
 	healSrc string
 	//go:embed wait_acquire.lua
 	waitAcquireSrc string
+	//go:embed line_acquire.lua
+	lineAcquireSrc string
+	//go:embed line_release.lua
+	lineReleaseSrc string
+	//go:embed line_leave.lua
+	lineLeaveSrc string
 )
 
 // The scripts, built once.
@@ -106,9 +112,22 @@ var (
 	// masters that lost the lock.
 	Heal = New("heal", 3, healSrc)
 
+	// LineAcquire is a plain lock's waiting acquisition in the key's line
+	// (KEYS[2], KEYS[3]): SET NX PX, or the adoption of a marker a
+	// release handed the key over to this waiter with; refused, it joins
+	// the line and replies the key's remaining TTL. See line_acquire.lua.
+	LineAcquire = New("line_acquire", 3, lineAcquireSrc)
+	// LineRelease is Release for a key with a line: it hands the key over
+	// to the head of the line when that has waited long enough; replies 1
+	// if the key was the token's (deleted or handed over), else 0.
+	LineRelease = New("line_release", 3, lineReleaseSrc)
+	// LineLeave takes a waiter out of the key's line, and passes on a
+	// hand-over the key holds for it. See line_leave.lua.
+	LineLeave = New("line_leave", 3, lineLeaveSrc)
+
 	// All lists every script, for loading them on a new connection.
 	All = append([]*Script{Release, Extend, FairAcquire, FairRelease, Leave, FencedAcquire, FenceCommit, FenceCommitTerm, FencedWrite,
-		Reentrant, RW, Multi, Heal, WaitAcquire}, metaAll()...)
+		Reentrant, RW, Multi, Heal, WaitAcquire, LineAcquire, LineRelease, LineLeave}, metaAll()...)
 )
 
 // Script is a Lua script with its SHA1, run by EVALSHA with a fallback to
@@ -166,6 +185,7 @@ var ErrWrongKind = errors.New("redlock: the key holds a lock of another kind")
 // string; the others (reentrant, rw) expect a hash.
 var stringScripts = map[string]string{
 	"release": "plain", "extend": "plain", "fair_release": "fair", "fence_commit": "fenced",
+	"line_acquire": "plain", "line_release": "plain", "line_leave": "plain",
 	"multi": "multi-key",
 	// fair_acquire and fenced_acquire read the lock key with EXISTS and
 	// SET NX, which take any type: a WRONGTYPE there is about a companion

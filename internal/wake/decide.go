@@ -1,5 +1,7 @@
 package wake
 
+import "strings"
+
 // Kind is what a waiter waits for, as far as its wake-up goes.
 type Kind uint8
 
@@ -33,6 +35,14 @@ type Waiter struct {
 	// any other kind).
 	Kind    Kind
 	Arrival int64
+	// ID is a plain waiter's ID in the key's line on the masters, which a
+	// release that hands the key over names (Notice.Heir); "" for a
+	// waiter in no line.
+	ID string
+	// Heir: the latest wake-up handed the key over to this waiter (a
+	// quorum of masters announced it named): its attempt asks every
+	// master at once, with no delay. Read and cleared by the attempt.
+	Heir bool
 	// Woken: a notice was handed to this waiter. Should it give up without
 	// the lock, the notice is passed on (Leave). A caller that took the
 	// notice for an attempt may clear it (a semaphore's waiter does).
@@ -57,6 +67,10 @@ type Notice struct {
 	// FromAsked: the notice came from the master the key's latest piloted
 	// attempt asked first (it may no longer be the pilot).
 	FromAsked bool
+	// Heir is the start of the waiter ID the release handed the key over
+	// to on this master (keys.ParseHandOver), or "": the key holds that
+	// waiter's marker there, which refuses every other attempt.
+	Heir string
 }
 
 // Decision is whom a notice wakes among a key's waiters.
@@ -68,6 +82,8 @@ type Decision struct {
 	Back bool
 	// Multi: every multi-key waiter of the key is woken, in its place.
 	Multi bool
+	// Heir: the waiter woken (One) is the one the key was handed over to.
+	Heir bool
 	// Heard: the notice counts as heard, so that a waiter that registers
 	// next, whose first attempt it may have come after, tries again: no
 	// waiter of the key was here, or a multi-key waiter, which may go on
@@ -98,8 +114,28 @@ func (d Decision) Woken(q []*Waiter, i int) bool {
 // key may be none of those four. Such a waiter may go on waiting without
 // taking the key or passing the notice on, so the notice also counts as
 // heard.
+//
+// A notice of a hand-over (Notice.Heir) wakes only the waiter it names,
+// in its place, and only once a quorum of masters announced the release:
+// then the masters that hold its marker can make a quorum, and its
+// attempt asks every master at once. Any other waiter would be refused
+// wherever the marker is, and so wakes for none of the hand-over's
+// notices; a waiter named by fewer than a quorum of masters (heads that
+// differ) finds the key by its timer once the markers run out.
 func Decide(q []*Waiter, n Notice) Decision {
 	d := Decision{One: -1, Heard: len(q) == 0}
+	if n.Heir != "" {
+		if n.Count < n.Quorum {
+			return d
+		}
+		for i, w := range q {
+			if w.ID != "" && strings.HasPrefix(w.ID, n.Heir) {
+				d.One, d.Heir = i, true
+				break
+			}
+		}
+		return d
+	}
 	if n.Count == 1 || n.FromPilot && !n.PilotHeard || n.FromAsked || n.Count == n.Quorum {
 		if d.One = Next(q); d.One >= 0 {
 			d.Back = q[d.One].Kind != Fair

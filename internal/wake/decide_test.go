@@ -2,6 +2,7 @@ package wake
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +16,7 @@ type w struct {
 	// trying: its attempt for a notice is under way; crossed: a notice
 	// woke another waiter of the key since its wake-up.
 	trying, crossed bool
+	id              string // its ID in the key's line, or ""
 }
 
 // note is one master's notice: its message and the master that sent it.
@@ -49,9 +51,63 @@ var (
 	plain = func(name string) w { return w{name: name, kind: Plain} }
 	fair  = func(name string, arrival int64) w { return w{name: name, kind: Fair, arrival: arrival} }
 	multi = func(name string) w { return w{name: name, kind: Multi} }
+	// inLine is a plain waiter in the key's line, whose ID begins with
+	// its name.
+	inLine = func(name string) w { return w{name: name, kind: Plain, id: name + "-0123-4567"} }
 )
 
 var rules = []rule{
+	{
+		name:    "a hand-over's notices wake nobody before a quorum announced it",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tok12345!hwaiter-b", 0},
+	},
+	{
+		name:    "the hand-over notice that completes a quorum wakes the heir alone, in its place",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		earlier: []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
+		pilot:   2, asked: -1, quorum: 3,
+		notice: &note{"tok12345!hwaiter-b", 2},
+		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
+	},
+	{
+		name:    "a later notice of the hand-over wakes the heir again",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		earlier: []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
+		pilot:   -1, asked: -1, quorum: 2,
+		notice: &note{"tok12345!hwaiter-b", 2},
+		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
+	},
+	{
+		name:    "a hand-over to a waiter of another client wakes nobody here",
+		waiters: []w{inLine("waiter-a"), plain("b")},
+		earlier: []note{{"tok12345!hwaiter-z", 0}},
+		pilot:   -1, asked: -1, quorum: 2,
+		notice: &note{"tok12345!hwaiter-z", 1},
+	},
+	{
+		name:    "a hand-over's notices count with its release's other notices",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		earlier: []note{{"tok12345!cwaiter-a/2", 0}, {"tok12345/2", 1}},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tok12345!hwaiter-b", 2},
+		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
+	},
+	{
+		name:    "a hand-over wakes no multi-key waiter",
+		waiters: []w{multi("m"), inLine("waiter-b")},
+		pilot:   -1, asked: -1, quorum: 1,
+		notice: &note{"tok12345!hwaiter-b", 0},
+		woken:  []string{"waiter-b"},
+	},
+	{
+		name:    "a candidate's notice wakes as a release's does",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tok12345!cwaiter-b/2", 0},
+		woken:  []string{"waiter-a"}, order: []string{"waiter-b", "waiter-a"},
+	},
 	{
 		name:    "first notice wakes the longest waiter alone, sent to the back",
 		waiters: []w{plain("a"), plain("b"), plain("c")},
@@ -248,6 +304,7 @@ func (r rule) check(t *testing.T) {
 	byName := map[string]*Waiter{}
 	for _, x := range r.waiters {
 		wt := q.Add(x.name, make(chan struct{}, 1), x.kind, x.arrival)
+		wt.ID = x.id
 		wt.Woken, wt.pending = x.woken, x.woken
 		wt.trying, wt.crossed = x.trying, x.crossed
 		byName[x.name] = wt
@@ -272,6 +329,9 @@ func (r rule) check(t *testing.T) {
 	for _, wt := range q.waiters {
 		if len(wt.Ch) > 0 {
 			woken = append(woken, wt.Key)
+		}
+		if heir := r.notice != nil && wt.ID != "" && strings.Contains(r.notice.msg, "!h"+wt.ID[:8]) && len(wt.Ch) > 0; wt.Heir != heir {
+			t.Errorf("waiter %s: Heir %v, want %v", wt.Key, wt.Heir, heir)
 		}
 	}
 	slices.Sort(woken)

@@ -85,8 +85,9 @@ func (q *Queue) Rivals() int { return q.rivals }
 func (q *Queue) Notify(msg string, from, pilot, quorum int) (heard bool) {
 	id, rivals := keys.ParseNotice(msg)
 	q.rivals = rivals
+	id, heir, _ := keys.ParseHandOver(id)
 	n := q.releases.Heard(id, from == pilot)
-	n.Quorum, n.FromAsked = quorum, q.asked != 0 && from == q.asked-1
+	n.Quorum, n.FromAsked, n.Heir = quorum, q.asked != 0 && from == q.asked-1, heir
 	d := Decide(q.waiters, n)
 	for i, w := range q.waiters {
 		if d.Crossed(q.waiters, i) {
@@ -94,7 +95,7 @@ func (q *Queue) Notify(msg string, from, pilot, quorum int) (heard bool) {
 		}
 	}
 	if d.One >= 0 {
-		q.wakeAt(d.One, d.Back)
+		q.wakeAt(d.One, d.Back).Heir = d.Heir
 	}
 	if d.Multi {
 		for _, w := range q.waiters {

@@ -104,7 +104,9 @@ func (wg *Waiting) WaitOut(ctx context.Context, queued bool, delay time.Duration
 const recheckPoll = 500 * time.Microsecond
 
 // Woken prepares the attempt of a waiter a release woke, on key, and
-// returns the master it asks first, or -1. With several masters,
+// returns the master it asks first, or -1. A waiter the release handed
+// the key over to (wake.Waiter.Heir) asks every master at once, at once:
+// the key waits for it alone. Otherwise, with several masters,
 // contenders of other clients were woken by the same release: the
 // attempt asks the key's lead master first (Host.LeadFor), which grants
 // it to one of them, and the rest of the masters only once it granted.
@@ -119,6 +121,11 @@ const recheckPoll = 500 * time.Microsecond
 // every master (docs/design.md, "Waiters that leave a mark").
 func (wg *Waiting) Woken(ctx context.Context, key string, queued bool, waitFrom time.Time) int {
 	w := wg.w
+	if wg.heir() {
+		// The key was handed over to this waiter on a quorum of masters:
+		// no rival can take it there, so no pilot and no delay.
+		return -1
+	}
 	if len(w.subs) == 1 && !queued {
 		// One master, no pilot: the woken waiters of every client race to
 		// it all the same, and the age-weighted delay keeps the client

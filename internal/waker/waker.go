@@ -227,6 +227,32 @@ func (w *Waker) Wait(keys []string, m Mark, wk wake.Kind, arrival int64) *Waitin
 	return wg
 }
 
+// InLine records id as the waiter's ID in its key's line on the masters
+// (a plain waiter's: wake.Waiter.ID), by which a release that hands the
+// key over to it names it.
+func (wg *Waiting) InLine(id string) {
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wt := range wg.ws {
+		wt.ID = id
+	}
+}
+
+// heir reports, and clears, whether the waiter's latest wake-up handed
+// it the key (wake.Waiter.Heir).
+func (wg *Waiting) heir() bool {
+	if len(wg.ws) != 1 {
+		return false
+	}
+	w := wg.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := wg.ws[0].Heir
+	wg.ws[0].Heir = false
+	return h
+}
+
 // asking records lead, the pilot of key, as the master a woken attempt of
 // a single-key waiter asks first (wake.Notice.FromAsked). A multi-key
 // waiter records nothing: it hears every notice of each of its keys
