@@ -137,7 +137,7 @@ func (c *Client) acquire(ctx context.Context, begun time.Time, key string, lc *l
 				// and with a line, join it.
 				pk.waiting = true
 				if pk.handOver {
-					pk.line, pk.entryMS = c.jit.UUID(), c.entryTTL(lc).Milliseconds()
+					pk.line, pk.entryMS, pk.arrival = c.jit.UUID(), c.entryTTL(lc).Milliseconds(), c.lineArrival()
 					wt.InLine(pk.line)
 				}
 				k = pk

@@ -101,7 +101,8 @@ type Client struct {
 	// one first in line once it has waited handOverAge (kind.go). Off
 	// until its measurements are in; the scripts of a client with it off
 	// are those of the previous release.
-	handOver bool
+	handOver        bool
+	lastLineArrival atomic.Int64 // lineArrival
 }
 
 type master struct {

@@ -74,6 +74,9 @@ func notices(t *testing.T, s *redistest.Server, key string) <-chan string {
 	if err := psc.Subscribe(wakeChannel(key)); err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := psc.ReceiveWithTimeout(10 * time.Second).(redis.Subscription); !ok {
+		t.Fatal("no subscription")
+	}
 	out := make(chan string, 64)
 	done := make(chan struct{})
 	go func() {

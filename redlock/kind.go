@@ -123,6 +123,8 @@ type plainKind struct {
 	// the line as it is released, wherever a master kept it.
 	line    string
 	entryMS int64
+	// arrival orders the line on every master alike (Client.arrival).
+	arrival int64
 }
 
 // A plain lock's line (handOver).
@@ -147,6 +149,20 @@ func (c *Client) markerMS() int64 { return max(minMarker, c.timeout).Millisecond
 func lineKey(key string) string          { return keys.Companion(key, keys.LineSuffix) }
 func lineDeadlinesKey(key string) string { return keys.Companion(key, keys.LineDeadlinesSuffix) }
 
+// lineArrival returns a new waiter's arrival in a plain lock's line: the
+// real clock's microsecond (the masters' clocks measure the wait from
+// it), or one past the client's previous one, as Client.arrival.
+func (c *Client) lineArrival() int64 {
+	now := time.Now().UnixMicro()
+	for {
+		last := c.lastLineArrival.Load()
+		a := max(now, last+1)
+		if c.lastLineArrival.CompareAndSwap(last, a) {
+			return a
+		}
+	}
+}
+
 // leaves reports whether the waiter is in the key's line: one that gives
 // up takes its entry out (and passes a hand-over it holds on).
 func (p plainKind) leaves() bool { return p.line != "" }
@@ -161,7 +177,7 @@ func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, str
 			return scripts.FencedAcquire, "", append(dst, key, r.fence.counter, token, r.ttlMS)
 		}
 		if p.line != "" {
-			return scripts.LineAcquire, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, r.ttlMS, p.line, "1", p.entryMS)
+			return scripts.LineAcquire, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, r.ttlMS, p.line, "1", p.entryMS, p.arrival)
 		}
 		if p.waiting {
 			return scripts.WaitAcquire, "", append(dst, key, token, r.ttlMS)

@@ -105,12 +105,16 @@ func ParseNotice(msg string) (id string, subs int) {
 // with it.
 const MarkerPrefix = "h:"
 
-// HandOverSep follows the release's ID in the notice of a plain lock's
-// release with a line (line_release.lua, line_leave.lua): then 'h' and
-// the first 8 characters of the waiter ID the key was handed over to, or
-// 'c' and those of the waiter first in line, the candidate, when the key
-// was left free.
-const HandOverSep = "!"
+// HeirMark and CandidateMark follow the release's ID in the notice of a
+// plain lock's release with a line (line_release.lua, line_leave.lua):
+// then the first 8 characters of the waiter ID the key was handed over
+// to (HeirMark), or of the waiter first in line, the candidate, when the
+// key was left free (CandidateMark). Both begin with HandOverSep.
+const (
+	HandOverSep   = "!"
+	HeirMark      = HandOverSep + "h"
+	CandidateMark = HandOverSep + "c"
+)
 
 // ParseHandOver splits a release ID, as ParseNotice returns it, into the
 // release's own ID and the waiter it names: heir, the one the key was
@@ -123,11 +127,11 @@ func ParseHandOver(id string) (release, heir, candidate string) {
 	if i < 0 || len(id)-i-len(HandOverSep) < 2 || len(id)-i-len(HandOverSep) > 9 {
 		return id, "", ""
 	}
-	name := id[i+len(HandOverSep)+1:]
-	switch id[i+len(HandOverSep)] {
-	case 'h':
+	name := id[i+len(HeirMark):]
+	switch id[i : i+len(HeirMark)] {
+	case HeirMark:
 		return id[:i], name, ""
-	case 'c':
+	case CandidateMark:
 		return id[:i], "", name
 	}
 	return id, "", ""

@@ -32,8 +32,9 @@ func luaStrings(src string) []string {
 func TestScripts_spellTheLayoutsNames(t *testing.T) {
 	names := []string{keys.ReaderPrefix, keys.WriterPrefix, keys.IntentField, keys.IntentExpiryField}
 	spelled := append(slices.Clip(names), keys.TermPrefix, // the election's term field: fence_commit_term.lua, leader_read.lua
-		keys.NoticeSep,     // release.lua's notice
-		keys.HoldIDPattern) // reentrant.lua's hold ids
+		keys.NoticeSep,                                       // release.lua's notice
+		keys.HoldIDPattern,                                   // reentrant.lua's hold ids
+		keys.MarkerPrefix, keys.HeirMark, keys.CandidateMark) // a plain lock's line: its marker, its notices
 	ops := []string{"acquire", "extend", "release", "read", "write", "extend-read", "extend-write",
 		"release-read", "release-write", "leave", scripts.MetaSet, scripts.MetaKeep, scripts.MetaDrop,
 		"string", // a key's type, as TYPE names it (leader_read.lua)

@@ -5,10 +5,12 @@
 -- its place when it is in it already, and learns how long the key has
 -- left. An entry not refreshed by an attempt for ARGV[5] ms is dropped,
 -- so a vanished waiter holds up the line once at most.
--- KEYS[1] lock; KEYS[2] line (zset: waiter -> arrival, master µs);
+-- KEYS[1] lock; KEYS[2] line (zset: waiter -> arrival, µs);
 -- KEYS[3] the line's deadlines (zset: waiter -> expiry, master ms).
 -- ARGV[1] token; ARGV[2] TTL ms; ARGV[3] waiter id; ARGV[4] "" or "1":
--- join the line when refused; ARGV[5] entry TTL ms.
+-- join the line when refused; ARGV[5] entry TTL ms; ARGV[6] the waiter's
+-- arrival, µs on the client's clock: the same on every master, so that
+-- every master orders the line alike (ties by waiter id).
 -- Returns OK if the lock was set; else the key's remaining TTL in
 -- milliseconds (PTTL: -1 for a key without one), or -3 where the ACL user
 -- may not run PTTL (as wait_acquire.lua).
@@ -21,9 +23,9 @@ if not held or held == "h:" .. ARGV[3] then
 end
 if ARGV[4] ~= "" then
 	local t = redis.call("TIME")
-	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	redis.call("ZADD", KEYS[2], "NX", us, ARGV[3])
-	redis.call("ZADD", KEYS[3], math.floor(us / 1000) + tonumber(ARGV[5]), ARGV[3])
+	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+	redis.call("ZADD", KEYS[2], "NX", ARGV[6], ARGV[3])
+	redis.call("ZADD", KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
 	-- The line lives as long as its longest-lived entry.
 	if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[5]) then
 		redis.call("PEXPIRE", KEYS[2], ARGV[5])

@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func newLineMaster(t *testing.T) *lineMaster {
 // "OK" or the refusal's remaining TTL in ms.
 func (m *lineMaster) attempt(w, tok string, entryMS int) any {
 	m.t.Helper()
-	v, err := redigot.Do(scripts.LineAcquire, m.c, timeout, "lock", "line", "dl", tok, 30000, w, "1", entryMS)
+	v, err := redigot.Do(scripts.LineAcquire, m.c, timeout, "lock", "line", "dl", tok, 30000, w, "1", entryMS, arrival())
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -115,6 +116,23 @@ func (m *lineMaster) notice() string {
 	}
 }
 
+// arrival is a waiter's arrival as a client gives it: µs, increasing.
+var arrival = func() func() int64 {
+	var last atomic.Int64
+	return func() int64 {
+		a := time.Now().UnixMicro()
+		for {
+			l := last.Load()
+			if a <= l {
+				a = l + 1
+			}
+			if last.CompareAndSwap(l, a) {
+				return a
+			}
+		}
+	}
+}()
+
 // A refused attempt joins the line once: a later attempt of the same
 // waiter keeps its place, and the refusal says how long the key has left.
 func TestLine_refusedWaiterJoinsAndKeepsItsPlace(t *testing.T) {
@@ -132,7 +150,7 @@ func TestLine_refusedWaiterJoinsAndKeepsItsPlace(t *testing.T) {
 		t.Fatalf("line %v, want [waiter-a waiter-b]", got)
 	}
 	// A join-less attempt (the first, barging one) does not queue.
-	if _, err := redigot.Do(scripts.LineAcquire, m.c, timeout, "lock", "line", "dl", "tok-c", 30000, "waiter-c", "", 30000); err != nil {
+	if _, err := redigot.Do(scripts.LineAcquire, m.c, timeout, "lock", "line", "dl", "tok-c", 30000, "waiter-c", "", 30000, arrival()); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.line(); len(got) != 2 {

@@ -1,6 +1,8 @@
 -- A plain lock's release, with its line (line_acquire.lua): compare-and-
 -- delete, and announce it. When the waiter at the head of the line has
--- waited at least ARGV[3] ms, the release hands the key over to it
+-- waited at least ARGV[3] ms (since its arrival on its client's clock, by
+-- this master's: a skew between the two makes the wait look longer or
+-- shorter, which changes only when the hand-over begins), the release hands the key over to it
 -- instead: the key holds the marker "h:" and its waiter id for ARGV[4] ms,
 -- which refuses every SET NX but that waiter's attempt, and the head
 -- leaves the line. Otherwise the key is free for whoever comes first,

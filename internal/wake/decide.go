@@ -71,6 +71,9 @@ type Notice struct {
 	// to on this master (keys.ParseHandOver), or "": the key holds that
 	// waiter's marker there, which refuses every other attempt.
 	Heir string
+	// Candidate is the start of the waiter ID first in the key's line on
+	// this master when the release left the key free, or "".
+	Candidate string
 }
 
 // Decision is whom a notice wakes among a key's waiters.
@@ -115,6 +118,10 @@ func (d Decision) Woken(q []*Waiter, i int) bool {
 // taking the key or passing the notice on, so the notice also counts as
 // heard.
 //
+// A notice that names the candidate, the waiter first in the key's line
+// (Notice.Candidate), wakes it, when it is here, where another notice
+// wakes the next waiter, and no other waiter in the line.
+//
 // A notice of a hand-over (Notice.Heir) wakes only the waiter it names,
 // in its place, and only once a quorum of masters announced the release:
 // then the masters that hold its marker can make a quorum, and its
@@ -137,7 +144,12 @@ func Decide(q []*Waiter, n Notice) Decision {
 		return d
 	}
 	if n.Count == 1 || n.FromPilot && !n.PilotHeard || n.FromAsked || n.Count == n.Quorum {
-		if d.One = Next(q); d.One >= 0 {
+		if n.Candidate != "" {
+			d.One = candidate(q, n.Candidate)
+		} else {
+			d.One = Next(q)
+		}
+		if d.One >= 0 {
 			d.Back = q[d.One].Kind != Fair
 		}
 	}
@@ -148,6 +160,25 @@ func Decide(q []*Waiter, n Notice) Decision {
 		}
 	}
 	return d
+}
+
+// candidate returns the index of the waiter of q a notice that names the
+// candidate name wakes: that waiter, when it is here; else, the next
+// waiter (Next) among those in no line. A waiter in the line that the
+// candidate is not would race the candidate and the releaser for the
+// key, and lose to one of them: each release would wake one such waiter
+// in every client, and their attempts would split the vote.
+func candidate(q []*Waiter, name string) int {
+	i := -1
+	for j, w := range q {
+		switch {
+		case w.ID != "" && strings.HasPrefix(w.ID, name):
+			return j
+		case w.ID == "" && w.Kind != Multi && i < 0:
+			i = j
+		}
+	}
+	return i
 }
 
 // Next returns the index of the waiter of q that a wake-up of the key

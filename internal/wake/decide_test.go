@@ -102,11 +102,25 @@ var rules = []rule{
 		woken:  []string{"waiter-b"},
 	},
 	{
-		name:    "a candidate's notice wakes as a release's does",
+		name:    "a candidate's notice wakes the candidate, wherever it stands",
 		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
 		pilot:   -1, asked: -1, quorum: 3,
 		notice: &note{"tok12345!cwaiter-b/2", 0},
-		woken:  []string{"waiter-a"}, order: []string{"waiter-b", "waiter-a"},
+		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
+	},
+	{
+		name:    "a candidate's notice wakes no other waiter in the line, but one in none",
+		waiters: []w{inLine("waiter-a"), plain("b"), multi("m")},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tok12345!cwaiter-z/2", 0},
+		woken:  []string{"b", "m"}, order: []string{"waiter-a", "m", "b"}, heard: true,
+	},
+	{
+		name:    "a candidate's later notice wakes nobody, as a release's",
+		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
+		earlier: []note{{"tok12345!cwaiter-b/2", 0}},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tok12345!cwaiter-b/2", 1},
 	},
 	{
 		name:    "first notice wakes the longest waiter alone, sent to the back",

@@ -85,9 +85,9 @@ func (q *Queue) Rivals() int { return q.rivals }
 func (q *Queue) Notify(msg string, from, pilot, quorum int) (heard bool) {
 	id, rivals := keys.ParseNotice(msg)
 	q.rivals = rivals
-	id, heir, _ := keys.ParseHandOver(id)
+	id, heir, cand := keys.ParseHandOver(id)
 	n := q.releases.Heard(id, from == pilot)
-	n.Quorum, n.FromAsked, n.Heir = quorum, q.asked != 0 && from == q.asked-1, heir
+	n.Quorum, n.FromAsked, n.Heir, n.Candidate = quorum, q.asked != 0 && from == q.asked-1, heir, cand
 	d := Decide(q.waiters, n)
 	for i, w := range q.waiters {
 		if d.Crossed(q.waiters, i) {
