@@ -28,7 +28,7 @@ var leadPaths = []struct {
 }{{"pipelined", true}, {"pooled", false}}
 
 // leadClient is a Client of servers (in that order) on one path.
-func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts ...Option) *Client {
+func leadClient(t testing.TB, servers []*redistest.Server, pipelined bool, opts ...Option) *Client {
 	t.Helper()
 	pools := make([]pool.Pool, len(servers))
 	for i, s := range servers {
@@ -39,7 +39,7 @@ func leadClient(t *testing.T, servers []*redistest.Server, pipelined bool, opts 
 
 // identified takes a new Client, closed with the test, once it identified
 // its masters (so that every Client of a test agrees on the leads).
-func identified(t *testing.T) func(*Client, error) *Client {
+func identified(t testing.TB) func(*Client, error) *Client {
 	return func(c *Client, err error) *Client {
 		t.Helper()
 		if err != nil {
