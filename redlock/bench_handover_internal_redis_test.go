@@ -53,7 +53,7 @@ func BenchmarkHandOver_contention(b *testing.B) {
 							attempts.Add(int64(l.Attempts()))
 							locks.Add(1)
 							if hold > 0 {
-								time.Sleep(hold) // the workload: a hold
+								time.Sleep(hold) // the subject: the cell's hold
 							}
 							if err := l.Release(ctx); err != nil {
 								b.Error(err)

@@ -255,7 +255,7 @@ func TestHandOver_linedAndPreviousClientsNeverBothHold(t *testing.T) {
 					overlaps.Add(1)
 				}
 				grants[i].Add(1)
-				time.Sleep(time.Millisecond) // the hold
+				time.Sleep(time.Millisecond) // the subject: a hold, for another client to overlap it
 				holders.Add(-1)
 				if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotReleased) {
 					t.Errorf("client %d: release: %v", i, err)

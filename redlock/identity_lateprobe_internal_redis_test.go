@@ -217,7 +217,10 @@ func (s *infoAfterGrant) Close() error {
 func TestIdentity_masterStoppedAfterItGrantedBoundsTheFirstCall_pausedMaster(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	const timeout = 200 * time.Millisecond
-	const bound = timeout + time.Second + 2*timeout // stall.LateBound(timeout), then the rollback
+	// stall.LateBound(timeout), then the rollback; and a busy host's
+	// scheduling (a call that waited for the stopped master past these
+	// would take a minute, its wait).
+	const bound = timeout + time.Second + 2*timeout + 400*time.Millisecond
 	for _, p := range leadPaths {
 		t.Run(p.name, func(t *testing.T) {
 			key := "lateprobe:stopped:" + p.name

@@ -84,8 +84,15 @@ func TestPooled_lateReplyIsNeverTakenForAnotherCommands(t *testing.T) {
 				return err == nil && n == 0
 			})
 			t.Logf("the held-back grant gone %v after it ran", time.Since(ranAt).Round(time.Millisecond))
-			keys, err := redis.Strings(s.Do("KEYS", "silenthost:wrong:*"))
-			if err != nil || len(keys) != 0 {
+			// The proxy marks the command run as it passes it on, a moment
+			// before the master runs it: the grant may appear after the
+			// check above, and goes within the same bound.
+			var keys []string
+			var err error
+			if !redistest.Within(bound, func() bool {
+				keys, err = redis.Strings(s.Do("KEYS", "silenthost:wrong:*"))
+				return err == nil && len(keys) == 0
+			}) {
 				t.Errorf("keys left: %v (%v)", keys, err)
 			}
 		})
