@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/jitter"
@@ -130,9 +131,12 @@ type plainKind struct {
 // A plain lock's line (handOver).
 const (
 	// handOverAge is how long the waiter first in line has waited before
-	// a release hands the key over to it rather than free it: until then
-	// the releaser, or anyone, may take the key straight back.
-	handOverAge = 30 * time.Millisecond
+	// a release hands the key over to it rather than free it, and the
+	// least time between two hand-overs of a key: until then the
+	// releaser, or anyone, may take the key straight back. Under steady
+	// contention a key changes hands by hand-over every handOverAge, and
+	// is taken back by its holder in between.
+	handOverAge = 10 * time.Millisecond
 	// minMarker is the least a hand-over keeps the key for the heir (the
 	// marker's TTL): a notice and an attempt's round trip, on a busy host.
 	minMarker = 20 * time.Millisecond
@@ -148,6 +152,7 @@ func (c *Client) markerMS() int64 { return max(minMarker, c.timeout).Millisecond
 // on each master, in key's hash slot.
 func lineKey(key string) string          { return keys.Companion(key, keys.LineSuffix) }
 func lineDeadlinesKey(key string) string { return keys.Companion(key, keys.LineDeadlinesSuffix) }
+func lineTurnKey(key string) string      { return keys.Companion(key, keys.LineTurnSuffix) }
 
 // lineArrival returns a new waiter's arrival in a plain lock's line: the
 // real clock's microsecond (the masters' clocks measure the wait from
@@ -187,7 +192,7 @@ func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, str
 		return scripts.Extend, "", append(dst, key, token, r.ttlMS)
 	case opRelease:
 		if p.handOver {
-			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, wakeChannel(key),
+			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), lineTurnKey(key), token, wakeChannel(key),
 				handOverAge.Milliseconds(), r.c.markerMS(), "1", p.line)
 		}
 		return scripts.Release, "", append(dst, key, token, wakeChannel(key))
@@ -195,10 +200,12 @@ func (p plainKind) command(r *round, op opKind, dst []any) (*scripts.Script, str
 		return scripts.LineLeave, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), p.line, wakeChannel(key), r.c.markerMS())
 	default: // opRollback
 		if p.handOver {
-			// A hand-over is announced (it names one waiter); a free key
-			// is not, as below.
-			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), token, wakeChannel(key),
-				handOverAge.Milliseconds(), r.c.markerMS(), "", "")
+			// Never a hand-over: the rollback may free a minority of the
+			// masters, whose markers could not make a quorum for their
+			// heir. The free key is announced: its notice wakes only the
+			// candidate, no herd to split the vote again.
+			return scripts.LineRelease, "", append(dst, key, lineKey(key), lineDeadlinesKey(key), lineTurnKey(key), token, wakeChannel(key),
+				int64(math.MaxInt32), r.c.markerMS(), "1", "")
 		}
 		// Not announced: after a split vote every contender rolls back,
 		// and waking them all at once would split the vote again; their

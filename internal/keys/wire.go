@@ -31,6 +31,9 @@ const (
 	// LineDeadlinesSuffix names the line's entry deadlines (waiter ID ->
 	// expiry, master ms).
 	LineDeadlinesSuffix = ":line-deadlines"
+	// LineTurnSuffix names the line's turn: when a release last handed
+	// the key over (master µs), kept for the hand-over age.
+	LineTurnSuffix = ":line-turn"
 	// PermitSuffix names a semaphore's permit slots: slot i of semaphore
 	// key is the lock key key + PermitSuffix + i (in key's hash slot).
 	PermitSuffix = ":permit:"

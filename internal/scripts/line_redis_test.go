@@ -55,10 +55,19 @@ func (m *lineMaster) attempt(w, tok string, entryMS int) any {
 }
 
 // release runs line_release of tok: heads that waited ageMS hand-overs,
-// markers of markerMS.
+// markers of markerMS; the turn of an earlier hand-over is over.
 func (m *lineMaster) release(tok string, ageMS, markerMS int) int {
 	m.t.Helper()
-	n, err := redis.Int(redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", tok, "ch", ageMS, markerMS, "1", ""))
+	if _, err := m.c.Do("DEL", "turn"); err != nil {
+		m.t.Fatal(err)
+	}
+	return m.releaseInTurn(tok, ageMS, markerMS)
+}
+
+// releaseInTurn is release, the turn kept.
+func (m *lineMaster) releaseInTurn(tok string, ageMS, markerMS int) int {
+	m.t.Helper()
+	n, err := redis.Int(redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", "turn", tok, "ch", ageMS, markerMS, "1", ""))
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -116,11 +125,12 @@ func (m *lineMaster) notice() string {
 	}
 }
 
-// arrival is a waiter's arrival as a client gives it: µs, increasing.
+// arrival is a waiter's arrival as a client gives it: µs, increasing,
+// a second ago (a waiter here has waited a second when it joins).
 var arrival = func() func() int64 {
 	var last atomic.Int64
 	return func() int64 {
-		a := time.Now().UnixMicro()
+		a := time.Now().Add(-time.Second).UnixMicro()
 		for {
 			l := last.Load()
 			if a <= l {
@@ -182,7 +192,7 @@ func TestLine_releaseHandsOverOnlyToAHeadThatWaitedLongEnough(t *testing.T) {
 		t.Fatalf("the releaser's attempt straight after: %v, want OK", got)
 	}
 
-	if got := m.release("tok-holder2", 0, 5000); got != 1 {
+	if got := m.release("tok-holder2", 1, 5000); got != 1 {
 		t.Fatalf("release with a head that waited replied %d, want 1", got)
 	}
 	if v := m.value(); v != "h:waiter-a" {
@@ -209,7 +219,7 @@ func TestLine_releaseHandsOverOnlyToAHeadThatWaitedLongEnough(t *testing.T) {
 		t.Fatalf("the heir's key has PTTL %d (%v), want its own 30 s TTL", pttl, err)
 	}
 	// A release by anyone but the holder changes nothing.
-	if got := m.release("tok-b", 0, 5000); got != 0 || m.value() != "tok-a" {
+	if got := m.release("tok-b", 1, 5000); got != 0 || m.value() != "tok-a" {
 		t.Fatalf("a foreign release replied %d; the key holds %q", got, m.value())
 	}
 }
@@ -222,7 +232,7 @@ func TestLine_markerRefusesTheScriptsOfThePreviousRelease(t *testing.T) {
 	m := newLineMaster(t)
 	m.attempt("holder-w", "tok-holder", 30000)
 	m.attempt("waiter-a", "tok-a", 30000)
-	if got := m.release("tok-holder", 0, 300); got != 1 {
+	if got := m.release("tok-holder", 1, 300); got != 1 {
 		t.Fatalf("release replied %d, want 1", got)
 	}
 	if ok, err := m.c.Do("SET", "lock", "tok-old", "NX", "PX", 30000); err != nil || ok != nil {
@@ -258,7 +268,7 @@ func TestLine_leavePassesTheHandOverOn(t *testing.T) {
 	m.attempt("waiter-a", "tok-a", 30000)
 	m.attempt("waiter-b", "tok-b", 30000)
 	m.attempt("waiter-c", "tok-c", 30000)
-	m.release("tok-holder", 0, 5000)
+	m.release("tok-holder", 1, 5000)
 	m.notice()
 	if got := m.leave("waiter-c", 5000); got != 1 || m.value() != "h:waiter-a" || m.notice() != "" {
 		t.Fatalf("a waiter without the marker left: %d; key %q", got, m.value())
@@ -306,7 +316,7 @@ func TestLine_vanishedWaiterIsDroppedAtItsDeadline(t *testing.T) {
 		}
 		return now[0]*1000+now[1]/1000 > dl
 	})
-	if got := m.release("tok-holder", 0, 5000); got != 1 {
+	if got := m.release("tok-holder", 1, 5000); got != 1 {
 		t.Fatalf("release replied %d, want 1", got)
 	}
 	if v := m.value(); v != "h:waiter-b" {
@@ -324,7 +334,10 @@ func TestLine_rollbackAnnouncesOnlyAHandOver(t *testing.T) {
 	m := newLineMaster(t)
 	rollback := func(tok, holder string, ageMS int) {
 		t.Helper()
-		if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", tok, "ch", ageMS, 5000, "", holder); err != nil {
+		if _, err := m.c.Do("DEL", "turn"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", "turn", tok, "ch", ageMS, 5000, "", holder); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -336,7 +349,7 @@ func TestLine_rollbackAnnouncesOnlyAHandOver(t *testing.T) {
 		t.Fatalf("a rollback with a young head: key %q, notice %q; want it free, unannounced", v, n)
 	}
 	m.attempt("holder-w", "tok-holder", 30000)
-	rollback("tok-holder", "", 0)
+	rollback("tok-holder", "", 1)
 	if v, n := m.value(), m.notice(); v != "h:waiter-a" || n != "tok-hold!hwaiter-a" {
 		t.Fatalf("a rollback with a head that waited: key %q, notice %q; want the hand-over, announced", v, n)
 	}
@@ -347,10 +360,50 @@ func TestLine_rollbackAnnouncesOnlyAHandOver(t *testing.T) {
 	if _, err := m.c.Do("ZADD", "line", 0, "waiter-a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", "tok-a", "ch", 0, 5000, "1", "waiter-a"); err != nil {
+	if _, err := m.c.Do("DEL", "turn"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redigot.Do(scripts.LineRelease, m.c, timeout, "lock", "line", "dl", "turn", "tok-a", "ch", 1, 5000, "1", "waiter-a"); err != nil {
 		t.Fatal(err)
 	}
 	if v := m.value(); v != "h:waiter-b" {
 		t.Fatalf("key holds %q, want waiter-b's marker (not the releaser's own)", v)
+	}
+}
+
+// After a hand-over, the key is handed over again only once its turn
+// (the hand-over age) has passed: a release meanwhile frees the key,
+// naming the head as the candidate, and its holder may take it back.
+func TestLine_handOverAtMostOncePerTurn(t *testing.T) {
+	m := newLineMaster(t)
+	m.attempt("holder-w", "tok-holder", 30000)
+	m.attempt("waiter-a", "tok-a", 30000)
+	m.attempt("waiter-b", "tok-b", 30000)
+	m.notice()
+	if got := m.release("tok-holder", 500, 5000); got != 1 || m.value() != "h:waiter-a" {
+		t.Fatalf("the first release: %d, key %q; want the hand-over to waiter-a", got, m.value())
+	}
+	m.notice()
+	if got := m.attempt("waiter-a", "tok-a", 30000); got != "OK" {
+		t.Fatalf("the heir's attempt: %v", got)
+	}
+	if got := m.releaseInTurn("tok-a", 500, 5000); got != 1 || m.value() != "" {
+		t.Fatalf("a release within the turn: %d, key %q; want it free", got, m.value())
+	}
+	if got := m.notice(); !strings.HasPrefix(got, "tok-a!cwaiter-b") {
+		t.Fatalf("notice %q, want waiter-b named the candidate", got)
+	}
+	if got := m.attempt("waiter-a", "tok-a2", 30000); got != "OK" {
+		t.Fatalf("the holder's attempt straight after: %v", got)
+	}
+	if _, err := m.c.Do("PEXPIRE", "turn", 1); err != nil { // the turn runs out
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the turn ran out", func() bool {
+		n, err := redis.Int(m.c.Do("EXISTS", "turn"))
+		return err == nil && n == 0
+	})
+	if got := m.releaseInTurn("tok-a2", 500, 5000); got != 1 || m.value() != "h:waiter-b" {
+		t.Fatalf("a release after the turn: %d, key %q; want the hand-over to waiter-b", got, m.value())
 	}
 }

@@ -118,9 +118,10 @@ var (
 	// the line and replies the key's remaining TTL. See line_acquire.lua.
 	LineAcquire = New("line_acquire", 3, lineAcquireSrc)
 	// LineRelease is Release for a key with a line: it hands the key over
-	// to the head of the line when that has waited long enough; replies 1
+	// to the head of the line when that has waited long enough and no
+	// release handed it over lately (KEYS[4]); replies 1
 	// if the key was the token's (deleted or handed over), else 0.
-	LineRelease = New("line_release", 3, lineReleaseSrc)
+	LineRelease = New("line_release", 4, lineReleaseSrc)
 	// LineLeave takes a waiter out of the key's line, and passes on a
 	// hand-over the key holds for it. See line_leave.lua.
 	LineLeave = New("line_leave", 3, lineLeaveSrc)

@@ -43,6 +43,10 @@ type Waiter struct {
 	// quorum of masters announced it named): its attempt asks every
 	// master at once, with no delay. Read and cleared by the attempt.
 	Heir bool
+	// heirVotes has bit i set when master i announced a hand-over to
+	// this waiter since its latest attempt began: by a release, a
+	// rollback or the leave of an heir that gave up, whichever.
+	heirVotes uint64
 	// Woken: a notice was handed to this waiter. Should it give up without
 	// the lock, the notice is passed on (Leave). A caller that took the
 	// notice for an attempt may clear it (a semaphore's waiter does).
@@ -70,7 +74,10 @@ type Notice struct {
 	// Heir is the start of the waiter ID the release handed the key over
 	// to on this master (keys.ParseHandOver), or "": the key holds that
 	// waiter's marker there, which refuses every other attempt.
-	Heir string
+	// HeirVotes is how many masters announced a hand-over to that
+	// waiter, here, since its latest attempt began (this one included).
+	Heir      string
+	HeirVotes int
 	// Candidate is the start of the waiter ID first in the key's line on
 	// this master when the release left the key free, or "".
 	Candidate string
@@ -123,23 +130,22 @@ func (d Decision) Woken(q []*Waiter, i int) bool {
 // wakes the next waiter, and no other waiter in the line.
 //
 // A notice of a hand-over (Notice.Heir) wakes only the waiter it names,
-// in its place, and only once a quorum of masters announced the release:
-// then the masters that hold its marker can make a quorum, and its
-// attempt asks every master at once. Any other waiter would be refused
-// wherever the marker is, and so wakes for none of the hand-over's
-// notices; a waiter named by fewer than a quorum of masters (heads that
-// differ) finds the key by its timer once the markers run out.
+// in its place, and only once a quorum of masters announced a hand-over
+// to it since its latest attempt began (Notice.HeirVotes: by releases,
+// rollbacks and leaves alike): then the masters that hold its marker
+// can make a quorum, and its attempt asks every master at once. Any other
+// waiter would be refused wherever the marker is, and so wakes for none
+// of the hand-over's notices; a waiter named by fewer than a quorum of
+// masters (heads that differ) finds the key by its timer once the
+// markers run out.
 func Decide(q []*Waiter, n Notice) Decision {
 	d := Decision{One: -1, Heard: len(q) == 0}
 	if n.Heir != "" {
-		if n.Count < n.Quorum {
+		if n.HeirVotes < n.Quorum {
 			return d
 		}
-		for i, w := range q {
-			if w.ID != "" && strings.HasPrefix(w.ID, n.Heir) {
-				d.One, d.Heir = i, true
-				break
-			}
+		if i := heir(q, n.Heir); i >= 0 {
+			d.One, d.Heir = i, true
 		}
 		return d
 	}
@@ -160,6 +166,17 @@ func Decide(q []*Waiter, n Notice) Decision {
 		}
 	}
 	return d
+}
+
+// heir returns the index of the waiter of q whose line ID begins with
+// name, or -1.
+func heir(q []*Waiter, name string) int {
+	for i, w := range q {
+		if w.ID != "" && strings.HasPrefix(w.ID, name) {
+			return i
+		}
+	}
+	return -1
 }
 
 // candidate returns the index of the waiter of q a notice that names the

@@ -32,6 +32,7 @@ type rule struct {
 	name    string
 	waiters []w
 	earlier []note // heard before the waiters registered, from the same release or others
+	before  []note // heard after they registered, before the event (hand-overs to one of them)
 	pilot   int    // the key's pilot (-1: none)
 	asked   int    // the master a piloted attempt asked first (-1: none)
 	quorum  int
@@ -66,18 +67,17 @@ var rules = []rule{
 	{
 		name:    "the hand-over notice that completes a quorum wakes the heir alone, in its place",
 		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
-		earlier: []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
+		before:  []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
 		pilot:   2, asked: -1, quorum: 3,
 		notice: &note{"tok12345!hwaiter-b", 2},
 		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
 	},
 	{
-		name:    "a later notice of the hand-over wakes the heir again",
+		name:    "a hand-over notice the same master sent again is one vote",
 		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
-		earlier: []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
-		pilot:   -1, asked: -1, quorum: 2,
-		notice: &note{"tok12345!hwaiter-b", 2},
-		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
+		before:  []note{{"tok12345!hwaiter-b", 0}, {"tok12345!hwaiter-b", 1}},
+		pilot:   -1, asked: -1, quorum: 3,
+		notice: &note{"tokABCDE!hwaiter-b", 1},
 	},
 	{
 		name:    "a hand-over to a waiter of another client wakes nobody here",
@@ -87,11 +87,11 @@ var rules = []rule{
 		notice: &note{"tok12345!hwaiter-z", 1},
 	},
 	{
-		name:    "a hand-over's notices count with its release's other notices",
+		name:    "hand-overs to one waiter count together, whichever release, rollback or leave sent them",
 		waiters: []w{inLine("waiter-a"), inLine("waiter-b")},
-		earlier: []note{{"tok12345!cwaiter-a/2", 0}, {"tok12345/2", 1}},
+		before:  []note{{"tokAAAAA!hwaiter-b", 0}, {"waiter-z!hwaiter-b", 1}},
 		pilot:   -1, asked: -1, quorum: 3,
-		notice: &note{"tok12345!hwaiter-b", 2},
+		notice: &note{"tokCCCCC!hwaiter-b", 2},
 		woken:  []string{"waiter-b"}, order: []string{"waiter-a", "waiter-b"},
 	},
 	{
@@ -322,6 +322,9 @@ func (r rule) check(t *testing.T) {
 		wt.Woken, wt.pending = x.woken, x.woken
 		wt.trying, wt.crossed = x.trying, x.crossed
 		byName[x.name] = wt
+	}
+	for _, n := range r.before {
+		q.Notify(n.msg, n.from, r.pilot, r.quorum)
 	}
 	if r.notice != nil && r.asked >= 0 {
 		q.Asking(r.asked)

@@ -1,6 +1,7 @@
 package wake
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/quorumlock/quorumlock/internal/keys"
@@ -55,6 +56,7 @@ func (q *Queue) Remove(w *Waiter, acquired bool) (heard bool) {
 func (q *Queue) Trying(w *Waiter) {
 	w.crossed = w.crossed && w.pending
 	w.pending, w.trying = false, true
+	w.heirVotes = 0
 }
 
 // Tried records the end of w's attempt, begun with Trying (undone: it
@@ -85,9 +87,18 @@ func (q *Queue) Rivals() int { return q.rivals }
 func (q *Queue) Notify(msg string, from, pilot, quorum int) (heard bool) {
 	id, rivals := keys.ParseNotice(msg)
 	q.rivals = rivals
-	id, heir, cand := keys.ParseHandOver(id)
+	id, named, cand := keys.ParseHandOver(id)
 	n := q.releases.Heard(id, from == pilot)
-	n.Quorum, n.FromAsked, n.Heir, n.Candidate = quorum, q.asked != 0 && from == q.asked-1, heir, cand
+	n.Quorum, n.FromAsked, n.Heir, n.Candidate = quorum, q.asked != 0 && from == q.asked-1, named, cand
+	if named != "" {
+		if i := heir(q.waiters, named); i >= 0 {
+			w := q.waiters[i]
+			if from >= 0 && from < 64 {
+				w.heirVotes |= 1 << from
+			}
+			n.HeirVotes = bits.OnesCount64(w.heirVotes)
+		}
+	}
 	d := Decide(q.waiters, n)
 	for i, w := range q.waiters {
 		if d.Crossed(q.waiters, i) {
