@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"sync/atomic"
+
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/layout"
 )
@@ -35,12 +37,15 @@ func (c *Client) fairness(key string, lc *lockConfig) *fairness {
 // by arrival: two of one client's waiters in one microsecond would
 // otherwise be ordered one way here and maybe the other way there, and a
 // notice would wake the one that cannot win.
-func (c *Client) arrival() int64 {
-	now := c.clock.Now().UnixMicro()
+func (c *Client) arrival() int64 { return nextArrival(&c.lastArrival, c.clock.Now().UnixMicro()) }
+
+// nextArrival returns now, or one past *last when that is not before it,
+// and records it in *last.
+func nextArrival(last *atomic.Int64, now int64) int64 {
 	for {
-		last := c.lastArrival.Load()
-		a := max(now, last+1)
-		if c.lastArrival.CompareAndSwap(last, a) {
+		l := last.Load()
+		a := max(now, l+1)
+		if last.CompareAndSwap(l, a) {
 			return a
 		}
 	}

@@ -157,16 +157,7 @@ func lineTurnKey(key string) string      { return keys.Companion(key, keys.LineT
 // lineArrival returns a new waiter's arrival in a plain lock's line: the
 // real clock's microsecond (the masters' clocks measure the wait from
 // it), or one past the client's previous one, as Client.arrival.
-func (c *Client) lineArrival() int64 {
-	now := time.Now().UnixMicro()
-	for {
-		last := c.lastLineArrival.Load()
-		a := max(now, last+1)
-		if c.lastLineArrival.CompareAndSwap(last, a) {
-			return a
-		}
-	}
-}
+func (c *Client) lineArrival() int64 { return nextArrival(&c.lastLineArrival, time.Now().UnixMicro()) }
 
 // leaves reports whether the waiter is in the key's line: one that gives
 // up takes its entry out (and passes a hand-over it holds on).
